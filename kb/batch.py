@@ -1,0 +1,60 @@
+"""Lint and fix whole files: reading errors become results, never exceptions or silent skips."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xlaport.files import UnreadableSource, read_source
+
+from .engine import SourceError, fix_source, lint_source
+from .rule import Finding, Rule
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)  # what is left (after fixing, when fixing)
+    applied: list[Finding] = field(default_factory=list)
+    source: str | None = None
+    fixed: str | None = None
+    error: str | None = None  # unreadable or unparsable: the file was not analysed
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed is not None and self.source is not None and self.fixed != self.source
+
+
+def _read(path: Path) -> tuple[str | None, str | None]:
+    try:
+        return read_source(path), None
+    except UnreadableSource as exc:
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"{path}: cannot read ({exc.strerror})"
+
+
+def lint_file(path: Path, rules: list[type[Rule]] | None = None, display: str | None = None) -> FileResult:
+    name = display or str(path)
+    source, error = _read(path)
+    if error:
+        return FileResult(name, error=error)
+    try:
+        return FileResult(name, findings=lint_source(source, name, rules), source=source)
+    except SourceError as exc:
+        return FileResult(name, source=source, error=f"{name}: {exc}")
+
+
+def fix_file(
+    path: Path, rules: list[type[Rule]] | None = None, unsafe: bool = False, display: str | None = None
+) -> FileResult:
+    """Computes the fixed text of `path`; writes nothing."""
+    name = display or str(path)
+    source, error = _read(path)
+    if error:
+        return FileResult(name, error=error)
+    try:
+        result = fix_source(source, name, rules, unsafe=unsafe)
+    except SourceError as exc:
+        return FileResult(name, source=source, error=f"{name}: {exc}")
+    return FileResult(name, findings=result.remaining, applied=result.applied, source=source, fixed=result.fixed)

@@ -1,0 +1,281 @@
+"""Runs the kb rules over source text: findings (lint) and rewrites (fix)."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .rule import REGISTRY, Finding, Report, Rule, ImportSpec
+
+SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
+MAX_FIX_PASSES = 6
+
+
+class SourceError(ValueError):
+    """Source that xlaport cannot analyse (syntax error, not text)."""
+
+
+def all_rules() -> list[type[Rule]]:
+    from . import rules  # noqa: F401  (registers every rule module)
+
+    return sorted(REGISTRY.rules.values(), key=lambda r: r.code)
+
+
+def get_rule(code: str) -> type[Rule]:
+    all_rules()
+    try:
+        return REGISTRY.rules[code.upper()]
+    except KeyError:
+        raise KeyError(f"unknown rule code {code!r}") from None
+
+
+def select_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
+    """Rules whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
+    chosen = all_rules()
+
+    def matches(rule: type[Rule], patterns: list[str]) -> bool:
+        return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)
+
+    if select:
+        unknown = [p for p in select if not any(matches(r, [p]) for r in chosen)]
+        if unknown:
+            raise KeyError(f"no rule matches {', '.join(unknown)}")
+        chosen = [r for r in chosen if matches(r, select)]
+    if ignore:
+        chosen = [r for r in chosen if not matches(r, ignore)]
+    return chosen
+
+
+def suppressions(source: str) -> dict[int, set[str] | None]:
+    """Line -> suppressed codes (None = all) from `# xlaport: ignore[CODE]` comments."""
+    found: dict[int, set[str] | None] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type != tokenize.COMMENT:
+                continue
+            match = SUPPRESSION.search(tok.string)
+            if match:
+                codes = match.group("codes")
+                found[tok.start[0]] = {c.strip() for c in codes.split(",") if c.strip()} if codes else None
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return found
+
+
+def _is_suppressed(line: int, code: str, suppressed: dict[int, set[str] | None]) -> bool:
+    if line not in suppressed:
+        return False
+    codes = suppressed[line]
+    return codes is None or code in codes
+
+
+def parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise SourceError(f"cannot parse: {exc.message} (line {exc.raw_line}, column {exc.raw_column})") from None
+
+
+@dataclass
+class _Detection:
+    rule: type[Rule]
+    report: Report
+    line: int
+    column: int
+    end: tuple[int, int]
+    start: tuple[int, int]
+
+
+def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> tuple[MetadataWrapper, list[_Detection]]:
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    visitors = [rule() for rule in rules]
+    wrapper.visit_batched(visitors)
+    suppressed = suppressions(source)
+    positions = wrapper.resolve(PositionProvider)
+    detections = []
+    for visitor in visitors:
+        for report in visitor.reports:
+            pos = positions[report.node]
+            if _is_suppressed(pos.start.line, visitor.code, suppressed):
+                continue
+            detections.append(
+                _Detection(
+                    type(visitor),
+                    report,
+                    pos.start.line,
+                    pos.start.column + 1,
+                    (pos.end.line, pos.end.column),
+                    (pos.start.line, pos.start.column),
+                )
+            )
+    detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
+    return wrapper, detections
+
+
+def _finding(path: str, d: _Detection) -> Finding:
+    return Finding(
+        path=path,
+        line=d.line,
+        column=d.column,
+        code=d.rule.code,
+        category=d.rule.category,
+        title=d.rule.title,
+        message=d.report.message,
+        fix=d.rule.fix,
+        fixable=d.report.replacement is not None and d.rule.fix != "manual",
+    )
+
+
+def lint_source(source: str, path: str = "<string>", rules: list[type[Rule]] | None = None) -> list[Finding]:
+    """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse."""
+    rules = all_rules() if rules is None else rules
+    module = parse(source)
+    _, detections = _detect(module, rules, source)
+    return [_finding(path, d) for d in detections]
+
+
+@dataclass
+class FixResult:
+    path: str
+    source: str
+    fixed: str
+    applied: list[Finding] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.source
+
+
+def _allowed(rule: type[Rule], unsafe: bool) -> bool:
+    return rule.fix == "safe" or (rule.fix == "unsafe" and unsafe)
+
+
+def _non_overlapping(detections: list[_Detection]) -> list[_Detection]:
+    """Outermost first; a replacement inside another one waits for the next pass."""
+    chosen: list[_Detection] = []
+    for d in sorted(detections, key=lambda d: (d.start, (-d.end[0], -d.end[1]))):
+        if any(c.start <= d.start and d.end <= c.end or d.start <= c.start and c.end <= d.end for c in chosen):
+            continue
+        chosen.append(d)
+    return chosen
+
+
+class _Replacer(cst.CSTTransformer):
+    """Swaps reported nodes for their replacements, matched by identity."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, object]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        if original_node in self.replacements:
+            return self.replacements[original_node]
+        return updated_node
+
+
+def _apply(module: cst.Module, chosen: list[_Detection]) -> cst.Module:
+    replacements = {}
+    imports: list[ImportSpec] = []
+    for d in chosen:
+        replacement = d.report.replacement
+        if replacement is cst.RemovalSentinel.REMOVE and isinstance(d.report.node, cst.BaseStatement):
+            replacement = _removal_marker(d.report.node)
+        replacements[d.report.node] = replacement
+        imports.extend(d.report.imports)
+    new_module = module.visit(_Replacer(replacements))
+    new_module = _drop_removal_markers(new_module)
+    if imports:
+        context = CodemodContext()
+        for module_name, obj, alias in dict.fromkeys(imports):
+            AddImportsVisitor.add_needed_import(context, module_name, obj, alias)
+        new_module = new_module.visit(AddImportsVisitor(context))
+    return new_module
+
+
+_MARKER = "__xlaport_removed__"
+
+
+def _removal_marker(stmt: cst.BaseStatement) -> cst.SimpleStatementLine:
+    """A placeholder that carries the removed statement's comments until the block is rebuilt."""
+    return cst.SimpleStatementLine(
+        body=[cst.Expr(cst.Name(_MARKER))], leading_lines=getattr(stmt, "leading_lines", ())
+    )
+
+
+def _is_marker(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.Name)
+        and stmt.body[0].value.value == _MARKER
+    )
+
+
+class _MarkerDropper(cst.CSTTransformer):
+    def _rebuild(self, body, need_statement: bool):
+        out, pending = [], []
+        for stmt in body:
+            if _is_marker(stmt):
+                pending.extend(stmt.leading_lines)
+                continue
+            if pending:
+                stmt = stmt.with_changes(leading_lines=[*pending, *stmt.leading_lines])
+                pending = []
+            out.append(stmt)
+        if need_statement and not out:
+            out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
+        elif pending:
+            # comments at the end of a block stay as the block's trailing lines
+            out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
+        return out
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        return updated_node.with_changes(body=self._rebuild(updated_node.body, True))
+
+    def leave_Module(self, original_node, updated_node):
+        return updated_node.with_changes(body=self._rebuild(updated_node.body, False))
+
+
+def _drop_removal_markers(module: cst.Module) -> cst.Module:
+    return module.visit(_MarkerDropper())
+
+
+def fix_source(
+    source: str,
+    path: str = "<string>",
+    rules: list[type[Rule]] | None = None,
+    unsafe: bool = False,
+) -> FixResult:
+    """Applies every allowed rewrite until nothing more changes; never returns unparsable code."""
+    rules = all_rules() if rules is None else rules
+    module = parse(source)
+    applied: list[Finding] = []
+    current_source = source
+    for _ in range(MAX_FIX_PASSES):
+        _, detections = _detect(module, rules, current_source)
+        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d.rule, unsafe)]
+        if not fixable:
+            break
+        chosen = _non_overlapping(fixable)
+        candidate = _apply(module, chosen)
+        candidate_source = candidate.code
+        try:
+            compile(candidate_source, path, "exec")
+            module = cst.parse_module(candidate_source)
+        except (SyntaxError, cst.ParserSyntaxError, ValueError) as exc:
+            raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc
+        if candidate_source == current_source:
+            break
+        applied.extend(_finding(path, d) for d in chosen)
+        current_source = candidate_source
+    remaining = lint_source(current_source, path, rules)
+    return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)

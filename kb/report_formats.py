@@ -1,0 +1,58 @@
+"""Findings as text, JSON and SARIF 2.1.0."""
+
+from __future__ import annotations
+
+import json
+
+from .engine import all_rules
+from .rule import Finding
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def as_text(findings: list[Finding]) -> str:
+    lines = []
+    for f in findings:
+        marker = {"safe": "[*]", "unsafe": "[~]", "manual": "[ ]"}[f.fix] if f.fixable or f.fix == "manual" else "[ ]"
+        lines.append(f"{f.path}:{f.line}:{f.column}: {f.code} {marker} {f.message}")
+    return "\n".join(lines)
+
+
+def as_json(findings: list[Finding]) -> str:
+    return json.dumps([f.to_dict() for f in findings], indent=2)
+
+
+def as_sarif(findings: list[Finding]) -> str:
+    rules = [
+        {
+            "id": r.code,
+            "name": r.__name__,
+            "shortDescription": {"text": r.title},
+            "fullDescription": {"text": r.why},
+            "properties": {"category": r.category, "fix": r.fix},
+        }
+        for r in all_rules()
+    ]
+    results = [
+        {
+            "ruleId": f.code,
+            "level": "warning",
+            "message": {"text": f.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": f.path},
+                        "region": {"startLine": f.line, "startColumn": f.column},
+                    }
+                }
+            ],
+            "properties": {"category": f.category, "fix": f.fix},
+        }
+        for f in findings
+    ]
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": "xlaport", "rules": rules}}, "results": results}],
+    }
+    return json.dumps(log, indent=2)

@@ -1,0 +1,240 @@
+"""A kb entry is a libcst rule class: its docs (what / why / example / fix safety) and its detector."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import libcst as cst
+from libcst.metadata import (
+    CodeRange,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+)
+
+Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+Applicability = Literal["safe", "unsafe", "manual"]
+
+CATEGORY_NAMES: dict[str, str] = {
+    "C1": "environment / dependencies",
+    "C2": "CUDA / device assumptions",
+    "C3": "third-party libraries (HF Trainer, PEFT, accelerate)",
+    "C4": "lazy-tensor execution (host sync, recompilation)",
+    "C5": "unsupported ops, CPU fallback, numerics",
+    "C6": "memory capacity",
+    "C7": "infrastructure",
+}
+
+# An import a rewrite needs: (module, name or None, alias or None).
+# ("torch_xla", None, None) is `import torch_xla`;
+# ("torch_xla.core.xla_model", None, "xm") is `import torch_xla.core.xla_model as xm`.
+ImportSpec = tuple[str, str | None, str | None]
+
+IMPORT_TORCH_XLA: ImportSpec = ("torch_xla", None, None)
+IMPORT_XM: ImportSpec = ("torch_xla.core.xla_model", None, "xm")
+IMPORT_PL: ImportSpec = ("torch_xla.distributed.parallel_loader", None, "pl")
+IMPORT_XR: ImportSpec = ("torch_xla.runtime", None, "xr")
+IMPORT_TORCH: ImportSpec = ("torch", None, None)
+
+# Removes the reported statement; the engine keeps its leading comments.
+REMOVE = cst.RemovalSentinel.REMOVE
+
+STEP_CALLS = frozenset({"backward", "step", "optimizer_step", "sync", "mark_step"})
+
+
+@dataclass
+class Report:
+    """One detection inside a parsed module, before it becomes a Finding."""
+
+    node: cst.CSTNode
+    message: str
+    replacement: cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel | None = None
+    imports: tuple[ImportSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A detection as users see it (CLI, JSON, HTTP, MCP)."""
+
+    path: str
+    line: int
+    column: int
+    code: str
+    category: str
+    title: str
+    message: str
+    fix: Applicability
+    fixable: bool = False  # a rewrite exists for this occurrence
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "code": self.code,
+            "category": self.category,
+            "title": self.title,
+            "message": self.message,
+            "fix": self.fix,
+            "fixable": self.fixable,
+        }
+
+
+class Rule(cst.BatchableCSTVisitor):
+    """Base class of every kb rule. Subclasses set the entry fields and visit nodes.
+
+    The docs fields follow Ruff's rule pages: what it detects, why it matters on TPU
+    (the symptom), an example before/after, and whether the fix is safe to apply blind.
+    `before` must trigger the rule; when the rule rewrites, fixing `before` gives `after`.
+    """
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+
+    code: ClassVar[str]
+    title: ClassVar[str]
+    category: ClassVar[Category]
+    fix: ClassVar[Applicability]
+    detects: ClassVar[str]
+    why: ClassVar[str]
+    before: ClassVar[str]
+    after: ClassVar[str] = ""
+    message: ClassVar[str] = ""
+    symptoms: ClassVar[tuple[str, ...]] = ()
+    references: ClassVar[tuple[str, ...]] = ()
+    # Snippets that must produce no finding of this rule (Fixit's "valid" examples).
+    valid: ClassVar[tuple[str, ...]] = ()
+    # Does the rule rewrite code (for the occurrences it can handle)?
+    autofix: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reports: list[Report] = []
+        self._step_loop_cache: dict[int, bool] = {}
+
+    # --- reporting -----------------------------------------------------------------
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str | None = None,
+        replacement: cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel | None = None,
+        imports: tuple[ImportSpec, ...] = (),
+    ) -> None:
+        self.reports.append(Report(node, message or self.message or self.title, replacement, imports))
+
+    # --- name resolution -----------------------------------------------------------
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        """Import-resolved dotted names of `node` (never locals: `cuda = 1; cuda.x` is not torch.cuda)."""
+        names = self.get_metadata(QualifiedNameProvider, node, set())
+        return {q.name for q in names if q.source is QualifiedNameSource.IMPORT}
+
+    def call_name(self, call: cst.Call) -> str | None:
+        names = self.qualified_names(call.func)
+        return min(names) if names else None
+
+    def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
+        return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & set(names))
+
+    # --- tree context ----------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def ancestors(self, node: cst.CSTNode):
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement line (or compound statement) that holds `node`."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return anc
+        return None
+
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        return self.get_metadata(PositionProvider, node)
+
+    def enclosing_step_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        """The innermost enclosing loop whose body runs a training step (backward/step/sync)."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            if isinstance(anc, (cst.For, cst.While)) and self._is_step_loop(anc):
+                return anc
+        return None
+
+    def _is_step_loop(self, loop: cst.For | cst.While) -> bool:
+        key = id(loop)
+        if key not in self._step_loop_cache:
+            finder = _StepCallFinder()
+            loop.body.visit(finder)
+            self._step_loop_cache[key] = finder.found
+        return self._step_loop_cache[key]
+
+
+class _StepCallFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        if name in STEP_CALLS:
+            self.found = True
+        return not self.found
+
+
+# --- small node helpers shared by rules ----------------------------------------------
+def string_value(node: cst.CSTNode | None) -> str | None:
+    """The value of a plain string literal, else None."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def is_cuda_string(node: cst.CSTNode | None) -> bool:
+    value = string_value(node)
+    return value is not None and (value == "cuda" or value.startswith("cuda:"))
+
+
+def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional_args(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def statements(code: str) -> list[cst.BaseStatement]:
+    return list(cst.parse_module(code).body)
+
+
+@dataclass
+class RuleSet:
+    """The registered rules, keyed by code."""
+
+    rules: dict[str, type[Rule]] = field(default_factory=dict)
+
+    def add(self, rule: type[Rule]) -> type[Rule]:
+        if rule.code in self.rules:
+            raise ValueError(f"duplicate rule code {rule.code}")
+        self.rules[rule.code] = rule
+        return rule
+
+
+REGISTRY = RuleSet()
+
+
+def register(rule: type[Rule]) -> type[Rule]:
+    """Class decorator: adds a rule to the knowledge base."""
+    return REGISTRY.add(rule)

@@ -1,0 +1,1 @@
+"""Rules of this category (see kb.rule.CATEGORY_NAMES)."""

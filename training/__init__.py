@@ -1,0 +1,1 @@
+"""Migration traces → dataset → tokenizer → base model → LoRA fine-tuning, run through torch_xla."""

@@ -1,0 +1,3 @@
+from xlaport.cli import main
+
+main()

@@ -1,0 +1,220 @@
+"""The `xlaport` command line: a thin front over the library; each area adds its commands here."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections import Counter
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from xlaport.files import DirtyTree, atomic_write, backup_path, check_in_place_allowed, iter_python_files
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+kb_app = typer.Typer(no_args_is_help=True, help="Browse the fix knowledge base.")
+app.add_typer(kb_app, name="kb")
+
+EXIT_USAGE = 2
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+class ListFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+def fail_usage(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _codes(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def _rules(select: list[str] | None, ignore: list[str] | None = None):
+    from xlaport.kb import select_rules
+
+    try:
+        return select_rules(_codes(select), _codes(ignore))
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    try:
+        return list(iter_python_files(paths))
+    except FileNotFoundError as exc:
+        fail_usage(str(exc))
+
+
+def _report_errors(results) -> int:
+    errors = [r.error for r in results if r.error]
+    for error in errors:
+        typer.echo(f"error: {error}", err=True)
+    return len(errors)
+
+
+@app.command()
+def lint(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to check.")],
+    select: Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.text,
+) -> None:
+    """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
+    from xlaport.kb.batch import lint_file
+    from xlaport.kb.report_formats import as_json, as_sarif, as_text
+
+    rules = _rules(select, ignore)
+    results = [lint_file(p, rules) for p in _files(paths)]
+    findings = [f for r in results for f in r.findings]
+    if format is Format.json:
+        typer.echo(as_json(findings))
+    elif format is Format.sarif:
+        typer.echo(as_sarif(findings))
+    else:
+        if findings:
+            typer.echo(as_text(findings))
+        fixable = sum(f.fixable for f in findings)
+        typer.echo(
+            f"{len(findings)} finding(s) in {len(results)} file(s); {fixable} fixable "
+            f"([*] safe, [~] with --unsafe-fixes, [ ] manual)",
+            err=True,
+        )
+    errors = _report_errors(results)
+    raise typer.Exit(1 if findings or errors else 0)
+
+
+@app.command()
+def fix(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to rewrite in place.")],
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
+    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")] = False,
+    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories.")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")] = False,
+) -> None:
+    """Apply the knowledge base's fixes in place (or show them with --diff)."""
+    from xlaport.kb.batch import fix_file
+
+    rules = _rules(select, ignore)
+    files = _files(paths)
+    results = [fix_file(p, rules, unsafe=unsafe_fixes) for p in files]
+    changed = [(p, r) for p, r in zip(files, results) if r.changed]
+    if diff:
+        for path, r in changed:
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    r.source.splitlines(keepends=True), r.fixed.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+                )
+            )
+    else:
+        try:
+            needs_backup = check_in_place_allowed([p for p, _ in changed], force)
+        except DirtyTree as exc:
+            fail_usage(str(exc))
+        for path, r in changed:
+            if needs_backup:
+                atomic_write(backup_path(path), r.source)
+            atomic_write(path, r.fixed)
+    applied = Counter(f.code for r in results for f in r.applied)
+    remaining = sum(len(r.findings) for r in results)
+    verb = "would apply" if diff else "applied"
+    typer.echo(
+        f"{verb} {sum(applied.values())} fix(es) in {len(changed)} file(s); {remaining} finding(s) left", err=True
+    )
+    errors = _report_errors(results)
+    raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
+def migrate(
+    src: Annotated[Path, typer.Argument(help="The project to migrate (only read).")],
+    out: Annotated[Path, typer.Option("--out", help="Where the migrated copy is written.")],
+    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty destination.")] = False,
+    format: Annotated[ListFormat, typer.Option("--format", help="Summary format.")] = ListFormat.text,
+) -> None:
+    """Write the migrated copy of a whole tree to --out, then a summary."""
+    from xlaport.serve.bulk import DestinationNotEmpty, migrate_tree
+
+    try:
+        summary = migrate_tree(src, out, unsafe=unsafe_fixes, force=force)
+    except (DestinationNotEmpty, NotADirectoryError, ValueError) as exc:
+        fail_usage(str(exc))
+    if format is ListFormat.json:
+        typer.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        typer.echo(render_summary(summary))
+    _report_errors(summary.files)
+
+
+def render_summary(summary) -> str:
+    data = summary.to_dict()
+    lines = [
+        f"migrated {data['src']} -> {data['dst']}",
+        f"  python files: {data['python_files']}, changed: {data['files_changed']}, "
+        f"other files copied: {data['other_files_copied']}, errors: {len(data['errors'])}",
+        "  fixes applied: " + (", ".join(f"{c}×{n}" for c, n in data["fixes_applied"].items()) or "none"),
+        "  left for a human: " + (", ".join(f"{c}×{n}" for c, n in data["findings_left"].items()) or "none"),
+    ]
+    for item in data["left_for_human"]:
+        lines.append(f"    {item['path']}:{item['line']}: {item['code']} {item['message']}")
+    return "\n".join(lines)
+
+
+@kb_app.command("list")
+def kb_list(format: Annotated[ListFormat, typer.Option("--format")] = ListFormat.text) -> None:
+    """Every entry: code, category, fix applicability, title."""
+    from xlaport.kb import all_rules
+    from xlaport.kb.docs import entry_dict
+
+    rules = all_rules()
+    if format is ListFormat.json:
+        typer.echo(json.dumps([entry_dict(r) for r in rules], indent=2))
+        return
+    for r in rules:
+        typer.echo(f"{r.code}  {r.category}  {r.fix:<6}  {'auto' if r.autofix else '    '}  {r.title}")
+
+
+@kb_app.command("show")
+def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201.")]) -> None:
+    """One entry in full: what it detects, why, example, fix safety, references."""
+    from xlaport.kb import get_rule
+    from xlaport.kb.docs import render_markdown
+
+    try:
+        rule = get_rule(code)
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+    typer.echo(render_markdown(rule))
+
+
+def _register_areas() -> None:
+    # each area owns its commands; heavy imports stay inside the command functions
+    from xlaport.eval.cli import register as register_eval
+    from xlaport.model.cli import register as register_model
+    from xlaport.serve.cli import register as register_serve
+    from xlaport.training.cli import register as register_training
+
+    for register in (register_eval, register_serve, register_training, register_model):
+        register(app)
+
+
+_register_areas()
+
+
+def main() -> None:
+    app()
