@@ -1,4 +1,4 @@
-"""`xlaport` commands of this area; `register` adds them to the root app."""
+"""`xlaport` commands of the validation area; `register` adds them to the root app."""
 
 from __future__ import annotations
 
@@ -6,4 +6,10 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Adds this area's commands to the root app (see xlaport/cli.py)."""
+    """Adds `check`, `testgen` and `verify` (each owned by its own module) to the root app."""
+    from .check_cli import register as register_check
+    from .testgen_cli import register as register_testgen
+    from .verify_cli import register as register_verify
+
+    for add in (register_check, register_testgen, register_verify):
+        add(app)

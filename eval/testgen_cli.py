@@ -1,0 +1,9 @@
+"""The `xlaport testgen` command: a thin front over eval/testgen.py."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Adds the command to the root app."""
