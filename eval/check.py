@@ -1,0 +1,506 @@
+"""The XLA execution check: run an unmodified script under torch_xla and say whether it really ran on XLA.
+
+`run_check` starts eval/check_runner.py in a sandboxed child process (time and memory limits, its own
+temporary working directory), reads the per-step metrics the runner wrote, and grades the run:
+
+- "none": the script did not finish (non-zero exit, time-out, memory limit);
+- "L0": it ran, but something below keeps it from L2 (`reasons` says what);
+- "L2": it ran on the XLA device with no CPU fallback op, no compilation after the warm-up steps, no
+  per-step device-to-host transfers, no NaN/Inf, every parameter on the device and every optimizer
+  holding the model's own parameters.
+
+The child's working directory is a fresh temporary folder (the script's outputs land there and are
+removed); the script's folder is `sys.path[0]` as under `python SCRIPT` and is passed in
+`XLAPORT_SCRIPT_DIR`. Pass `workdir=` to run somewhere else, e.g. where relative data paths resolve.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .sandbox import run_sandboxed
+
+RUNNER = Path(__file__).with_name("check_runner.py")
+TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
+GOOGLE_PCI_VENDOR = "0x1ae0"
+ERROR_LINES = 20
+
+
+@dataclass
+class StepStats:
+    """What one step (the work up to and including one graph-launching `torch_xla.sync`) cost."""
+
+    index: int
+    compiles: int
+    compile_s: float
+    transfers: int  # device-to-host transfers, not counting those of step closures
+    host_reads: int  # aten::_local_scalar_dense (.item(), bool(t), float(t) ...), not counting step closures
+    fallbacks: dict[str, int]
+    closure_transfers: int  # transfers made by xm.add_step_closure closures (after the graph ran)
+    wall_s: float
+    sync_site: str | None = None  # file:line of the sync, recorded when the step compiled
+
+
+@dataclass
+class RecompileSource:
+    """Compilations after warm-up that share a cause and a source line."""
+
+    location: str | None
+    cause: str | None
+    compiles: int
+    steps: list[int]
+
+
+@dataclass
+class CheckReport:
+    script: str
+    args: list[str]
+    exit_code: int | None
+    level: str  # "none", "L0" or "L2"
+    reasons: list[str]
+    error: str | None
+    timed_out: bool
+    memory_exceeded: bool
+    pjrt_device: str
+    torch_xla_imported: bool
+    steps: int
+    steps_warmup: int
+    per_step: list[StepStats]
+    fallback_ops: dict[str, int]
+    host_reads: int
+    compiles_total: int
+    compiles_after_warmup: int
+    recompile_sources: list[RecompileSource]
+    host_transfers_per_step: float | None  # mean over the steps after warm-up; None when there are none
+    transfers_total: int
+    nan: bool
+    nan_details: list[str]
+    stale_optimizer_params: list[str]
+    params_off_device: list[str]
+    wall_s: float
+    startup_s: float  # launch until torch_xla was imported (the whole run when it never was)
+    compile_s: float  # sum of XLA compile times
+    run_s: float  # the rest
+    peak_rss_mb: float
+    stdout_tail: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.level == "L2"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_pjrt_device(env: Mapping[str, str]) -> str:
+    """PJRT_DEVICE as given, else TPU when a Google TPU is attached over PCI, else CPU."""
+    if env.get("PJRT_DEVICE"):
+        return env["PJRT_DEVICE"]
+    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            if Path(vendor).read_text().strip() == GOOGLE_PCI_VENDOR:
+                return "TPU"
+        except OSError:
+            continue
+    return "CPU"
+
+
+def run_check(
+    script: Path,
+    args: Sequence[str] = (),
+    steps_warmup: int = 2,
+    timeout_s: float = 600,
+    memory_mb: int = 8192,
+    env: Mapping[str, str] | None = None,
+    workdir: Path | None = None,
+) -> CheckReport:
+    """Runs `script` with `args` under torch_xla in a child process and grades what happened."""
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise FileNotFoundError(f"no such script: {script}")
+    if steps_warmup < 0:
+        raise ValueError("steps_warmup must be >= 0")
+    with tempfile.TemporaryDirectory(prefix="xlaport-check-") as tmp:
+        tmp_path = Path(tmp)
+        events_file = tmp_path / "events.jsonl"
+        debug_file = tmp_path / "pt_xla_debug.txt"
+        cwd = Path(workdir) if workdir is not None else tmp_path / "work"
+        cwd.mkdir(exist_ok=True)
+        merged_env = {**os.environ, **(env or {})}
+        child_env = {
+            **(env or {}),
+            "PJRT_DEVICE": default_pjrt_device(merged_env),
+            "XLAPORT_CHECK_OUT": str(events_file),
+            "XLAPORT_SCRIPT_DIR": str(script.parent),
+            # per-compilation analysis (cause + Python frames) to name the source of recompilations
+            "PT_XLA_DEBUG_LEVEL": "1",
+            "PT_XLA_DEBUG_FILE": str(debug_file),
+            "PT_XLA_DEBUG_MAX_FRAME": "20",
+        }
+        child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", merged_env.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+        launched_at = time.time()
+        result = run_sandboxed(
+            [sys.executable, str(RUNNER), str(script), *args],
+            cwd=cwd,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            env=child_env,
+        )
+        events = read_events(events_file)
+        compilations = parse_compilation_analysis(debug_file.read_text(errors="replace") if debug_file.exists() else "")
+    return build_report(
+        script=script,
+        args=list(args),
+        steps_warmup=steps_warmup,
+        timeout_s=timeout_s,
+        result=result,
+        events=events,
+        compilations=compilations,
+        launched_at=launched_at,
+        pjrt_device=child_env["PJRT_DEVICE"],
+    )
+
+
+def check_source(source: str, args: Sequence[str] = (), **kwargs) -> CheckReport:
+    """Writes `source` to a temporary `script.py` and checks it (for the HTTP service and the MCP tool)."""
+    with tempfile.TemporaryDirectory(prefix="xlaport-source-") as tmp:
+        script = Path(tmp) / "script.py"
+        script.write_text(source, encoding="utf-8")
+        return run_check(script, args, **kwargs)
+
+
+# --- reading what the child left ----------------------------------------------------------------
+
+
+def read_events(path: Path) -> list[dict]:
+    """The runner's JSON lines; a last line cut short by a kill is dropped."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
+
+
+@dataclass
+class Compilation:
+    cause: str | None
+    location: str | None
+
+
+_FRAME = re.compile(r"^\s*(?P<func>\S.*?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
+
+
+def parse_compilation_analysis(text: str) -> list[Compilation]:
+    """One entry per "Compilation Analysis" block of PT_XLA_DEBUG_LEVEL=1 output, in order."""
+    prefix = "Compilation Analysis: "
+    compilations: list[Compilation] = []
+    block: list[str] | None = None
+    for raw in text.splitlines():
+        if not raw.startswith(prefix):
+            continue
+        line = raw[len(prefix) :]
+        if line.startswith("====="):
+            if block is None:
+                block = []
+            else:
+                compilations.append(_compilation_from_block(block))
+                block = None
+        elif block is not None:
+            block.append(line)
+    return compilations
+
+
+def _compilation_from_block(lines: list[str]) -> Compilation:
+    cause = None
+    frames: list[str] = []
+    section = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped == "Compilation Cause":
+            section = "cause"
+        elif stripped.startswith("Graph Info"):
+            section = "graph"
+        elif stripped.startswith("Python Frame Triggered Execution"):
+            section = "frames"
+        elif stripped.startswith("-----"):
+            section = None
+        elif section == "cause" and cause is None and stripped:
+            cause = stripped
+        elif section == "frames":
+            match = _FRAME.match(line)
+            if match:
+                frames.append(f"{match['file']}:{match['line']}")
+    return Compilation(cause=cause, location=_user_frame(frames))
+
+
+def _user_frame(frames: list[str]) -> str | None:
+    """The innermost frame outside installed packages and the runner: the user's line."""
+    for frame in frames:
+        if "site-packages" not in frame and RUNNER.name not in frame and not frame.startswith("<frozen"):
+            return frame
+    return frames[0] if frames else None
+
+
+# --- grading ------------------------------------------------------------------------------------
+
+
+def build_report(
+    script: Path,
+    args: list[str],
+    steps_warmup: int,
+    timeout_s: float,
+    result,
+    events: list[dict],
+    compilations: list[Compilation],
+    launched_at: float,
+    pjrt_device: str,
+) -> CheckReport:
+    by_kind: dict[str, dict] = {}
+    for event in events:
+        by_kind.setdefault(event["event"], event)
+    step_events = [e for e in events if e["event"] == "step"]
+    end = by_kind.get("end")
+    imported = by_kind.get("torch_xla_imported")
+
+    per_step = []
+    previous_t = imported["t"] if imported else launched_at
+    for event in step_events:
+        per_step.append(
+            StepStats(
+                index=event["index"],
+                compiles=event["compiles"],
+                compile_s=round(event["compile_s"], 4),
+                transfers=event["transfers"],
+                host_reads=event["host_reads"],
+                fallbacks=event["fallbacks"],
+                closure_transfers=event["closure_transfers"],
+                wall_s=round(event["t"] - previous_t, 4),
+                sync_site=event.get("sync_site"),
+            )
+        )
+        previous_t = event["t"]
+
+    totals = end["totals"] if end else _sum_steps(per_step)
+    after_warmup = per_step[steps_warmup:]
+    compiles_after_warmup = sum(s.compiles for s in after_warmup)
+    transfers_per_step = (
+        round(sum(s.transfers for s in after_warmup) / len(after_warmup), 3) if after_warmup else None
+    )
+    nan_details = [f"non-finite values in {name}" for name in (end or {}).get("nonfinite_tensors", [])]
+    nan_details += [
+        f"the script read {read['value']} at step {read['step']} ({read['site']})"
+        for read in (end or {}).get("nonfinite_reads", [])
+    ]
+    notes = []
+    if end and end.get("nonfinite_check_error"):
+        notes.append(f"the NaN/Inf check of the parameters failed: {end['nonfinite_check_error']}")
+
+    wall_s = round(result.wall_s, 3)
+    startup_s = round(min(imported["t"] - launched_at, wall_s), 3) if imported else wall_s
+    compile_s = round(totals["compile_s"], 3)
+    report = CheckReport(
+        script=str(script),
+        args=args,
+        exit_code=None if result.timed_out or result.memory_exceeded else result.returncode,
+        level="none",
+        reasons=[],
+        error=_error_text(result),
+        timed_out=result.timed_out,
+        memory_exceeded=result.memory_exceeded,
+        pjrt_device=pjrt_device,
+        torch_xla_imported=imported is not None,
+        steps=len(per_step),
+        steps_warmup=steps_warmup,
+        per_step=per_step,
+        fallback_ops=totals["fallbacks"],
+        host_reads=totals["host_reads"],
+        compiles_total=totals["compiles"],
+        compiles_after_warmup=compiles_after_warmup,
+        recompile_sources=recompile_sources(per_step, compilations, steps_warmup),
+        host_transfers_per_step=transfers_per_step,
+        transfers_total=totals["transfers"],
+        nan=bool(nan_details),
+        nan_details=nan_details,
+        stale_optimizer_params=(end or {}).get("stale_optimizer_params", []),
+        params_off_device=(end or {}).get("params_off_device", []),
+        wall_s=wall_s,
+        startup_s=startup_s,
+        compile_s=compile_s,
+        run_s=round(max(wall_s - startup_s - compile_s, 0.0), 3),
+        peak_rss_mb=round(result.peak_rss_mb, 1),
+        stdout_tail="\n".join(result.stdout.strip().splitlines()[-10:]),
+        notes=notes,
+    )
+    report.level, report.reasons = grade(report, finished=end is not None, timeout_s=timeout_s)
+    return report
+
+
+def _sum_steps(per_step: list[StepStats]) -> dict:
+    """Totals from the steps alone, for a run killed before the runner's summary."""
+    fallbacks: dict[str, int] = {}
+    for step in per_step:
+        for op, n in step.fallbacks.items():
+            fallbacks[op] = fallbacks.get(op, 0) + n
+    return {
+        "compiles": sum(s.compiles for s in per_step),
+        "compile_s": sum(s.compile_s for s in per_step),
+        "transfers": sum(s.transfers + s.closure_transfers for s in per_step),
+        "host_reads": sum(s.host_reads for s in per_step),
+        "fallbacks": fallbacks,
+    }
+
+
+def _error_text(result) -> str | None:
+    if result.timed_out or result.memory_exceeded:
+        return result.describe_failure()
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr or result.stdout).rstrip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    tail = lines[starts[-1] :] if starts else lines
+    return "\n".join(tail[-ERROR_LINES:]) or f"exit code {result.returncode}"
+
+
+def recompile_sources(
+    per_step: list[StepStats], compilations: list[Compilation], steps_warmup: int
+) -> list[RecompileSource]:
+    """Groups the compilations of the steps after warm-up by (source line, cause).
+
+    The debug file lists compilations in the order they happened, the same order the steps count
+    them in, so the k-th compilation belongs to the step whose running count covers k.
+    """
+    groups: dict[tuple[str | None, str | None], RecompileSource] = {}
+    position = 0
+    for step in per_step:
+        for k in range(position, position + step.compiles):
+            if step.index < steps_warmup:
+                continue
+            known = compilations[k] if k < len(compilations) else Compilation(None, step.sync_site)
+            key = (known.location or step.sync_site, known.cause)
+            source = groups.setdefault(key, RecompileSource(location=key[0], cause=key[1], compiles=0, steps=[]))
+            source.compiles += 1
+            if step.index not in source.steps:
+                source.steps.append(step.index)
+        position += step.compiles
+    return sorted(groups.values(), key=lambda s: -s.compiles)
+
+
+def _counts(ops: Mapping[str, int]) -> str:
+    return ", ".join(f"{op}×{n}" for op, n in sorted(ops.items(), key=lambda item: -item[1]))
+
+
+def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, list[str]]:
+    """The level and, when it is not L2, the reasons in plain sentences."""
+    if report.timed_out:
+        return "none", [f"did not finish: timed out after {timeout_s:g} s ({report.steps} step(s) done)"]
+    if report.memory_exceeded:
+        return "none", [f"did not finish: memory limit exceeded (peak {report.peak_rss_mb:.0f} MB)"]
+    if report.exit_code != 0:
+        last = (report.error or "").strip().splitlines()[-1:] or ["no error text"]
+        return "none", [f"exited with code {report.exit_code}: {last[0]}"]
+
+    reasons = []
+    if not report.torch_xla_imported:
+        reasons.append("the script never imported torch_xla, so nothing ran on the XLA device")
+    elif not finished:
+        reasons.append("the run left no summary (did the script end with os._exit?); the numbers are partial")
+    if report.torch_xla_imported and report.steps == 0:
+        reasons.append(
+            "no XLA step was seen (no torch_xla.sync(), xm.mark_step(), MpDeviceLoader batch or "
+            "xm.optimizer_step(..., barrier=True)); without a step barrier the graph grows without end"
+        )
+    elif 0 < report.steps <= report.steps_warmup:
+        reasons.append(
+            f"only {report.steps} step(s) ran, not more than the {report.steps_warmup} warm-up step(s), "
+            "so recompilation after warm-up cannot be judged"
+        )
+    if report.fallback_ops:
+        reasons.append(
+            f"{sum(report.fallback_ops.values())} op call(s) fell back to the CPU ({_counts(report.fallback_ops)}): "
+            "each one copies tensors to the host and back; rewrite them with lowered ops"
+        )
+    if report.compiles_after_warmup:
+        steps_with = sum(1 for s in report.per_step[report.steps_warmup :] if s.compiles)
+        after = len(report.per_step) - report.steps_warmup
+        where = report.recompile_sources[0].location if report.recompile_sources else None
+        reasons.append(
+            f"repeated compilation: {report.compiles_after_warmup} graph compilation(s) after the "
+            f"{report.steps_warmup} warm-up step(s), in {steps_with} of {after} step(s)"
+            + (f", first from {where}" if where else "")
+            + "; shapes or Python values change from step to step (pad to fixed sizes)"
+        )
+    if report.host_transfers_per_step is not None and report.host_transfers_per_step > TRANSFERS_PER_STEP_LIMIT:
+        host_reads_after = sum(s.host_reads for s in report.per_step[report.steps_warmup :])
+        reasons.append(
+            f"per-step host syncs: {report.host_transfers_per_step:g} device-to-host transfer(s) per step after "
+            f"warm-up ({host_reads_after} .item()/bool()-style host read(s)); each one waits for the device. "
+            "Log with xm.add_step_closure or every N steps"
+        )
+    if report.nan:
+        reasons.append("NaN/Inf: " + "; ".join(report.nan_details[:5]))
+    if report.stale_optimizer_params:
+        reasons.append(
+            "the optimizer does not hold the model's parameters, so training changes nothing "
+            "(build it after model.to(device)): " + "; ".join(report.stale_optimizer_params)
+        )
+    if report.params_off_device:
+        reasons.append("parameters not on the XLA device: " + "; ".join(report.params_off_device))
+    return ("L0", reasons) if reasons else ("L2", [])
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+def render_text(report: CheckReport) -> str:
+    lines = [
+        f"xlaport check {report.script} {' '.join(report.args)}".rstrip(),
+        f"  level: {report.level}   exit code: {report.exit_code}   device: PJRT_DEVICE={report.pjrt_device}",
+        f"  time: {report.wall_s:.1f} s = start-up {report.startup_s:.1f} s + compile {report.compile_s:.1f} s "
+        f"+ run {report.run_s:.1f} s   (peak memory {report.peak_rss_mb:.0f} MB)",
+        f"  steps: {report.steps} ({report.steps_warmup} warm-up)   compiles: {report.compiles_total} "
+        f"({report.compiles_after_warmup} after warm-up)",
+        "  per-step compiles: " + (" ".join(str(s.compiles) for s in report.per_step[:40]) or "-")
+        + (" ..." if report.steps > 40 else ""),
+        f"  host transfers per step after warm-up: {_or_dash(report.host_transfers_per_step)}   "
+        f"host reads (total): {report.host_reads}   transfers (total): {report.transfers_total}",
+        "  CPU fallback ops: " + (_counts(report.fallback_ops) or "none"),
+        "  NaN/Inf: " + ("; ".join(report.nan_details) if report.nan else "none"),
+        "  stale optimizer params: " + ("; ".join(report.stale_optimizer_params) or "none"),
+        "  params off the XLA device: " + ("; ".join(report.params_off_device) or "none"),
+    ]
+    for source in report.recompile_sources:
+        lines.append(
+            f"  recompiled {source.compiles}× at {source.location or '?'} ({source.cause or 'cause unknown'}), "
+            f"steps {_step_list(source.steps)}"
+        )
+    if report.reasons:
+        lines.append("  why not L2:")
+        lines.extend(f"    - {reason}" for reason in report.reasons)
+    lines.extend(f"  note: {note}" for note in report.notes)
+    if report.error:
+        lines.append("  error:")
+        lines.extend("    " + line for line in report.error.splitlines())
+    return "\n".join(lines)
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _step_list(steps: list[int]) -> str:
+    shown = ", ".join(str(s) for s in steps[:10])
+    return shown + (", ..." if len(steps) > 10 else "")

@@ -1,0 +1,382 @@
+"""The child side of `xlaport check`: runs one unmodified script under torch_xla and records per-step metrics.
+
+Usage (eval/check.py starts it through the sandbox): `python check_runner.py SCRIPT [ARGS...]` with
+`XLAPORT_CHECK_OUT` naming the JSON-lines file to write. Only the standard library, torch and torch_xla
+are used here, so the child pays for nothing else.
+
+How it measures without changing what the script computes:
+- Nothing is patched until the script itself imports torch_xla (an import hook waits for it), so a
+  script that never imports it runs untouched and the time until then is "start-up".
+- A step ends at each `torch_xla.sync()`. `xm.mark_step()`, `MpDeviceLoader` and
+  `xm.optimizer_step(..., barrier=True)` all call it, so wrapping `torch_xla.sync` counts each once.
+  A sync that launched no graph (nothing pending: e.g. the loader's sync before its first batch) is not
+  a step; its counters roll into the next one.
+- Counters are read after each sync; reads made by `xm.add_step_closure` closures (which run inside the
+  sync, on values already computed) are measured separately and not charged to the step.
+- Every wrapper calls the original with the same arguments. The only added device work (the NaN/Inf
+  check of the parameters and of the last loss) runs once at exit, after the final counter snapshot.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import json
+import math
+import os
+import runpy
+import sys
+import time
+import weakref
+
+RUNNER_FILE = os.path.abspath(__file__)
+MAX_LISTED = 10
+
+
+class Recorder:
+    """Appends one JSON object per line, flushed at once, so a killed run still leaves its steps."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", buffering=1, encoding="utf-8")
+
+    def emit(self, event: str, **fields) -> None:
+        self._file.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+        self._file.flush()
+
+
+def _user_site(depth: int = 2) -> str | None:
+    """`file:line` of the nearest caller outside torch_xla, torch and this runner."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name == RUNNER_FILE or "site-packages" in name or name.startswith("<frozen")):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+class Probe:
+    """Holds the patches and the running totals of one checked process."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        import torch
+        import torch_xla.debug.metrics as met
+
+        self.torch = torch
+        self.met = met
+        self.recorder = recorder
+        self.steps = 0
+        self.in_sync = False
+        self.boundary = self.snapshot()  # counters at the end of the last counted step
+        self.closure_reads = {"transfers": 0, "host_reads": 0}  # running totals of step-closure reads
+        self.closure_reads_at_boundary = dict(self.closure_reads)
+        self.closure_start = None
+        self.optimizers: list = []  # strong refs: their parameters are checked for NaN at exit
+        self.modules: list = []  # modules moved onto the XLA device by Module.to
+        self.replaced: dict[int, weakref.ref] = {}  # parameters that a Module.to call replaced by new ones
+        self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": []}
+        self.nonfinite_reads: list[dict] = []
+        self.last_loss_ref = None
+        self.last_loss = None
+
+    # --- counters -------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        met = self.met
+        compile_time = met.metric_data("CompileTime")
+        transfer_time = met.metric_data("TransferFromDeviceTime")
+        return {
+            "compiles": met.counter_value("UncachedCompile") or 0,
+            "cache_lookups": (met.counter_value("UncachedCompile") or 0) + (met.counter_value("CachedCompile") or 0),
+            "compile_ns": compile_time[1] if compile_time else 0,
+            "transfers": transfer_time[0] if transfer_time else 0,
+            "aten": {name: met.counter_value(name) for name in met.counter_names() if name.startswith("aten::")},
+        }
+
+    @staticmethod
+    def delta(now: dict, before: dict) -> dict:
+        aten = {op: n - before["aten"].get(op, 0) for op, n in now["aten"].items()}
+        host_reads = aten.pop("aten::_local_scalar_dense", 0)
+        return {
+            "compiles": now["compiles"] - before["compiles"],
+            "compile_s": (now["compile_ns"] - before["compile_ns"]) / 1e9,
+            "transfers": now["transfers"] - before["transfers"],
+            "host_reads": host_reads,
+            "fallbacks": {op: n for op, n in sorted(aten.items()) if n},
+        }
+
+    # --- wrappers -------------------------------------------------------------------------------
+
+    def wrap_sync(self, original):
+        @functools.wraps(original)
+        def sync(*args, **kwargs):
+            if self.in_sync:  # a sync called from a step closure: part of the outer step
+                return original(*args, **kwargs)
+            self.in_sync = True
+            self.closure_start = None
+            lookups_before = self.met.counter_value("CachedCompile") or 0
+            lookups_before += self.met.counter_value("UncachedCompile") or 0
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.in_sync = False
+                after_marker = self.closure_start or self.snapshot()
+                if after_marker["cache_lookups"] > lookups_before:
+                    self.end_step()
+
+        return sync
+
+    def wrap_run_step_closures(self, original):
+        @functools.wraps(original)
+        def run_step_closures(*args, **kwargs):
+            if not self.in_sync:
+                return original(*args, **kwargs)
+            self.closure_start = start = self.snapshot()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                end = self.snapshot()
+                self.closure_reads["transfers"] += end["transfers"] - start["transfers"]
+                self.closure_reads["host_reads"] += end["aten"].get("aten::_local_scalar_dense", 0) - start[
+                    "aten"
+                ].get("aten::_local_scalar_dense", 0)
+
+        return run_step_closures
+
+    def end_step(self) -> None:
+        now = self.snapshot()
+        step = self.delta(now, self.boundary)
+        closure_transfers = self.closure_reads["transfers"] - self.closure_reads_at_boundary["transfers"]
+        closure_host_reads = self.closure_reads["host_reads"] - self.closure_reads_at_boundary["host_reads"]
+        step["transfers"] -= closure_transfers
+        step["host_reads"] -= closure_host_reads
+        step["closure_transfers"] = closure_transfers
+        if step["compiles"]:
+            step["sync_site"] = _user_site(3)
+        self.recorder.emit("step", index=self.steps, **step)
+        self.boundary = now
+        self.closure_reads_at_boundary = dict(self.closure_reads)
+        if self.steps == 0:
+            self.check_placement()
+        self.steps += 1
+        # the loss of this step is computed now: keeping it alive no longer adds a graph output
+        loss = self.last_loss_ref() if self.last_loss_ref is not None else None
+        if loss is not None:
+            self.last_loss = loss
+
+    def wrap_module_to(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def to(module, *args, **kwargs):
+            before = {id(p): p for p in module.parameters()}
+            result = original(module, *args, **kwargs)
+            after = {id(p) for p in module.parameters()}
+            for key, param in before.items():
+                if key not in after:
+                    probe.replaced[key] = weakref.ref(param)
+            if any(p.device.type == "xla" for p in module.parameters()) and all(m is not module for m in probe.modules):
+                probe.modules.append(module)
+            return result
+
+        return to
+
+    def wrap_item(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def item(tensor, *args, **kwargs):
+            value = original(tensor, *args, **kwargs)
+            if isinstance(value, float) and not math.isfinite(value) and len(probe.nonfinite_reads) < MAX_LISTED:
+                probe.nonfinite_reads.append({"step": probe.steps, "value": repr(value), "site": _user_site()})
+            return value
+
+        return item
+
+    def wrap_backward(self, original):
+        probe = self
+
+        @functools.wraps(original)
+        def backward(tensor, *args, **kwargs):
+            if tensor.device.type == "xla" and tensor.numel() == 1:
+                probe.last_loss_ref = weakref.ref(tensor)  # weak: holding it before the sync would change the graph
+            return original(tensor, *args, **kwargs)
+
+        return backward
+
+    def on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if any(o is optimizer for o in self.optimizers):
+            return
+        self.optimizers.append(optimizer)
+        self.check_placement()
+
+    # --- checks (no device reads) ----------------------------------------------------------------
+
+    def is_replaced(self, param) -> bool:
+        ref = self.replaced.get(id(param))
+        return ref is not None and ref() is param
+
+    def check_placement(self) -> None:
+        """Finds optimizer groups holding replaced parameters and parameters off the XLA device."""
+        for number, optimizer in enumerate(self.optimizers):
+            for group_index, group in enumerate(optimizer.param_groups):
+                params = list(group["params"])
+                stale = sum(self.is_replaced(p) for p in params)
+                off = sum(p.device.type != "xla" and not self.is_replaced(p) for p in params)
+                name = f"optimizer {number} ({type(optimizer).__name__}) param group {group_index}"
+                if stale:
+                    self._note(
+                        "stale",
+                        f"{name}: {stale} of {len(params)} parameters are not the model's parameters "
+                        f"(the old copies that model.to(device) replaced; those never get gradients)",
+                    )
+                if off:
+                    devices = sorted({str(p.device) for p in params if p.device.type != "xla"})
+                    self._note("off_device", f"{name}: {off} of {len(params)} parameters on {', '.join(devices)}")
+        for module in self.modules:
+            named = list(module.named_parameters())
+            off_names = [n for n, p in named if p.device.type != "xla"]
+            if off_names:
+                shown = ", ".join(off_names[:5]) + (", ..." if len(off_names) > 5 else "")
+                self._note(
+                    "off_device",
+                    f"{type(module).__name__}: {len(off_names)} of {len(named)} parameters not on the XLA device ({shown})",
+                )
+
+    def _note(self, kind: str, message: str) -> None:
+        if message not in self.placement_findings[kind]:
+            self.placement_findings[kind].append(message)
+
+    # --- exit -----------------------------------------------------------------------------------
+
+    def named_tensors_to_check(self) -> list[tuple[str, object]]:
+        seen: set[int] = set()
+        named = []
+
+        def add(name, tensor):
+            if tensor is not None and id(tensor) not in seen and tensor.is_floating_point():
+                seen.add(id(tensor))
+                named.append((name, tensor))
+
+        add("last loss", self.last_loss)
+        for module in self.modules:
+            for name, param in module.named_parameters():
+                add(f"{type(module).__name__}.{name}", param)
+        for number, optimizer in enumerate(self.optimizers):
+            for group_index, group in enumerate(optimizer.param_groups):
+                for i, param in enumerate(group["params"]):
+                    add(f"optimizer {number} param_groups[{group_index}][{i}]", param)
+        return named
+
+    def nonfinite_tensors(self) -> list[str]:
+        """Names of the checked tensors holding NaN/Inf: one small graph, one transfer, after the last snapshot."""
+        torch = self.torch
+        named = self.named_tensors_to_check()
+        if not named:
+            return []
+        with torch.no_grad():
+            flags = torch.stack([torch.isfinite(t.detach()).all().to("cpu") for _, t in named])
+        return [name for (name, _), finite in zip(named, flags.tolist()) if not finite]
+
+    def finish(self, script_exit: object) -> None:
+        final = self.snapshot()
+        totals = self.delta(final, {"compiles": 0, "compile_ns": 0, "transfers": 0, "aten": {}})
+        self.check_placement()
+        try:
+            nonfinite = self.nonfinite_tensors()
+            nonfinite_error = None
+        except Exception as exc:  # a broken runtime must not hide the rest of the report
+            nonfinite, nonfinite_error = [], f"{type(exc).__name__}: {exc}"
+        self.recorder.emit(
+            "end",
+            steps=self.steps,
+            totals=totals,
+            closure_transfers=self.closure_reads["transfers"],
+            closure_host_reads=self.closure_reads["host_reads"],
+            stale_optimizer_params=self.placement_findings["stale"],
+            params_off_device=self.placement_findings["off_device"],
+            nonfinite_tensors=nonfinite,
+            nonfinite_check_error=nonfinite_error,
+            nonfinite_reads=self.nonfinite_reads,
+            optimizers=len(self.optimizers),
+            xla_modules=len(self.modules),
+            script_exit=repr(script_exit),
+        )
+
+    def install(self) -> None:
+        import torch
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.torch_xla as torch_xla_module
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        sync = self.wrap_sync(torch_xla_module.sync)
+        torch_xla.sync = sync
+        torch_xla_module.sync = sync  # torch_xla.compile() calls the module-level name
+        xm._run_step_closures = self.wrap_run_step_closures(xm._run_step_closures)
+        torch.nn.Module.to = self.wrap_module_to(torch.nn.Module.to)
+        torch.Tensor.item = self.wrap_item(torch.Tensor.item)
+        torch.Tensor.backward = self.wrap_backward(torch.Tensor.backward)
+        register_optimizer_step_pre_hook(self.on_optimizer_step)
+
+
+class TorchXlaImportHook(importlib.abc.MetaPathFinder):
+    """Calls `on_import` right after `import torch_xla` finishes, whoever imports it."""
+
+    def __init__(self, on_import) -> None:
+        self.on_import = on_import
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch_xla":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+        on_import = self.on_import
+
+        def exec_then_hook(module):
+            exec_module(module)
+            on_import()
+
+        spec.loader.exec_module = exec_then_hook
+        return spec
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit("usage: check_runner.py SCRIPT [ARGS...]")
+    recorder = Recorder(os.environ["XLAPORT_CHECK_OUT"])
+    recorder.emit("start", pid=os.getpid())
+    script = os.path.abspath(sys.argv[1])
+    probes: list[Probe] = []
+
+    def on_torch_xla_imported() -> None:
+        probe = Probe(recorder)
+        probe.install()
+        probes.append(probe)
+        recorder.emit("torch_xla_imported")
+
+    sys.meta_path.insert(0, TorchXlaImportHook(on_torch_xla_imported))
+    sys.argv = [script, *sys.argv[2:]]
+    sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
+    recorder.emit("script_start")
+    outcome: object = None
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        outcome = exc.code
+        raise
+    except BaseException as exc:
+        outcome = exc
+        raise
+    finally:
+        recorder.emit("script_end", outcome=repr(outcome))
+        if probes:
+            probes[0].finish(outcome)
+
+
+if __name__ == "__main__":
+    main()

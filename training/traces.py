@@ -1,0 +1,464 @@
+"""Migration traces: (original function, migrated function, kb codes) examples for fine-tuning.
+
+Three sources:
+- `rule_trace`: a corpus function that holds CUDA-isms, migrated by the kb rules;
+- `injected_trace`: a clean corpus function into which CUDA-isms are injected; the clean
+  version is the target;
+- `recorded_traces`: the JSONL that `xlaport migrate` appends (read tolerantly).
+
+A trace's `target` is the migrated function, preceded by the import lines the migration added
+(see `join_target` / `split_target`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from xlaport.kb import SourceError, fix_source, lint_source
+
+from .corpus import Function, split_of
+
+KINDS = ("rules", "injected", "recorded")
+# Cheap text prefilter: only functions mentioning one of these are linted for rule traces.
+CUDA_HINT = re.compile(r"cuda|cudnn|nccl|GradScaler|autocast|DataParallel")
+TORCH_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "eye", "linspace"}
+)
+
+
+@dataclass
+class Trace:
+    kind: str  # one of KINDS
+    file: str  # source file; decides the split
+    name: str  # function name
+    original: str  # the function with CUDA-isms
+    target: str  # added imports + the migrated function
+    imports: str = ""  # module imports the original relies on (prompt context)
+    codes: list[str] = field(default_factory=list)  # kb codes found in the original
+    split: str = "train"
+    validated: bool | None = None  # recorded traces: the validation outcome, when known
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Trace:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+# --- target text: added imports + function ---------------------------------------------------
+def join_target(added_imports: list[str], function: str) -> str:
+    if not added_imports:
+        return function
+    return "".join(line.rstrip("\n") + "\n" for line in added_imports) + "\n" + function
+
+
+def split_target(code: str) -> tuple[list[str], str]:
+    """(import statements, the rest) of a target or a generated candidate. Raises SyntaxError."""
+    tree = ast.parse(code)
+    lines = code.splitlines(keepends=True)
+    imports: list[str] = []
+    rest_start = len(lines)
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append("".join(lines[node.lineno - 1 : node.end_lineno]).strip())
+            continue
+        decorators = getattr(node, "decorator_list", [])
+        rest_start = min([d.lineno for d in decorators] + [node.lineno]) - 1
+        break
+    return imports, "".join(lines[rest_start:])
+
+
+def _module_text(imports: str, function: str) -> str:
+    return f"{imports}\n{function}" if imports else function
+
+
+def _codes(source: str) -> list[str]:
+    return sorted({f.code for f in lint_source(source)})
+
+
+# --- (a) functions migrated by the rules -----------------------------------------------------
+def rule_trace(fn: Function, unsafe: bool = True) -> Trace | None:
+    """The rules' migration of `fn`, or None when the rules find nothing they can rewrite."""
+    if not CUDA_HINT.search(fn.source):
+        return None
+    module = _module_text(fn.imports, fn.source)
+    try:
+        findings = lint_source(module)
+        if not findings:
+            return None
+        result = fix_source(module, unsafe=unsafe)
+    except (SourceError, RuntimeError, RecursionError):
+        return None
+    if not result.changed:
+        return None  # only manual findings: no target to learn from
+    try:
+        fixed_imports, fixed_function = split_target(result.fixed)
+        original_imports, _ = split_target(module)
+    except SyntaxError:
+        return None
+    added = [imp for imp in fixed_imports if imp not in original_imports]
+    return Trace(
+        kind="rules",
+        file=fn.file,
+        name=fn.name,
+        original=fn.source,
+        target=join_target(added, fixed_function),
+        imports=fn.imports,
+        codes=sorted({f.code for f in findings}),
+        split=split_of(fn.file),
+    )
+
+
+# --- (b) clean functions with injected CUDA-isms ----------------------------------------------
+def is_injection_candidate(fn: Function) -> bool:
+    return "torch." in fn.source and not CUDA_HINT.search(fn.source)
+
+
+def injected_trace(fn: Function, rng: random.Random) -> Trace | None:
+    """`fn` with one or two CUDA-isms injected; the clean `fn` is the target. None if none applies."""
+    try:
+        module = cst.parse_module(fn.source)
+    except cst.ParserSyntaxError:
+        return None
+    if len(module.body) != 1 or not isinstance(module.body[0], cst.FunctionDef):
+        return None
+    if not isinstance(module.body[0].body, cst.IndentedBlock):
+        return None
+    kinds = list(INJECTIONS)
+    rng.shuffle(kinds)
+    wanted = 1 if rng.random() < 0.7 else 2
+    applied = []
+    for kind in kinds:
+        changed = INJECTIONS[kind](module, rng)
+        if changed is not None and changed.code != module.code:
+            module = changed
+            applied.append(kind)
+        if len(applied) == wanted:
+            break
+    if not applied:
+        return None
+    imports = fn.imports
+    if not re.search(r"^import torch\s*$", imports, re.M):
+        imports = "import torch\n" + imports
+    injected = module.code
+    try:
+        codes = _codes(_module_text(imports, injected))
+    except (SourceError, RecursionError):
+        return None
+    return Trace(
+        kind="injected",
+        file=fn.file,
+        name=fn.name,
+        original=injected,
+        target=fn.source,
+        imports=imports,
+        codes=codes,
+        split=split_of(fn.file),
+    )
+
+
+def _function(module: cst.Module) -> cst.FunctionDef:
+    return module.body[0]  # type: ignore[return-value]
+
+
+def _with_body(module: cst.Module, statements: list[cst.BaseStatement]) -> cst.Module:
+    fn = _function(module)
+    return module.with_changes(body=[fn.with_changes(body=fn.body.with_changes(body=statements))])
+
+
+def _docstring_count(statements: list[cst.BaseStatement]) -> int:
+    first = statements[0] if statements else None
+    if (
+        isinstance(first, cst.SimpleStatementLine)
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    ):
+        return 1
+    return 0
+
+
+def _statement(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code)
+
+
+def _is_torch_factory(node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "torch"
+        and node.func.attr.value in TORCH_FACTORIES
+    )
+
+
+class _Collect(cst.CSTVisitor):
+    def __init__(self, wanted: Callable[[cst.CSTNode], bool]) -> None:
+        self.wanted = wanted
+        self.found: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.wanted(node):
+            self.found.append(node)
+        return True
+
+
+class _ReplaceOne(cst.CSTTransformer):
+    def __init__(self, target: cst.CSTNode, make: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
+        self.target = target
+        self.make = make
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        return self.make(updated_node) if original_node is self.target else updated_node
+
+
+def _replace_random(
+    module: cst.Module,
+    rng: random.Random,
+    wanted: Callable[[cst.CSTNode], bool],
+    make: Callable[[cst.CSTNode], cst.CSTNode],
+) -> cst.Module | None:
+    collector = _Collect(wanted)
+    _function(module).body.visit(collector)
+    if not collector.found:
+        return None
+    target = rng.choice(collector.found)
+    return module.with_changes(body=[_function(module).visit(_ReplaceOne(target, make))])
+
+
+def inject_cuda_method(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`x = torch.zeros(...)` → `x = torch.zeros(...).cuda()`."""
+
+    def wanted(node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.Assign) and _is_torch_factory(node.value)
+
+    def make(node: cst.Assign) -> cst.Assign:
+        return node.with_changes(value=cst.Call(cst.Attribute(node.value, cst.Name("cuda"))))
+
+    return _replace_random(module, rng, wanted, make)
+
+
+def inject_device_string(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`torch.zeros(n)` → `torch.zeros(n, device="cuda")`."""
+
+    def wanted(node: cst.CSTNode) -> bool:
+        return _is_torch_factory(node) and not any(a.keyword and a.keyword.value == "device" for a in node.args)
+
+    def make(node: cst.Call) -> cst.Call:
+        arg = cst.Arg(cst.SimpleString('"cuda"'), keyword=cst.Name("device"))
+        args = list(node.args)
+        if args and any(a.star for a in args):
+            return node
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return node.with_changes(args=[*args, arg])
+
+    return _replace_random(module, rng, wanted, make)
+
+
+def inject_synchronize(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`torch.cuda.synchronize()` before the final statement (a return) or at the end."""
+    body = list(_function(module).body.body)
+    sync = _statement("torch.cuda.synchronize()\n")
+    last = body[-1]
+    is_return = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return)
+    position = len(body) - 1 if is_return else len(body)
+    if position < _docstring_count(body):
+        return None
+    return _with_body(module, [*body[:position], sync, *body[position:]])
+
+
+def inject_cudnn_benchmark(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`torch.backends.cudnn.benchmark = True` as the first statement (after the docstring)."""
+    body = list(_function(module).body.body)
+    start = _docstring_count(body)
+    if start == len(body):
+        return None
+    flag = _statement("torch.backends.cudnn.benchmark = True\n")
+    return _with_body(module, [*body[:start], flag, *body[start:]])
+
+
+def inject_autocast(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """The body (after the docstring) wrapped in a CUDA autocast region."""
+    body = list(_function(module).body.body)
+    start = _docstring_count(body)
+    if start == len(body):
+        return None
+    spelling = rng.choice(["torch.cuda.amp.autocast()", 'torch.autocast("cuda")', "torch.autocast(device_type=\"cuda\")"])
+    region = cst.parse_statement(f"with {spelling}:\n    pass\n")
+    assert isinstance(region, cst.With)
+    wrapped = region.with_changes(body=region.body.with_changes(body=body[start:]))
+    return _with_body(module, [*body[:start], wrapped])
+
+
+def inject_grad_scaler(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`loss.backward()` → `scaler.scale(loss).backward()` with a `torch.cuda.amp.GradScaler()`."""
+    body = list(_function(module).body.body)
+
+    def wanted(node: cst.CSTNode) -> bool:
+        return (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "backward"
+            and not node.args
+        )
+
+    def make(node: cst.Call) -> cst.Call:
+        func = node.func
+        assert isinstance(func, cst.Attribute)
+        scaled = cst.Call(cst.Attribute(cst.Name("scaler"), cst.Name("scale")), [cst.Arg(func.value)])
+        return node.with_changes(func=func.with_changes(value=scaled))
+
+    replaced = _replace_random(module, rng, wanted, make)
+    if replaced is None:
+        return None
+    body = list(_function(replaced).body.body)
+    start = _docstring_count(body)
+    scaler = _statement("scaler = torch.cuda.amp.GradScaler()\n")
+    return _with_body(replaced, [*body[:start], scaler, *body[start:]])
+
+
+INJECTIONS: dict[str, Callable[[cst.Module, random.Random], cst.Module | None]] = {
+    "cuda_method": inject_cuda_method,
+    "device_string": inject_device_string,
+    "synchronize": inject_synchronize,
+    "cudnn_benchmark": inject_cudnn_benchmark,
+    "autocast": inject_autocast,
+    "grad_scaler": inject_grad_scaler,
+}
+
+
+# --- recorded traces ---------------------------------------------------------------------------
+_ORIGINAL_KEYS = ("original", "source", "before", "original_source")
+_MIGRATED_KEYS = ("migrated", "fixed", "after", "patched", "target", "migrated_source")
+
+
+def recorded_traces(path: Path) -> Iterator[Trace]:
+    """Traces from a `xlaport migrate` JSONL file; lines that are not usable are skipped.
+
+    Tolerant of the schema: the original text under one of `_ORIGINAL_KEYS`, the migrated text
+    under one of `_MIGRATED_KEYS` (or, when only a unified diff `patch` is present, the diff applied
+    to the original). Records whose validation failed are skipped: they are not migrations.
+    """
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError:
+        return
+    with handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                trace = _recorded_trace(record)
+                if trace is not None:
+                    yield trace
+
+
+def _first(record: dict, keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def _validation_passed(record: dict) -> bool | None:
+    for key in ("validated", "passed", "ok"):
+        if isinstance(record.get(key), bool):
+            return record[key]
+    value = record.get("validation") or record.get("validation_outcome") or record.get("outcome")
+    if isinstance(value, dict):
+        for key in ("passed", "ok", "validated"):
+            if isinstance(value.get(key), bool):
+                return value[key]
+        value = value.get("status") or value.get("level") or value.get("result")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.lower()
+        if text in {"passed", "pass", "ok", "validated", "l1", "l2", "l3", "l4"}:
+            return True
+        if text in {"failed", "fail", "rejected", "error", "l0"}:
+            return False
+    return None
+
+
+def _recorded_trace(record: dict) -> Trace | None:
+    original = _first(record, _ORIGINAL_KEYS)
+    migrated = _first(record, _MIGRATED_KEYS)
+    if original and not migrated and isinstance(record.get("patch"), str):
+        migrated = apply_unified_diff(original, record["patch"])
+    if not original or not migrated or original == migrated:
+        return None
+    validated = _validation_passed(record)
+    if validated is False:
+        return None
+    try:
+        ast.parse(original)
+        ast.parse(migrated)
+    except (SyntaxError, ValueError):
+        return None
+    codes = record.get("codes") or record.get("applied") or []
+    if isinstance(codes, dict):
+        codes = list(codes)
+    codes = sorted({c if isinstance(c, str) else str(c.get("code", "")) for c in codes if c} - {""})
+    file = str(record.get("path") or record.get("file") or "recorded")
+    name = str(record.get("function") or record.get("name") or file)
+    return Trace(
+        kind="recorded",
+        file=file,
+        name=name,
+        original=original,
+        target=migrated,
+        codes=codes,
+        split=split_of(file),
+        validated=validated,
+    )
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def apply_unified_diff(original: str, patch: str) -> str | None:
+    """`original` with a unified diff applied, or None when the diff does not fit it."""
+    source = original.splitlines(keepends=True)
+    out: list[str] = []
+    position = 0
+    lines = patch.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        match = _HUNK.match(lines[i])
+        i += 1
+        if not match:
+            continue
+        start = int(match.group(1)) - (0 if match.group(2) == "0" else 1)
+        if start < position:
+            return None
+        out.extend(source[position:start])
+        position = start
+        while i < len(lines) and not lines[i].startswith("@@"):
+            line = lines[i]
+            i += 1
+            tag, text = line[:1], line[1:]
+            if tag == "\\":
+                continue
+            if tag in (" ", "-"):
+                if position >= len(source) or source[position].rstrip("\r\n") != text.rstrip("\r\n"):
+                    return None
+                if tag == " ":
+                    out.append(source[position])
+                position += 1
+            elif tag == "+":
+                out.append(text if text.endswith("\n") else text + "\n")
+    out.extend(source[position:])
+    return "".join(out)
