@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .sandbox import run_sandboxed
+from .sandbox import SandboxResult, run_sandboxed
 
 RUNNER = Path(__file__).with_name("check_runner.py")
 TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
@@ -82,6 +82,7 @@ class CheckReport:
     recompile_sources: list[RecompileSource]
     host_transfers_per_step: float | None  # mean over the steps after warm-up; None when there are none
     transfers_total: int
+    item_sites: list[dict]  # {"location", "count"}: where .item() read XLA tensors outside step closures
     nan: bool
     nan_details: list[str]
     stale_optimizer_params: list[str]
@@ -158,7 +159,7 @@ def run_check(
         )
         events = read_events(events_file)
         compilations = parse_compilation_analysis(debug_file.read_text(errors="replace") if debug_file.exists() else "")
-    return build_report(
+    report = build_report(
         script=script,
         args=list(args),
         steps_warmup=steps_warmup,
@@ -169,6 +170,12 @@ def run_check(
         launched_at=launched_at,
         pjrt_device=child_env["PJRT_DEVICE"],
     )
+    if workdir is None and report.error and ("FileNotFoundError" in report.error or "No such file" in report.error):
+        report.notes.append(
+            "the script ran in a fresh temporary working directory: if it reads files by relative path, "
+            "run it with --workdir DIR (workdir= in the API)"
+        )
+    return report
 
 
 def check_source(source: str, args: Sequence[str] = (), **kwargs) -> CheckReport:
@@ -263,25 +270,23 @@ def build_report(
     args: list[str],
     steps_warmup: int,
     timeout_s: float,
-    result,
+    result: SandboxResult,
     events: list[dict],
     compilations: list[Compilation],
     launched_at: float,
     pjrt_device: str,
 ) -> CheckReport:
-    by_kind: dict[str, dict] = {}
-    for event in events:
-        by_kind.setdefault(event["event"], event)
-    step_events = [e for e in events if e["event"] == "step"]
-    end = by_kind.get("end")
-    imported = by_kind.get("torch_xla_imported")
+    process = pick_process(events)
+    imported = next((e for e in events if e["event"] == "torch_xla_imported"), None)
+    finished = any(e["event"] == "script_end" and e["pid"] == process.main_pid for e in events)
+    end = process.end
 
     per_step = []
-    previous_t = imported["t"] if imported else launched_at
-    for event in step_events:
+    previous_t = process.imported_t or launched_at
+    for index, event in enumerate(process.steps):
         per_step.append(
             StepStats(
-                index=event["index"],
+                index=index,
                 compiles=event["compiles"],
                 compile_s=round(event["compile_s"], 4),
                 transfers=event["transfers"],
@@ -297,17 +302,28 @@ def build_report(
     totals = end["totals"] if end else _sum_steps(per_step)
     after_warmup = per_step[steps_warmup:]
     compiles_after_warmup = sum(s.compiles for s in after_warmup)
-    transfers_per_step = (
-        round(sum(s.transfers for s in after_warmup) / len(after_warmup), 3) if after_warmup else None
-    )
-    nan_details = [f"non-finite values in {name}" for name in (end or {}).get("nonfinite_tensors", [])]
+    transfers_per_step = round(sum(s.transfers for s in after_warmup) / len(after_warmup), 3) if after_warmup else None
+    ends = [e for e in events if e["event"] == "end"]
+    nan_details = [f"non-finite values in {name}" for e in ends for name in e["nonfinite_tensors"]]
     nan_details += [
         f"the script read {read['value']} at step {read['step']} ({read['site']})"
-        for read in (end or {}).get("nonfinite_reads", [])
+        for e in ends
+        for read in e["nonfinite_reads"]
     ]
-    notes = []
-    if end and end.get("nonfinite_check_error"):
-        notes.append(f"the NaN/Inf check of the parameters failed: {end['nonfinite_check_error']}")
+    placement = {"stale": [], "off_device": []}
+    for event in events:
+        if event["event"] == "placement" and event["message"] not in placement[event["kind"]]:
+            placement[event["kind"]].append(event["message"])
+    notes = [
+        f"the NaN/Inf check of the parameters failed: {e['nonfinite_check_error']}"
+        for e in ends
+        if e.get("nonfinite_check_error")
+    ]
+    notes += [f"the probe could not be installed: {e['error']}" for e in events if e["event"] == "probe_error"]
+    if process.pid != process.main_pid:
+        notes.append(
+            f"the steps come from worker process {process.pid}; {process.processes_with_steps} process(es) ran steps"
+        )
 
     wall_s = round(result.wall_s, 3)
     startup_s = round(min(imported["t"] - launched_at, wall_s), 3) if imported else wall_s
@@ -333,10 +349,11 @@ def build_report(
         recompile_sources=recompile_sources(per_step, compilations, steps_warmup),
         host_transfers_per_step=transfers_per_step,
         transfers_total=totals["transfers"],
+        item_sites=[{"location": site, "count": count} for site, count in (end or {}).get("item_sites", [])],
         nan=bool(nan_details),
         nan_details=nan_details,
-        stale_optimizer_params=(end or {}).get("stale_optimizer_params", []),
-        params_off_device=(end or {}).get("params_off_device", []),
+        stale_optimizer_params=placement["stale"],
+        params_off_device=placement["off_device"],
         wall_s=wall_s,
         startup_s=startup_s,
         compile_s=compile_s,
@@ -345,8 +362,38 @@ def build_report(
         stdout_tail="\n".join(result.stdout.strip().splitlines()[-10:]),
         notes=notes,
     )
-    report.level, report.reasons = grade(report, finished=end is not None, timeout_s=timeout_s)
+    report.level, report.reasons = grade(report, finished=finished, timeout_s=timeout_s)
     return report
+
+
+@dataclass
+class ProcessEvents:
+    """The events of the one process whose steps the report shows."""
+
+    main_pid: int | None
+    pid: int | None
+    steps: list[dict]
+    end: dict | None
+    imported_t: float | None
+    processes_with_steps: int
+
+
+def pick_process(events: list[dict]) -> ProcessEvents:
+    """The process that ran the most steps: the runner itself, or a worker of torch_xla.launch / xmp.spawn."""
+    main_pid = next((e["pid"] for e in events if e["event"] == "start"), None)
+    steps_by_pid: dict[int, list[dict]] = {}
+    for event in events:
+        if event["event"] == "step":
+            steps_by_pid.setdefault(event["pid"], []).append(event)
+    pid = max(steps_by_pid, key=lambda p: (len(steps_by_pid[p]), p == main_pid), default=main_pid)
+    return ProcessEvents(
+        main_pid=main_pid,
+        pid=pid,
+        steps=steps_by_pid.get(pid, []),
+        end=next((e for e in events if e["event"] == "end" and e["pid"] == pid), None),
+        imported_t=next((e["t"] for e in events if e["event"] == "torch_xla_imported" and e["pid"] == pid), None),
+        processes_with_steps=len(steps_by_pid),
+    )
 
 
 def _sum_steps(per_step: list[StepStats]) -> dict:
@@ -364,15 +411,33 @@ def _sum_steps(per_step: list[StepStats]) -> dict:
     }
 
 
-def _error_text(result) -> str | None:
+def _error_text(result: SandboxResult) -> str | None:
     if result.timed_out or result.memory_exceeded:
         return result.describe_failure()
     if result.returncode == 0:
         return None
     lines = (result.stderr or result.stdout).rstrip().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    tail = lines[starts[-1] :] if starts else lines
+    tail = _without_runner_frames(lines[starts[-1] :]) if starts else lines
     return "\n".join(tail[-ERROR_LINES:]) or f"exit code {result.returncode}"
+
+
+def _without_runner_frames(traceback_lines: list[str]) -> list[str]:
+    """Drops the runner's and runpy's frames (and their source lines) from a traceback."""
+    kept: list[str] = []
+    skip_source = False
+    for line in traceback_lines:
+        is_frame = line.startswith('  File "')
+        if is_frame:
+            skip_source = str(RUNNER) in line or '"<frozen runpy>"' in line
+            if skip_source:
+                continue
+        elif skip_source and line.startswith("    "):
+            continue
+        else:
+            skip_source = False
+        kept.append(line)
+    return kept
 
 
 def recompile_sources(
@@ -447,8 +512,11 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
         host_reads_after = sum(s.host_reads for s in report.per_step[report.steps_warmup :])
         reasons.append(
             f"per-step host syncs: {report.host_transfers_per_step:g} device-to-host transfer(s) per step after "
-            f"warm-up ({host_reads_after} .item()/bool()-style host read(s)); each one waits for the device. "
-            "Log with xm.add_step_closure or every N steps"
+            f"warm-up ({host_reads_after} .item()/bool()-style host read(s)"
+            + (", the rest from the CPU fallback ops" if report.fallback_ops else "")
+            + ")"
+            + (f", .item() mostly at {report.item_sites[0]['location']}" if report.item_sites else "")
+            + "; each one waits for the device. Log with xm.add_step_closure or every N steps"
         )
     if report.nan:
         reasons.append("NaN/Inf: " + "; ".join(report.nan_details[:5]))
@@ -473,11 +541,14 @@ def render_text(report: CheckReport) -> str:
         f"+ run {report.run_s:.1f} s   (peak memory {report.peak_rss_mb:.0f} MB)",
         f"  steps: {report.steps} ({report.steps_warmup} warm-up)   compiles: {report.compiles_total} "
         f"({report.compiles_after_warmup} after warm-up)",
-        "  per-step compiles: " + (" ".join(str(s.compiles) for s in report.per_step[:40]) or "-")
+        "  per-step compiles: "
+        + (" ".join(str(s.compiles) for s in report.per_step[:40]) or "-")
         + (" ..." if report.steps > 40 else ""),
         f"  host transfers per step after warm-up: {_or_dash(report.host_transfers_per_step)}   "
         f"host reads (total): {report.host_reads}   transfers (total): {report.transfers_total}",
         "  CPU fallback ops: " + (_counts(report.fallback_ops) or "none"),
+        "  .item() on XLA tensors: "
+        + (", ".join(f"{site['location']}×{site['count']}" for site in report.item_sites) or "none"),
         "  NaN/Inf: " + ("; ".join(report.nan_details) if report.nan else "none"),
         "  stale optimizer params: " + ("; ".join(report.stale_optimizer_params) or "none"),
         "  params off the XLA device: " + ("; ".join(report.params_off_device) or "none"),

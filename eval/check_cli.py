@@ -2,8 +2,69 @@
 
 from __future__ import annotations
 
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+EXIT_USAGE = 2
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def check(
+    script: Annotated[Path, typer.Argument(help="The migrated script to run (it is not modified).")],
+    script_args: Annotated[
+        list[str] | None, typer.Argument(help="Arguments for the script; put them after `--`.", show_default=False)
+    ] = None,
+    steps_warmup: Annotated[
+        int,
+        typer.Option("--steps-warmup", min=0, help="Steps allowed to compile (graph without/with optimizer state)."),
+    ] = 2,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the run is killed.")] = 600,
+    memory_mb: Annotated[int, typer.Option("--memory-mb", min=64, help="Resident memory limit of the run.")] = 8192,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir",
+            file_okay=False,
+            exists=True,
+            help="Run in this folder (where relative data paths resolve; the script may write there) "
+            "instead of a fresh temporary one.",
+        ),
+    ] = None,
+) -> None:
+    """Run SCRIPT under torch_xla and report fallbacks, recompiles, host syncs, NaN and stale optimizers.
+
+    Example: xlaport check train.py --steps-warmup 2 -- --epochs 1
+
+    Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors."""
+    from .check import render_text, run_check
+
+    if not script.is_file():
+        typer.echo(f"error: no such script: {script}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    report = run_check(
+        script,
+        script_args or (),
+        steps_warmup=steps_warmup,
+        timeout_s=timeout,
+        memory_mb=memory_mb,
+        workdir=workdir,
+    )
+    if format is OutputFormat.json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        typer.echo(render_text(report))
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def register(app: typer.Typer) -> None:
     """Adds the command to the root app."""
+    app.command("check")(check)

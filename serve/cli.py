@@ -1,9 +1,196 @@
-"""`xlaport` commands of this area; `register` adds them to the root app."""
+"""`xlaport` commands of this area: `migrate`, `serve`, `mcp` and `kb search`; `register` adds them."""
 
 from __future__ import annotations
 
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+EXIT_USAGE = 2
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class Transport(StrEnum):
+    stdio = "stdio"
+    http = "http"
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _codes(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def migrate(
+    src: Annotated[Path, typer.Argument(help="The project to migrate (only read, unless --in-place).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Where the migrated copy (and the reports) are written.")
+    ] = None,
+    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a non-empty destination; with --in-place: rewrite dirty files.")
+    ] = False,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Summary format.")] = OutputFormat.text,
+    validate: Annotated[
+        str | None,
+        typer.Option("--validate", help='Entry command to check on the migrated tree, e.g. "python train.py --steps 20".'),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files rewritten in parallel.")] = 1,
+    in_place: Annotated[
+        bool, typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport).")
+    ] = False,
+    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories (C1..C7).")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+) -> None:
+    """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
+
+    Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors."""
+    from xlaport.files import DirtyTree
+
+    from .bulk import DestinationNotEmpty
+    from .pipeline import MigrateOptions, get_pipeline
+
+    if out is None and not in_place:
+        _fail("give --out DST (or --in-place to rewrite SRC itself)")
+    options = MigrateOptions(
+        unsafe_fixes=unsafe_fixes,
+        select=_codes(select),
+        ignore=_codes(ignore),
+        jobs=jobs,
+        validate_cmd=validate,
+        in_place=in_place,
+        force=force,
+    )
+    try:
+        with ProgressBar() as progress:
+            result = get_pipeline().migrate(src, out, options, progress)
+    except (DestinationNotEmpty, NotADirectoryError, DirtyTree, ValueError) as exc:
+        _fail(str(exc))
+    if format is OutputFormat.json:
+        typer.echo(json.dumps(result.summary(), indent=2))
+    else:
+        typer.echo(render_summary(result))
+    for error in result.errors:
+        typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(1 if result.validation.status == "rejected" else 0)
+
+
+class ProgressBar:
+    """A rich progress bar on stderr for long runs on a terminal; a no-op callback otherwise."""
+
+    MIN_FILES = 20
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import Progress
+
+        console = Console(stderr=True)
+        self.bar = Progress(console=console, transient=True, disable=not console.is_terminal)
+        self.task = None
+        return self
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        if total < self.MIN_FILES:
+            return
+        if self.task is None:
+            self.bar.start()
+            self.task = self.bar.add_task("migrating", total=total)
+        self.bar.update(self.task, completed=done, description=f"migrating {path}")
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+
+def render_summary(result) -> str:
+    data = result.summary()
+    target = data["dst"] or f"{data['src']} (in place{'' if data['written'] else ', NOT written'})"
+    v = data["validation"]
+    lines = [
+        f"migrated {data['src']} -> {target}",
+        f"  python files: {data['python_files']}, changed: {data['files_changed']}, "
+        f"other files copied: {data['other_files_copied']}, errors: {len(data['errors'])}",
+        "  fixes applied: " + (", ".join(f"{c}×{n}" for c, n in data["fixes_applied"].items()) or "none"),
+        "  left for a human: " + (", ".join(f"{c}×{n}" for c, n in data["findings_left"].items()) or "none"),
+    ]
+    for item in data["left_for_human"]:
+        lines.append(f"    {item['path']}:{item['line']}: {item['code']} {item['message']}")
+    lines.append(
+        f"  validation: {v['status']}" + (f" (level {v['level']})" if v["level"] else "") + (f": {v['reason']}" if v["reason"] else "")
+    )
+    lines += [f"  note: {n}" for n in data["notes"]]
+    if data["reports"].get("html"):
+        lines.append(f"  report: {data['reports']['html']} (also .json, .md; trace {data['reports'].get('trace')})")
+    return "\n".join(lines)
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+) -> None:
+    """Run the HTTP patch service (OpenAPI docs at /docs). Set XLAPORT_TOKEN to allow running code."""
+    import os
+
+    import uvicorn
+
+    from .http import create_app
+
+    if not os.environ.get("XLAPORT_TOKEN"):
+        typer.echo("note: XLAPORT_TOKEN is not set: /v1/check is disabled and suggestions are not validated", err=True)
+    uvicorn.run(create_app(), host=host, port=port)
+
+
+def mcp(
+    transport: Annotated[Transport, typer.Option(help="stdio (for a local agent) or streamable HTTP.")] = Transport.stdio,
+    host: Annotated[str, typer.Option(help="Interface (http transport).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (http transport).")] = 8765,
+    allow_exec: Annotated[
+        bool | None,
+        typer.Option("--exec/--no-exec", help="Let tools run code in the sandbox (default: on for stdio, off for http)."),
+    ] = None,
+) -> None:
+    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo)."""
+    from .mcp_tool import run_server
+
+    run_server(transport.value, host, port, allow_exec)
+
+
+def kb_search(
+    text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
+    k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
+    format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
+) -> None:
+    """The kb entries closest to TEXT (semantic search over the fix knowledge base)."""
+    from xlaport.kb.retrieval import search_fixes
+
+    query = sys.stdin.read() if text == "-" else text
+    if not query.strip():
+        _fail("the search text is empty")
+    hits = search_fixes(query, k)
+    if format is OutputFormat.json:
+        typer.echo(json.dumps([h.model_dump() for h in hits], indent=2))
+        return
+    for rank, hit in enumerate(hits, 1):
+        typer.echo(f"{rank}. {hit.code}  {hit.score:.3f}  {hit.fix:<6}  {hit.title}")
+        typer.echo(f"     matched {hit.matched}")
 
 
 def register(app: typer.Typer) -> None:
-    """Adds this area's commands to the root app (see xlaport/cli.py)."""
+    """Adds this area's commands to the root app (see xlaport/cli.py); `kb search` joins the `kb` group."""
+    app.command()(migrate)
+    app.command()(serve)
+    app.command()(mcp)
+    kb_app = next(group.typer_instance for group in app.registered_groups if group.name == "kb")
+    kb_app.command("search")(kb_search)

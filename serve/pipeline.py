@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
-
-from xlaport.kb import Finding, Rule, SourceError, fix_source, get_rule, lint_source, select_rules
+from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
 
@@ -229,47 +228,49 @@ def _level(checks: list[CheckRun]) -> str | None:
 
 # --- validation: thin adapters over xlaport.eval ----------------------------------------------------------
 def run_xla_check(script: Path, args: list[str], timeout_s: float, memory_mb: int) -> CheckRun:
-    """The execution check on `script` (run in a sandboxed child by xlaport.eval.check)."""
-    try:
-        from xlaport.eval.check import run_check
-    except ImportError as exc:
-        return CheckRun(name="xla_check", passed=None, reasons=[f"execution check unavailable: {exc}"])
+    """The execution check on `script` (in a sandboxed child, by xlaport.eval.check): passed means L2."""
+    from xlaport.eval.check import run_check
+
     report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
-    data = report.to_dict()
-    passed = getattr(report, "passed", None)
-    if passed is None:
-        passed = getattr(report, "ok", not report.reasons)
-    level = report.level
     return CheckRun(
-        name="xla_check",
-        passed=bool(passed),
-        level=None if level is None else str(level),
-        reasons=[str(r) for r in report.reasons],
-        report=data,
+        name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )
 
 
-def run_generated_tests(original: Path, migrated: Path, out: Path) -> CheckRun:
-    """Tests generated from the original, run against the migrated code (xlaport.eval.testgen)."""
+def run_generated_tests(
+    original: Path, migrated: Path, out: Path, record: str | None = None, timeout_s: float = 600.0
+) -> CheckRun:
+    """Differential tests generated from the original, run against the migration (xlaport.eval.testgen).
+
+    `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
+    """
+    from xlaport.eval import testgen
+
     try:
-        from xlaport.eval import testgen
-    except ImportError as exc:
-        return CheckRun(name="generated_tests", passed=None, reasons=[f"test generation unavailable: {exc}"])
-    generated = testgen.generate_tests(original, migrated, out)
-    result = testgen.run_generated_tests(out)
-    data = {"generated": _as_dict(generated), "run": _as_dict(result)}
-    passed = getattr(result, "passed", None)
-    if passed is None:
-        passed = getattr(result, "ok", None)
-    reasons = [str(r) for r in getattr(result, "reasons", []) or []]
-    return CheckRun(name="generated_tests", passed=passed, reasons=reasons, report=data)
-
-
-def _as_dict(value: object) -> dict:
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    return {"value": repr(value)}
+        generated = testgen.generate_tests(original, migrated, out, record=record)
+    except testgen.TestgenError as exc:
+        return CheckRun(name="generated_tests", passed=None, reasons=[f"no tests generated: {exc}"])
+    if not generated.tests:
+        why = generated.notes + [f"{u.source}:{u.target}: {u.reason}" for u in generated.undrivable]
+        return CheckRun(
+            name="generated_tests",
+            passed=None,
+            reasons=["no test could be generated" + (f" ({'; '.join(why[:3])})" if why else "")],
+            report={"generated": generated.to_dict()},
+        )
+    run = testgen.run_generated_tests(out, timeout_s=timeout_s)
+    reasons = [f"{f.test}: {f.message.strip().splitlines()[-1] if f.message.strip() else 'failed'}" for f in run.failures]
+    if run.timed_out:
+        reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
+    elif not run.ok and not reasons:
+        reasons.append(f"pytest exited with code {run.returncode}")
+    return CheckRun(
+        name="generated_tests",
+        passed=run.ok,
+        level=None,
+        reasons=reasons[:10],
+        report={"generated": generated.to_dict(), "run": run.to_dict()},
+    )
 
 
 # --- the pipeline -----------------------------------------------------------------------------------------
@@ -303,7 +304,8 @@ class Pipeline:
 
     # -- the knowledge base ----------------------------------------------------------------------------
     def fixes(self) -> list[dict]:
-        return list(self.index.entries.values())
+        """Every kb entry (no index needed)."""
+        return [entry_dict(rule) for rule in all_rules()]
 
     def explain(self, code: str) -> FixEntry:
         """One kb entry in full. Raises KeyError for an unknown code."""
@@ -323,6 +325,7 @@ class Pipeline:
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         rules = self.rules(options.select, options.ignore)
+        compile_or_raise(source, name)
         fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
         migrated, manual, proposals, notes = self.finish_file(
             fixed.fixed, name, fixed.remaining, rules, options.k
@@ -378,11 +381,11 @@ class Pipeline:
         lines = source.splitlines()
         queries = [finding_query(f, lines[f.line - 1] if 0 < f.line <= len(lines) else "") for f in findings]
         unique = list(dict.fromkeys(queries))
-        hits = dict(zip(unique, self.index.search_many(unique, k))) if k > 0 else {}
+        hits = dict(zip(unique, self.index.search_many(unique, k), strict=True)) if k > 0 else {}
         spans = function_spans(source)
         return [
             ManualItem(finding=FindingOut.of(f), function=enclosing_function(spans, f.line), retrieved=hits.get(q, []))
-            for f, q in zip(findings, queries)
+            for f, q in zip(findings, queries, strict=True)
         ]
 
     def propose(
@@ -484,12 +487,19 @@ def with_verdict(evidence: Evidence, checks: list[CheckRun]) -> Evidence:
 
 
 def compile_or_raise(source: str, name: str) -> None:
-    """Raises SourceError with the parse error when `source` is not valid Python."""
+    """Raises SourceError when `source` is not valid Python.
+
+    CPython's own compiler goes first: it refuses pathological nesting (a few thousand brackets or
+    operators) with an error, where libcst's native parser crashes the whole process.
+    """
     try:
         compile(source, name, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
-        raise SourceError(f"cannot parse: {exc.msg if isinstance(exc, SyntaxError) else exc}{where}") from None
+    except SyntaxError as exc:
+        raise SourceError(f"cannot parse: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError):
+        raise SourceError("cannot parse: the source is nested too deeply") from None
+    except ValueError as exc:  # e.g. NUL bytes
+        raise SourceError(f"cannot parse: {exc}") from None
 
 
 _DEFAULT: Pipeline | None = None

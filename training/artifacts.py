@@ -18,10 +18,20 @@ META_FILE = "xlaport.json"
 KINDS = ("dataset", "base", "lora")
 
 
+def cache_root() -> Path:
+    """`XLAPORT_CACHE_DIR`, else `~/.cache/xlaport` (the same root as the kb index and the traces)."""
+    return Path(os.environ.get("XLAPORT_CACHE_DIR") or Path.home() / ".cache" / "xlaport").expanduser()
+
+
 def models_dir() -> Path:
-    """`XLAPORT_MODELS_DIR`, else `~/.cache/xlaport/models`."""
+    """`XLAPORT_MODELS_DIR`, else `<cache root>/models` (`~/.cache/xlaport/models`)."""
     configured = os.environ.get("XLAPORT_MODELS_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "xlaport" / "models"
+    return Path(configured).expanduser() if configured else cache_root() / "models"
+
+
+def recorded_traces_path() -> Path:
+    """Where `xlaport migrate` appends its traces (`XLAPORT_TRACES`, else `<cache root>/traces.jsonl`)."""
+    return Path(os.environ.get("XLAPORT_TRACES") or cache_root() / "traces.jsonl").expanduser()
 
 
 def new_artifact_dir(kind: str, size: str, root: Path | None = None) -> Path:

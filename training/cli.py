@@ -1,9 +1,163 @@
-"""`xlaport` commands of this area; `register` adds them to the root app."""
+"""`xlaport train data|base|lora|list`: build the dataset, pretrain the base model, fine-tune the LoRA adapter."""
 
 from __future__ import annotations
 
+import json
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+train_app = typer.Typer(no_args_is_help=True, help="Train the code model: dataset → base model → LoRA adapter.")
+
+EXIT_USAGE = 2
+
+
+class Device(StrEnum):
+    xla = "xla"
+    eager = "eager"
+
+
+SizeOption = Annotated[str, typer.Option("--size", help="tiny (tests), small (default, ≤30 min on 2 CPU cores), base, large (TPU).")]
+DataOption = Annotated[Path | None, typer.Option("--data", help="Dataset directory (default: the newest of this size; built if none).")]
+OutOption = Annotated[Path | None, typer.Option("--out", help="Output directory (default: a new one in the models dir); an interrupted run resumes there.")]
+DeviceOption = Annotated[Device, typer.Option("--device", help="xla: torch_xla (TPU, or the CPU with PJRT_DEVICE=CPU); eager: CUDA or CPU.")]
+StepsOption = Annotated[int | None, typer.Option("--steps", min=1, help="Training steps (default: the size's).")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of sampling, data order and initialisation.")]
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _size(name: str, **overrides):
+    from xlaport.training.configs import get_size
+
+    try:
+        return get_size(name).with_overrides(**overrides)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+
+
+def _log(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _prepare_device(device: Device) -> None:
+    if device is Device.eager:
+        os.environ.setdefault("USE_TORCH_XLA", "0")  # before transformers/accelerate are imported
+
+
+def _report(kind: str, out: Path, result) -> None:
+    data = result.to_dict()
+    typer.echo(
+        json.dumps(
+            {
+                "kind": kind,
+                "out": str(out),
+                "device": data["device"],
+                "steps": data["steps"],
+                "wall_s": data["wall_s"],
+                "tokens_per_s": data["tokens_per_s"],
+                "compiles": data["compiles"],
+                "compiles_after_warmup": data["compiles_after_warmup"],
+                "fallback_ops": data["fallback_ops"],
+                "first_loss": next(iter(data["losses"].values()), None),
+                "last_loss": list(data["losses"].values())[-1] if data["losses"] else None,
+            },
+            indent=2,
+        )
+    )
+
+
+@train_app.command("data")
+def data(
+    size: SizeOption = "small",
+    corpus: Annotated[list[Path] | None, typer.Option("--corpus", help="Folders of Python code (default: installed torch, transformers, peft, accelerate).")] = None,
+    recorded: Annotated[list[Path] | None, typer.Option("--recorded", help="Trace JSONL files of `xlaport migrate` (default: the global trace file).")] = None,
+    out: OutOption = None,
+    seed: SeedOption = 0,
+) -> None:
+    """Build the dataset: corpus functions and migration traces, deduplicated, split by source file."""
+    from xlaport.training.workflow import TrainingError, prepare_data
+
+    for path in recorded or []:
+        if not path.is_file():
+            _fail(f"no such trace file: {path}")
+    try:
+        directory = prepare_data(_size(size), out=out, roots=corpus, recorded=recorded, seed=seed, log=_log)
+    except TrainingError as exc:
+        _fail(str(exc))
+    typer.echo(str(directory))
+
+
+@train_app.command("base")
+def base(
+    size: SizeOption = "small",
+    data: DataOption = None,
+    out: OutOption = None,
+    device: DeviceOption = Device.xla,
+    steps: StepsOption = None,
+    seed: SeedOption = 0,
+) -> None:
+    """Pretrain a small causal LM from scratch on the dataset's train split (tokenizer included)."""
+    _prepare_device(device)
+    from xlaport.training.workflow import TrainingError, train_base
+
+    try:
+        directory, result = train_base(
+            _size(size, base_steps=steps), data=data, out=out, device=device.value, seed=seed, log=_log
+        )
+    except (TrainingError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    _report("base", directory, result)
+
+
+@train_app.command("lora")
+def lora(
+    size: SizeOption = "small",
+    data: DataOption = None,
+    base_model: Annotated[Path | None, typer.Option("--base-model", help="Any local Hugging Face causal LM directory (default: the newest xlaport base model).")] = None,
+    out: OutOption = None,
+    device: DeviceOption = Device.xla,
+    steps: StepsOption = None,
+    seed: SeedOption = 0,
+) -> None:
+    """Fine-tune a LoRA adapter on the train-split traces: retrieved fixes + function → migrated function."""
+    _prepare_device(device)
+    from xlaport.training.workflow import TrainingError, train_lora
+
+    if base_model is not None and not base_model.is_dir():
+        _fail(f"no such model directory: {base_model}")
+    try:
+        directory, result = train_lora(
+            _size(size, lora_steps=steps), data=data, base=base_model, out=out, device=device.value, seed=seed, log=_log
+        )
+    except (TrainingError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    _report("lora", directory, result)
+
+
+@train_app.command("list")
+def list_artifacts() -> None:
+    """Datasets and models in the models directory, newest last."""
+    from xlaport.training.artifacts import models_dir, read_meta
+
+    root = models_dir()
+    rows = []
+    for child in sorted(root.iterdir()) if root.is_dir() else []:
+        meta = read_meta(child) if child.is_dir() else None
+        if meta:
+            rows.append((meta.get("created", ""), meta["kind"], meta.get("size", ""), child))
+    if not rows:
+        typer.echo(f"nothing in {root}", err=True)
+    for created, kind, size, path in sorted(rows, key=lambda r: str(r[0])):
+        typer.echo(f"{created}  {kind:<7}  {size:<6}  {path}")
 
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the root app (see xlaport/cli.py)."""
+    app.add_typer(train_app, name="train")

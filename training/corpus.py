@@ -122,6 +122,17 @@ def iter_functions(
         yield from extract_functions(source, name, max_chars)
 
 
+def imports_used(module_source: str, function_source: str) -> str:
+    """The unindented imports of `module_source` that bind names `function_source` uses (prompt context)."""
+    try:
+        tree = ast.parse(module_source)
+        used = _used_names(ast.parse(function_source))
+    except (SyntaxError, ValueError):
+        return ""
+    lines = module_source.splitlines(keepends=True)
+    return "".join(stmt for names, stmt in _module_imports(tree, lines) if names & used)
+
+
 def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
     """Top-level functions and methods of top-level classes (nested functions stay inside their parent)."""
     for node in tree.body:
@@ -139,8 +150,10 @@ def _module_imports(tree: ast.Module, lines: list[str]) -> list[tuple[set[str], 
     for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        if isinstance(node, ast.ImportFrom) and (node.level or any(a.name == "*" for a in node.names)):
-            continue  # relative imports do not resolve outside their package
+        if isinstance(node, ast.ImportFrom) and (
+            node.level or node.module == "__future__" or any(a.name == "*" for a in node.names)
+        ):
+            continue  # relative imports do not resolve outside their package; __future__ must come first
         bound = {(a.asname or a.name).split(".")[0] for a in node.names}
         text = "".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)])
         found.append((bound, textwrap.dedent(text)))

@@ -13,16 +13,17 @@ A trace's `target` is the migrated function, preceded by the import lines the mi
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import random
 import re
+import textwrap
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
-
-from xlaport.kb import SourceError, fix_source, lint_source
+from xlaport.kb import Finding, SourceError, fix_source, lint_source
 
 from .corpus import Function, split_of
 
@@ -77,33 +78,75 @@ def split_target(code: str) -> tuple[list[str], str]:
     return imports, "".join(lines[rest_start:])
 
 
-def _module_text(imports: str, function: str) -> str:
+def module_text(imports: str, function: str) -> str:
     return f"{imports}\n{function}" if imports else function
 
 
-def _codes(source: str) -> list[str]:
-    return sorted({f.code for f in lint_source(source)})
+LINT_CHUNK = 40
+
+
+def lint_many(modules: list[str], chunk: int = LINT_CHUNK) -> list[list[Finding] | None]:
+    """The findings of each module (None: it does not parse), linting `chunk` modules per call.
+
+    `lint_source` has a fixed cost per call (it builds every rule's visitor), larger than the cost
+    of a small function: the modules are concatenated into one file and the findings mapped back
+    by line. Imports from several modules then share one scope; they are the same few torch
+    imports in practice, so names resolve as they would alone.
+    """
+    results: list[list[Finding] | None] = []
+    for start in range(0, len(modules), chunk):
+        group = modules[start : start + chunk]
+        texts = [m if m.endswith("\n") else m + "\n" for m in group]
+        try:
+            findings = lint_source("\n".join(texts))
+        except (SourceError, RecursionError):
+            results.extend(_lint_one(m) for m in group)
+            continue
+        first_lines = []
+        line = 1
+        for text in texts:
+            first_lines.append(line)
+            line += text.count("\n") + 1
+        per_module: list[list[Finding]] = [[] for _ in group]
+        for finding in findings:
+            index = bisect.bisect_right(first_lines, finding.line) - 1
+            per_module[index].append(replace(finding, line=finding.line - first_lines[index] + 1))
+        results.extend(per_module)
+    return results
+
+
+def _lint_one(module: str) -> list[Finding] | None:
+    try:
+        return lint_source(module)
+    except (SourceError, RecursionError):
+        return None
 
 
 # --- (a) functions migrated by the rules -----------------------------------------------------
-def rule_trace(fn: Function, unsafe: bool = True) -> Trace | None:
-    """The rules' migration of `fn`, or None when the rules find nothing they can rewrite."""
-    if not CUDA_HINT.search(fn.source):
+def is_rule_candidate(fn: Function) -> bool:
+    """A cheap text prefilter: only functions that mention a CUDA-ism are linted for rule traces."""
+    return bool(CUDA_HINT.search(fn.source))
+
+
+def rule_trace(fn: Function, unsafe: bool = True, findings: list[Finding] | None = None) -> Trace | None:
+    """The rules' migration of `fn`, or None when the rules find nothing they can rewrite.
+
+    `findings`: those of `fn.imports + fn.source` when already known (see `lint_many`).
+    """
+    if not is_rule_candidate(fn):
         return None
-    module = _module_text(fn.imports, fn.source)
+    module = module_text(fn.imports, fn.source)
+    if findings is None:
+        findings = _lint_one(module)
+    if not findings or not any(f.fixable for f in findings):
+        return None  # nothing, or only manual findings: no target to learn from
     try:
-        findings = lint_source(module)
-        if not findings:
-            return None
         result = fix_source(module, unsafe=unsafe)
-    except (SourceError, RuntimeError, RecursionError):
-        return None
-    if not result.changed:
-        return None  # only manual findings: no target to learn from
-    try:
         fixed_imports, fixed_function = split_target(result.fixed)
         original_imports, _ = split_target(module)
-    except SyntaxError:
+    except (SourceError, RuntimeError, RecursionError, SyntaxError):
+        return None
+    if not result.changed:
         return None
     added = [imp for imp in fixed_imports if imp not in original_imports]
     return Trace(
@@ -123,8 +166,8 @@ def is_injection_candidate(fn: Function) -> bool:
     return "torch." in fn.source and not CUDA_HINT.search(fn.source)
 
 
-def injected_trace(fn: Function, rng: random.Random) -> Trace | None:
-    """`fn` with one or two CUDA-isms injected; the clean `fn` is the target. None if none applies."""
+def inject(fn: Function, rng: random.Random) -> tuple[str, str] | None:
+    """(`fn` with one or two CUDA-isms injected, the imports it needs), or None if no injection applies."""
     try:
         module = cst.parse_module(fn.source)
     except cst.ParserSyntaxError:
@@ -149,19 +192,31 @@ def injected_trace(fn: Function, rng: random.Random) -> Trace | None:
     imports = fn.imports
     if not re.search(r"^import torch\s*$", imports, re.M):
         imports = "import torch\n" + imports
-    injected = module.code
-    try:
-        codes = _codes(_module_text(imports, injected))
-    except (SourceError, RecursionError):
+    return module.code, imports
+
+
+def injected_trace(fn: Function, rng: random.Random, injected: tuple[str, str] | None = None,
+                   findings: list[Finding] | None = None) -> Trace | None:
+    """`fn` with CUDA-isms injected (`inject`), the clean `fn` as the target; None if none applies.
+
+    `injected` / `findings`: the result of `inject` and the findings of its module, when already known.
+    """
+    injected = injected or inject(fn, rng)
+    if injected is None:
         return None
+    source, imports = injected
+    if findings is None:
+        findings = _lint_one(module_text(imports, source))
+        if findings is None:
+            return None
     return Trace(
         kind="injected",
         file=fn.file,
         name=fn.name,
-        original=injected,
+        original=source,
         target=fn.source,
         imports=imports,
-        codes=codes,
+        codes=sorted({f.code for f in findings}),
         split=split_of(fn.file),
     )
 
@@ -253,7 +308,9 @@ def inject_device_string(module: cst.Module, rng: random.Random) -> cst.Module |
         return _is_torch_factory(node) and not any(a.keyword and a.keyword.value == "device" for a in node.args)
 
     def make(node: cst.Call) -> cst.Call:
-        arg = cst.Arg(cst.SimpleString('"cuda"'), keyword=cst.Name("device"))
+        no_space = cst.SimpleWhitespace("")
+        equal = cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space)
+        arg = cst.Arg(cst.SimpleString('"cuda"'), keyword=cst.Name("device"), equal=equal)
         args = list(node.args)
         if args and any(a.star for a in args):
             return node
@@ -326,6 +383,37 @@ def inject_grad_scaler(module: cst.Module, rng: random.Random) -> cst.Module | N
     return _with_body(replaced, [*body[:start], scaler, *body[start:]])
 
 
+def inject_memory_report(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """A CUDA memory statistic printed before the final statement (a return) or at the end."""
+    body = list(_function(module).body.body)
+    stat = rng.choice(["memory_allocated", "max_memory_allocated", "memory_reserved"])
+    report = _statement(f'print(f"{stat}: {{torch.cuda.{stat}() / 2**20:.0f}} MB")\n')
+    last = body[-1]
+    is_return = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return)
+    position = len(body) - 1 if is_return else len(body)
+    if position < _docstring_count(body):
+        return None
+    return _with_body(module, [*body[:position], report, *body[position:]])
+
+
+def inject_empty_cache(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`torch.cuda.empty_cache()` as the first statement (after the docstring)."""
+    body = list(_function(module).body.body)
+    start = _docstring_count(body)
+    if start == len(body):
+        return None
+    return _with_body(module, [*body[:start], _statement("torch.cuda.empty_cache()\n"), *body[start:]])
+
+
+def inject_set_device(module: cst.Module, rng: random.Random) -> cst.Module | None:
+    """`torch.cuda.set_device(0)` as the first statement (after the docstring)."""
+    body = list(_function(module).body.body)
+    start = _docstring_count(body)
+    if start == len(body):
+        return None
+    return _with_body(module, [*body[:start], _statement("torch.cuda.set_device(0)\n"), *body[start:]])
+
+
 INJECTIONS: dict[str, Callable[[cst.Module, random.Random], cst.Module | None]] = {
     "cuda_method": inject_cuda_method,
     "device_string": inject_device_string,
@@ -333,20 +421,25 @@ INJECTIONS: dict[str, Callable[[cst.Module, random.Random], cst.Module | None]] 
     "cudnn_benchmark": inject_cudnn_benchmark,
     "autocast": inject_autocast,
     "grad_scaler": inject_grad_scaler,
+    "memory_report": inject_memory_report,
+    "empty_cache": inject_empty_cache,
+    "set_device": inject_set_device,
 }
 
 
 # --- recorded traces ---------------------------------------------------------------------------
-_ORIGINAL_KEYS = ("original", "source", "before", "original_source")
-_MIGRATED_KEYS = ("migrated", "fixed", "after", "patched", "target", "migrated_source")
+_ORIGINAL_KEYS = ("original", "source", "before")
+_MIGRATED_KEYS = ("migrated", "fixed", "after", "target")
+MODULE_LEVEL = "<module>"
 
 
 def recorded_traces(path: Path) -> Iterator[Trace]:
-    """Traces from a `xlaport migrate` JSONL file; lines that are not usable are skipped.
+    """Traces from a `xlaport migrate` JSONL file (schema `xlaport.trace/1`, see serve/bulk.py).
 
-    Tolerant of the schema: the original text under one of `_ORIGINAL_KEYS`, the migrated text
-    under one of `_MIGRATED_KEYS` (or, when only a unified diff `patch` is present, the diff applied
-    to the original). Records whose validation failed are skipped: they are not migrations.
+    Function records are used (file records repeat them; module-level code is not a function).
+    Read tolerantly: unknown or missing fields, other spellings (`source`/`fixed`, a unified diff
+    `patch` without the migrated text) and broken lines are handled or skipped. Records whose
+    validation rejected the migration are skipped: they are not migrations.
     """
     try:
         handle = path.open(encoding="utf-8")
@@ -373,32 +466,39 @@ def _first(record: dict, keys: tuple[str, ...]) -> str | None:
 
 
 def _validation_passed(record: dict) -> bool | None:
-    for key in ("validated", "passed", "ok"):
-        if isinstance(record.get(key), bool):
-            return record[key]
-    value = record.get("validation") or record.get("validation_outcome") or record.get("outcome")
+    """True (validated), False (rejected) or None (not validated / unknown)."""
+    value = record.get("validation", record.get("validated"))
     if isinstance(value, dict):
-        for key in ("passed", "ok", "validated"):
-            if isinstance(value.get(key), bool):
-                return value[key]
-        value = value.get("status") or value.get("level") or value.get("result")
+        value = value.get("status", value.get("passed"))
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
-        text = value.lower()
-        if text in {"passed", "pass", "ok", "validated", "l1", "l2", "l3", "l4"}:
+        if value.lower() in {"validated", "passed", "ok"}:
             return True
-        if text in {"failed", "fail", "rejected", "error", "l0"}:
+        if value.lower() in {"rejected", "failed"}:
             return False
     return None
 
 
+def _code_list(value: object) -> list[str]:
+    if isinstance(value, dict):
+        value = list(value)
+    if not isinstance(value, list):
+        return []
+    return [c if isinstance(c, str) else str(c.get("code", "")) for c in value if isinstance(c, (str, dict))]
+
+
 def _recorded_trace(record: dict) -> Trace | None:
+    if record.get("unit", "function") != "function" or record.get("function") == MODULE_LEVEL or record.get("error"):
+        return None
     original = _first(record, _ORIGINAL_KEYS)
     migrated = _first(record, _MIGRATED_KEYS)
     if original and not migrated and isinstance(record.get("patch"), str):
         migrated = apply_unified_diff(original, record["patch"])
-    if not original or not migrated or original == migrated:
+    if not original or not migrated:
+        return None
+    original, migrated = textwrap.dedent(original), textwrap.dedent(migrated)  # methods come indented
+    if original.strip() == migrated.strip():
         return None
     validated = _validation_passed(record)
     if validated is False:
@@ -408,19 +508,15 @@ def _recorded_trace(record: dict) -> Trace | None:
         ast.parse(migrated)
     except (SyntaxError, ValueError):
         return None
-    codes = record.get("codes") or record.get("applied") or []
-    if isinstance(codes, dict):
-        codes = list(codes)
-    codes = sorted({c if isinstance(c, str) else str(c.get("code", "")) for c in codes if c} - {""})
-    file = str(record.get("path") or record.get("file") or "recorded")
-    name = str(record.get("function") or record.get("name") or file)
+    codes = _code_list(record.get("codes_applied")) + _code_list(record.get("codes_left")) + _code_list(record.get("codes"))
+    file = "recorded:" + str(record.get("src", "")) + "/" + str(record.get("path") or record.get("file") or "")
     return Trace(
         kind="recorded",
         file=file,
-        name=name,
-        original=original,
-        target=migrated,
-        codes=codes,
+        name=str(record.get("function") or record.get("name") or ""),
+        original=original if original.endswith("\n") else original + "\n",
+        target=migrated if migrated.endswith("\n") else migrated + "\n",
+        codes=sorted(set(filter(None, codes))),
         split=split_of(file),
         validated=validated,
     )

@@ -139,40 +139,7 @@ def fix(
     raise typer.Exit(1 if errors else 0)
 
 
-@app.command()
-def migrate(
-    src: Annotated[Path, typer.Argument(help="The project to migrate (only read).")],
-    out: Annotated[Path, typer.Option("--out", help="Where the migrated copy is written.")],
-    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty destination.")] = False,
-    format: Annotated[ListFormat, typer.Option("--format", help="Summary format.")] = ListFormat.text,
-) -> None:
-    """Write the migrated copy of a whole tree to --out, then a summary."""
-    from xlaport.serve.bulk import DestinationNotEmpty, migrate_tree
-
-    try:
-        summary = migrate_tree(src, out, unsafe=unsafe_fixes, force=force)
-    except (DestinationNotEmpty, NotADirectoryError, ValueError) as exc:
-        fail_usage(str(exc))
-    if format is ListFormat.json:
-        typer.echo(json.dumps(summary.to_dict(), indent=2))
-    else:
-        typer.echo(render_summary(summary))
-    _report_errors(summary.files)
-
-
-def render_summary(summary) -> str:
-    data = summary.to_dict()
-    lines = [
-        f"migrated {data['src']} -> {data['dst']}",
-        f"  python files: {data['python_files']}, changed: {data['files_changed']}, "
-        f"other files copied: {data['other_files_copied']}, errors: {len(data['errors'])}",
-        "  fixes applied: " + (", ".join(f"{c}×{n}" for c, n in data["fixes_applied"].items()) or "none"),
-        "  left for a human: " + (", ".join(f"{c}×{n}" for c, n in data["findings_left"].items()) or "none"),
-    ]
-    for item in data["left_for_human"]:
-        lines.append(f"    {item['path']}:{item['line']}: {item['code']} {item['message']}")
-    return "\n".join(lines)
+# `migrate` lives in serve/cli.py (bulk rewriting through the migration pipeline).
 
 
 @kb_app.command("list")

@@ -1,0 +1,362 @@
+"""The verify report as JSON and as one self-contained HTML page with its plots embedded (base64 PNG).
+
+Plots follow the study's figures: (a) training loss of both runs overlaid, (b) the evaluation metric
+per evaluation, (c) step time, (d) XLA compilations per step of the migrated run. They are drawn with
+matplotlib's object API on the Agg canvas (no pyplot, no display, no global state).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from xlaport.files import atomic_write
+
+from .verify import VerifyReport
+
+REFERENCE_COLOR = "#1f77b4"
+MIGRATED_COLOR = "#d62728"
+STATUS_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#ef6c00"}
+
+
+def _label(run: dict | None, fallback: str) -> str:
+    if not run:
+        return fallback
+    return f"{run['role']} on {run['device']}" + (", cached" if run.get("cached") else "")
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_loss(data: dict) -> bytes:
+    """(a) Training loss per step of both runs; the last 25% of the compared steps shaded."""
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
+    drawn = False
+    for key, color in (("reference_run", REFERENCE_COLOR), ("migrated_run", MIGRATED_COLOR)):
+        run = data.get(key)
+        loss = (run or {}).get("curves", {}).get("loss", {})
+        if loss.get("values"):
+            ax.plot(loss["steps"], loss["values"], color=color, lw=1.4, label=_label(run, key))
+            drawn = True
+    comparison = data.get("loss")
+    if drawn and comparison and comparison.get("steps_compared"):
+        steps = data["migrated_run"]["curves"]["loss"]["steps"]
+        tail = max(2, -(-comparison["steps_compared"] // 4))
+        if len(steps) >= tail:
+            ax.axvspan(steps[-tail], steps[-1], color="grey", alpha=0.12, label="last 25% (compared)")
+        for key, color in (("ref_tail_mean", REFERENCE_COLOR), ("mig_tail_mean", MIGRATED_COLOR)):
+            if comparison.get(key) is not None:
+                ax.axhline(comparison[key], color=color, ls=":", lw=1)
+        if comparison.get("separates_at_step") is not None:
+            ax.axvline(comparison["separates_at_step"], color="black", ls="--", lw=0.8, label="curves separate")
+    if not drawn:
+        _empty(ax, "no training loss captured")
+    else:
+        ax.set_xlabel("training step")
+        ax.set_ylabel("training loss")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax.set_title("(a) Training loss", loc="left", fontsize=10)
+    return _png(fig)
+
+
+def plot_metric(data: dict) -> bytes:
+    """(b) The primary evaluation metric at each evaluation of both runs, with the claim's threshold."""
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
+    metrics = data.get("metrics") or []
+    name = metrics[0]["name"] if metrics else None
+    drawn = False
+    for key, color, marker in (("reference_run", REFERENCE_COLOR, "o"), ("migrated_run", MIGRATED_COLOR, "s")):
+        run = data.get(key)
+        series = ((run or {}).get("curves", {}).get("metrics", {}) or {}).get(name) if name else None
+        if series and series.get("values"):
+            xs = list(range(len(series["values"])))
+            ax.plot(xs, series["values"], color=color, marker=marker, ms=4, lw=1.2, label=_label(run, key))
+            drawn = True
+    claim = data.get("claim")
+    if drawn and claim:
+        threshold = _claim_value(claim["claim"])
+        if threshold is not None:
+            ax.axhline(threshold, color="black", ls="--", lw=0.8, label=f"claim {claim['claim']}")
+    if not drawn:
+        _empty(ax, "no evaluation metric captured")
+    else:
+        ax.set_xlabel("evaluation (in order)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel(name)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax.set_title(f"(b) {name or 'Evaluation metric'} per evaluation", loc="left", fontsize=10)
+    return _png(fig)
+
+
+def _claim_value(text: str) -> float | None:
+    from .curves import parse_claim
+
+    try:
+        return parse_claim(text).value
+    except ValueError:
+        return None
+
+
+def plot_step_time(data: dict) -> bytes:
+    """(c) Seconds per step of both runs (log scale: compilation steps are orders of magnitude slower)."""
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
+    drawn = False
+    for key, color in (("reference_run", REFERENCE_COLOR), ("migrated_run", MIGRATED_COLOR)):
+        run = data.get(key)
+        per_step = ((run or {}).get("timing") or {}).get("per_step_s") or []
+        if per_step and max(per_step) > 0:
+            ax.plot(range(len(per_step)), per_step, color=color, lw=1.2, label=_label(run, key))
+            step_s = run["timing"].get("step_s")
+            if step_s:
+                ax.axhline(step_s, color=color, ls=":", lw=1)
+            drawn = True
+    if not drawn:
+        _empty(ax, "no step times")
+    else:
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("seconds per step")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+    ax.set_title("(c) Step time (dotted: median after warm-up)", loc="left", fontsize=10)
+    return _png(fig)
+
+
+def plot_compiles(data: dict) -> bytes:
+    """(d) XLA graph compilations per step of the migrated run, warm-up steps shaded."""
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
+    check = data.get("check") or {}
+    per_step = check.get("per_step") or []
+    if per_step:
+        ax.bar([s["index"] for s in per_step], [s["compiles"] for s in per_step], color=MIGRATED_COLOR, width=0.8)
+        warmup = check.get("steps_warmup", 0)
+        if warmup:
+            ax.axvspan(-0.5, warmup - 0.5, color="grey", alpha=0.15, label=f"warm-up ({warmup} steps)")
+            ax.legend(fontsize=8)
+        ax.set_xlabel("XLA step (one torch_xla.sync)")
+        ax.set_ylabel("compilations")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3, axis="y")
+    else:
+        _empty(ax, "no XLA steps recorded")
+    total = check.get("compiles_total")
+    ax.set_title(
+        f"(d) Compilations per step (total {total}, after warm-up {check.get('compiles_after_warmup')})",
+        loc="left",
+        fontsize=10,
+    )
+    return _png(fig)
+
+
+def render_plots(report: VerifyReport | dict) -> dict[str, bytes]:
+    """The four plots as PNG bytes, by file name."""
+    data = report.to_dict() if isinstance(report, VerifyReport) else report
+    return {
+        "loss.png": plot_loss(data),
+        "metric.png": plot_metric(data),
+        "step_time.png": plot_step_time(data),
+        "compiles.png": plot_compiles(data),
+    }
+
+
+def save_plots(report: VerifyReport | dict, folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, png in render_plots(report).items():
+        path = folder / name
+        path.write_bytes(png)
+        paths.append(path)
+    return paths
+
+
+# --- HTML ---------------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ddd}
+.badge{display:inline-block;padding:.2em .7em;border-radius:.3em;color:#fff;font-weight:600}
+table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left}
+code,pre{background:#f6f6f6;padding:.1em .3em;border-radius:3px} pre{padding:.6em;overflow-x:auto;font-size:.85em}
+.plots{display:grid;grid-template-columns:1fr 1fr;gap:1em} .plots img{width:100%;border:1px solid #eee}
+li.fail{color:#b71c1c} li.undecided{color:#e65100} li.good{color:#1b5e20}
+"""
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _row(cells: list[object], header: bool = False) -> str:
+    tag = "th" if header else "td"
+    return "<tr>" + "".join(f"<{tag}>{html.escape(_fmt(c))}</{tag}>" for c in cells) + "</tr>"
+
+
+def _reason_class(reason: str, data: dict) -> str:
+    if reason.startswith("L3: the goal holds") or "holds:" in reason:
+        return "good"
+    if reason.startswith(("L3:", "L0:", "stopped")):
+        return {"fail": "fail", "inconclusive": "undecided"}.get(data["status"], "")
+    return ""
+
+
+def render_html(report: VerifyReport | dict) -> str:
+    """One self-contained page: verdict, every reason, L1 numbers, claim, L4 numbers, runs, plots."""
+    data = report.to_dict() if isinstance(report, VerifyReport) else report
+    esc = html.escape
+    color = STATUS_COLORS.get(data["status"], "#555")
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>xlaport verify: "
+        f"{esc(data['level'])} ({esc(data['status'])})</title><style>{CSS}</style></head><body>",
+        "<h1>xlaport verify</h1>",
+        f"<p><span class='badge' style='background:{color}'>{esc(data['status'].upper())}</span> "
+        f"claimed level <b>{esc(data['level'])}</b>, required <b>{esc(data['required'])}</b> "
+        f"(exit code {data['exit_code']}; {data['wall_s']:.1f} s)</p>",
+        f"<p>original <code>{esc(data['original'])}</code><br>migrated <code>{esc(data['migrated'])}</code><br>"
+        f"command <code>{esc(' '.join(data['command']))}</code></p>",
+    ]
+    if data.get("stopped"):
+        parts.append(f"<p><b>Stopped early:</b> {esc(data['stopped'])}</p>")
+    parts.append("<h2>Reasons</h2><ul>")
+    parts += [f"<li class='{_reason_class(r, data)}'>{esc(r)}</li>" for r in data["reasons"]]
+    parts.append("</ul>")
+    if data.get("improvements"):
+        parts.append("<h2>Improvements over the reference (reported, not failures)</h2><ul>")
+        parts += [f"<li class='good'>{esc(r)}</li>" for r in data["improvements"]]
+        parts.append("</ul>")
+
+    parts.append("<h2>Plots</h2><div class='plots'>")
+    for name, png in render_plots(data).items():
+        parts.append(f"<img alt='{esc(name)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    parts.append("</div>")
+
+    loss = data.get("loss")
+    if loss:
+        parts.append("<h2>L1: training loss</h2><table>")
+        parts.append(_row(["", "reference", "migrated", "difference"], header=True))
+        parts.append(
+            _row(["first logged loss", loss["ref_initial"], loss["mig_initial"], _pct(loss["initial_rel_diff"])])
+        )
+        parts.append(_row(["final loss", loss["ref_final"], loss["mig_final"], ""]))
+        parts.append(
+            _row(["mean of last 25%", loss["ref_tail_mean"], loss["mig_tail_mean"], _pct(loss["tail_rel_diff"])])
+        )
+        parts.append(_row(["trend (Spearman vs step)", loss["ref_trend"], loss["mig_trend"], ""]))
+        parts.append("</table><table style='margin-top:.5em'>")
+        for key in (
+            "verdict",
+            "steps_compared",
+            "curve_distance",
+            "curve_spearman",
+            "separates_at_step",
+            "tail_noise_se",
+            "ref_step_noise",
+        ):
+            parts.append(_row([key, loss[key]]))
+        parts.append("</table>")
+    if data.get("metrics"):
+        parts.append("<h2>L1: evaluation metrics</h2><table>")
+        parts.append(_row(["metric", "direction", "reference", "migrated", "gain", "noise", "verdict"], header=True))
+        for m in data["metrics"]:
+            direction = "higher better" if m["higher_is_better"] else "lower better"
+            parts.append(
+                _row([m["name"], direction, m["ref_final"], m["mig_final"], m["gain"], m["noise"], m["verdict"]])
+            )
+        parts.append("</table>")
+    if data.get("claim"):
+        claim = data["claim"]
+        parts.append("<h2>L3: stated claim</h2><table>")
+        for key in ("claim", "reference", "migrated", "holds", "inherited", "verdict", "reason"):
+            parts.append(_row([key, claim.get(key)]))
+        parts.append("</table>")
+    if data.get("performance"):
+        parts.append("<h2>L4: time and cost</h2><table>")
+        for key, value in data["performance"].items():
+            parts.append(_row([key, value]))
+        parts.append("</table>")
+
+    parts.append("<h2>Runs</h2><table>")
+    parts.append(_row(["run", "device", "command", "exit", "wall s", "steps", "loss from", "cached"], header=True))
+    for key in ("reference_run", "migrated_run"):
+        run = data.get(key)
+        if run:
+            parts.append(
+                _row(
+                    [
+                        run["role"],
+                        run["device"],
+                        " ".join(run["argv"]),
+                        run["returncode"],
+                        run["wall_s"],
+                        len(run["curves"]["loss"]["values"]),
+                        run["curves"]["source"],
+                        run["cached"],
+                    ]
+                )
+            )
+    parts.append("</table>")
+    for key in ("reference_run", "migrated_run"):
+        run = data.get(key)
+        if run and (run.get("error") or run.get("stdout_tail")):
+            parts.append(
+                f"<p>{esc(run['role'])} output (tail):</p><pre>{esc(run.get('error') or run['stdout_tail'])}</pre>"
+            )
+    check = data.get("check")
+    if check:
+        parts.append("<h2>L2: XLA execution check</h2><table>")
+        for key in (
+            "level",
+            "pjrt_device",
+            "steps",
+            "compiles_total",
+            "compiles_after_warmup",
+            "host_transfers_per_step",
+            "fallback_ops",
+            "nan",
+            "stale_optimizer_params",
+            "wall_s",
+            "startup_s",
+            "compile_s",
+            "run_s",
+        ):
+            parts.append(_row([key, check.get(key)]))
+        parts.append("</table>")
+    parts.append("<h2>Settings</h2><pre>" + esc("\n".join(f"{k} = {v!r}" for k, v in data["config"].items())))
+    parts.append("</pre>" + (f"<p>from {esc(data['config_file'])}</p>" if data.get("config_file") else ""))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.2%}"
+
+
+def write_report(report: VerifyReport, html_path: Path | None = None, json_path: Path | None = None) -> None:
+    """Writes the HTML page and/or the JSON (atomically, so a reader never sees half a file)."""
+    if json_path is not None:
+        atomic_write(Path(json_path), report.to_json() + "\n")
+    if html_path is not None:
+        atomic_write(Path(html_path), render_html(report))

@@ -1,0 +1,117 @@
+"""The agent tool: an MCP server whose tools call the same `Pipeline` as the CLI and the HTTP service.
+
+Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`. Tools that run code
+(`check_xla`, validation in `suggest_patch` / `migrate_repo`) do so only in the execution check's
+sandboxed child, and only when the server allows execution (on by default over stdio, where the agent
+already acts for the local user; off by default over HTTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from xlaport.kb.retrieval import FixHit
+
+from xlaport.files import DirtyTree
+
+from .pipeline import CheckOutcome, FixEntry, MigrateOptions, Patch, Pipeline, SuggestOptions, get_pipeline
+
+INSTRUCTIONS = (
+    "xlaport moves CUDA-era PyTorch code to TPUs (PyTorch/XLA 2.9). suggest_patch rewrites one file and "
+    "returns a diff with evidence; search_fixes finds kb entries for code or an error message; explain_fix "
+    "shows one entry; check_xla runs a script under the XLA execution check; migrate_repo migrates a tree."
+)
+
+
+@contextmanager
+def _as_tool_errors() -> Iterator[None]:
+    """Bad input becomes a ToolError: the agent sees the message (other exceptions are crashes)."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ToolError(str(exc.args[0]) if exc.args else "not found") from None
+    except (ValueError, OSError, DirtyTree) as exc:  # SourceError is a ValueError
+        raise ToolError(str(exc)) from None
+
+
+def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True) -> MCPServer:
+    server = MCPServer("xlaport", instructions=INSTRUCTIONS)
+
+    def pipe() -> Pipeline:
+        return pipeline or get_pipeline()
+
+    @server.tool()
+    def suggest_patch(
+        source: str,
+        path: str | None = None,
+        unsafe_fixes: bool = False,
+        validate: bool = False,
+        args: list[str] | None = None,
+        k: int = 3,
+    ) -> Patch:
+        """Migrate one Python file's text: unified diff, fixes applied, findings left with related fixes,
+        and evidence (validated only when `validate` is set and execution is allowed)."""
+        with _as_tool_errors():
+            options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k)
+            return pipe().suggest(source, path, options, may_execute=allow_execution)
+
+    @server.tool()
+    def search_fixes(text: str, k: int = 5) -> list[FixHit]:
+        """The knowledge-base fixes closest to a code snippet, a finding, or an error message / log excerpt."""
+        with _as_tool_errors():
+            return pipe().search(text, k)
+
+    @server.tool()
+    def explain_fix(code: str) -> FixEntry:
+        """One knowledge-base entry in full (what it detects, why, example, fix safety), e.g. code XLA201."""
+        with _as_tool_errors():
+            return pipe().explain(code)
+
+    @server.tool()
+    def check_xla(
+        script_path: str | None = None, source: str | None = None, args: list[str] | None = None, timeout_s: float = 300.0
+    ) -> CheckOutcome:
+        """Run a script (a path, or its source) under the XLA execution check: level reached and reasons."""
+        if not allow_execution:
+            raise ToolError("this server does not run code (start it with --exec to allow check_xla)")
+        with _as_tool_errors():
+            path = Path(script_path) if script_path else None
+            return pipe().check(source=source, path=path, args=args or [], timeout_s=timeout_s)
+
+    @server.tool()
+    def migrate_repo(
+        src: str,
+        dst: str | None = None,
+        validate_cmd: str | None = None,
+        unsafe_fixes: bool = False,
+        jobs: int = 1,
+        in_place: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """Migrate a whole tree into `dst` (or in place): summary, validation verdict and report paths."""
+        with _as_tool_errors():
+            options = MigrateOptions(
+                unsafe_fixes=unsafe_fixes, jobs=jobs, validate_cmd=validate_cmd, in_place=in_place, force=force
+            )
+            result = pipe().migrate(Path(src), Path(dst) if dst else None, options, may_execute=allow_execution)
+            return result.summary()
+
+    return server
+
+
+def run_server(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765, allow_execution: bool | None = None) -> None:
+    """Serves over stdio or streamable HTTP; loads the index before the first call."""
+    if allow_execution is None:
+        allow_execution = transport == "stdio"
+    pipeline = get_pipeline()
+    pipeline.warm_up()
+    server = create_server(pipeline, allow_execution)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)

@@ -1,0 +1,160 @@
+"""The migration report in three forms: JSON (everything), Markdown and a self-contained HTML page.
+
+Both human forms show, per file, the diff, the findings left for a human with the kb entries retrieved
+for them, and the validation evidence of the run. The HTML page has no external resources.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xlaport.files import atomic_write
+
+if TYPE_CHECKING:
+    from .bulk import MigrationResult
+
+JSON_NAME = "xlaport-report.json"
+MARKDOWN_NAME = "xlaport-report.md"
+HTML_NAME = "xlaport-report.html"
+
+
+def write_reports(migration: MigrationResult, directory: Path) -> dict[str, str]:
+    """Writes the three reports into `directory`; returns {"json"|"markdown"|"html": path}."""
+    paths = {"json": directory / JSON_NAME, "markdown": directory / MARKDOWN_NAME, "html": directory / HTML_NAME}
+    atomic_write(paths["json"], as_json(migration))
+    atomic_write(paths["markdown"], as_markdown(migration))
+    atomic_write(paths["html"], as_html(migration))
+    for path in paths.values():
+        path.chmod(0o644)  # atomic_write creates new files private (0600); a report is for sharing
+    return {kind: str(path) for kind, path in paths.items()}
+
+
+def as_json(migration: MigrationResult) -> str:
+    return migration.model_dump_json(indent=2) + "\n"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{code}×{n}" for code, n in counts.items()) or "none"
+
+
+def _headline(migration: MigrationResult) -> list[tuple[str, str]]:
+    v = migration.validation
+    verdict = v.status + (f" (level {v.level})" if v.level else "") + (f": {v.reason}" if v.reason else "")
+    target = migration.dst or f"{migration.src} (in place{'' if migration.written else ', not written'})"
+    return [
+        ("Source", migration.src),
+        ("Migrated copy", target),
+        ("Python files", f"{migration.python_files} ({migration.files_changed} changed, {len(migration.errors)} not migrated)"),
+        ("Other files copied", str(migration.other_files_copied)),
+        ("Fixes applied", _counts(migration.fixes_applied)),
+        ("Left for a human", _counts(migration.findings_left)),
+        ("Validation", verdict),
+        ("Wall time", f"{migration.wall_s:.1f} s"),
+    ]
+
+
+def as_markdown(migration: MigrationResult) -> str:
+    lines = ["# xlaport migration report", ""]
+    lines += [f"- **{name}:** {value}" for name, value in _headline(migration)]
+    lines += [f"- {note}" for note in migration.notes]
+    v = migration.validation
+    if v.checks:
+        lines += ["", "## Validation evidence", "", f"Command: `{v.command}`", ""]
+        for check in v.checks:
+            state = {True: "passed", False: "FAILED", None: "did not run"}[check.passed]
+            level = f", level {check.level}" if check.level else ""
+            lines.append(f"- **{check.name}**: {state}{level}" + "".join(f"\n  - {r}" for r in check.reasons))
+    if migration.errors:
+        lines += ["", "## Files not migrated (copied unchanged)", ""]
+        lines += [f"- {error}" for error in migration.errors]
+    for outcome in migration.files:
+        if outcome.status != "changed" and not outcome.manual:
+            continue
+        lines += ["", f"## `{outcome.path}`", ""]
+        if outcome.codes_applied:
+            lines.append(f"Fixes applied: {', '.join(outcome.codes_applied)}")
+        lines += [f"Note: {note}" for note in outcome.notes]
+        if outcome.diff:
+            lines += ["", "```diff", outcome.diff.rstrip("\n"), "```"]
+        if outcome.manual:
+            lines += ["", "Left for a human:", ""]
+            for item in outcome.manual:
+                f = item.finding
+                lines.append(f"- line {f.line} ({item.function}): **{f.code}** {f.message}")
+                lines += [f"  - related fix {h.code} ({h.score:.2f}): {h.title}" for h in item.retrieved]
+    return "\n".join(lines) + "\n"
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}
+table.summary td{padding:.2em 1em .2em 0;vertical-align:top}
+pre.diff{background:#f6f8fa;padding:.8em;overflow-x:auto;font-size:90%}
+.add{color:#116329;background:#dafbe1}.del{color:#82071e;background:#ffebe9}.hunk{color:#0550ae}
+.validated{color:#116329}.rejected{color:#82071e}.unvalidated{color:#9a6700}
+li{margin:.2em 0}code{background:#f0f0f0;padding:0 .2em}
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _diff_html(diff: str) -> str:
+    out = []
+    for line in diff.splitlines():
+        css = "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line.startswith("@@") else ""
+        if line.startswith(("+++", "---")):
+            css = ""
+        out.append(f'<span class="{css}">{_e(line)}</span>' if css else _e(line))
+    return '<pre class="diff">' + "\n".join(out) + "</pre>"
+
+
+def as_html(migration: MigrationResult) -> str:
+    v = migration.validation
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>xlaport migration report</title>',
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>xlaport migration report</h1>",
+        '<table class="summary">',
+    ]
+    for name, value in _headline(migration):
+        css = f' class="{v.status}"' if name == "Validation" else ""
+        parts.append(f"<tr><td><b>{_e(name)}</b></td><td{css}>{_e(value)}</td></tr>")
+    parts.append("</table>")
+    parts += [f"<p>{_e(note)}</p>" for note in migration.notes]
+    if v.checks:
+        parts += ["<h2>Validation evidence</h2>", f"<p>Command: <code>{_e(v.command)}</code></p>", "<ul>"]
+        for check in v.checks:
+            state = {True: "passed", False: "FAILED", None: "did not run"}[check.passed]
+            level = f", level {_e(check.level)}" if check.level else ""
+            reasons = "".join(f"<li>{_e(r)}</li>" for r in check.reasons)
+            parts.append(f"<li><b>{_e(check.name)}</b>: {state}{level}<ul>{reasons}</ul></li>")
+        parts.append("</ul>")
+    if migration.errors:
+        parts += ["<h2>Files not migrated (copied unchanged)</h2>", "<ul>"]
+        parts += [f"<li>{_e(error)}</li>" for error in migration.errors]
+        parts.append("</ul>")
+    for outcome in migration.files:
+        if outcome.status != "changed" and not outcome.manual:
+            continue
+        parts.append(f"<h2><code>{_e(outcome.path)}</code></h2>")
+        if outcome.codes_applied:
+            parts.append(f"<p>Fixes applied: {_e(', '.join(outcome.codes_applied))}</p>")
+        parts += [f"<p>Note: {_e(note)}</p>" for note in outcome.notes]
+        if outcome.diff:
+            parts.append(_diff_html(outcome.diff))
+        if outcome.manual:
+            parts += ["<h3>Left for a human</h3>", "<ul>"]
+            for item in outcome.manual:
+                f = item.finding
+                hits = "".join(f"<li>related fix <b>{_e(h.code)}</b> ({h.score:.2f}): {_e(h.title)}</li>" for h in item.retrieved)
+                parts.append(
+                    f"<li>line {f.line} (<code>{_e(item.function)}</code>): <b>{_e(f.code)}</b> {_e(f.message)}"
+                    f"<ul>{hits}</ul></li>"
+                )
+            parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

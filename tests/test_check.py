@@ -1,0 +1,296 @@
+"""`xlaport check`: each planted fault in tests/programs/ is caught with the right reason; clean loops get L2.
+
+The programs run for real under torch_xla (PJRT_DEVICE=CPU) in child processes. Each child pays a few
+seconds to import torch_xla, so the module starts the programs its selected tests need two at a time,
+and every test waits only for its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from xlaport.eval.check import CheckReport, check_source, parse_compilation_analysis, run_check
+
+from xlaport.cli import app
+
+PROGRAMS = Path(__file__).parent / "programs"
+XLAPORT = Path(sys.executable).with_name("xlaport")
+TORCH_PROGRAMS = [
+    "clean_launch",
+    "clean_loader",
+    "step_styles",
+    "fault_varlen",
+    "fault_item",
+    "fault_mask",
+    "fault_fallback",
+    "fault_stale_optimizer",
+    "fault_nan",
+]
+JSON_KEYS = {
+    "exit_code", "level", "reasons", "fallback_ops", "host_reads", "compiles_total", "compiles_after_warmup",
+    "host_transfers_per_step", "nan", "stale_optimizer_params", "params_off_device", "steps", "per_step",
+    "wall_s", "startup_s", "compile_s", "run_s", "error", "recompile_sources",
+}  # fmt: skip
+REASON_KINDS = {
+    "fallback": "fell back to the CPU",
+    "recompile": "repeated compilation",
+    "host_sync": "per-step host syncs",
+    "nan": "NaN/Inf",
+    "stale": "does not hold the model's parameters",
+    "off_device": "not on the XLA device",
+}
+
+
+def reason_kinds(report: CheckReport) -> set[str]:
+    kinds = {kind for kind, text in REASON_KINDS.items() if any(text in reason for reason in report.reasons)}
+    assert len(kinds) == len(report.reasons), report.reasons  # every reason is one known kind
+    return kinds
+
+
+def line_of(program: str, text: str) -> int:
+    lines = (PROGRAMS / f"{program}.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def run_cli_json(program: str) -> tuple[int, dict]:
+    proc = subprocess.run(
+        [str(XLAPORT), "check", str(PROGRAMS / f"{program}.py"), "--format", "json", "--timeout", "300"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PJRT_DEVICE": "CPU"},
+        timeout=400,
+    )
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    """Starts, two at a time, the torch programs that this session's selected tests ask for."""
+    wanted = {item.name.removeprefix("test_") for item in request.session.items if item.module is request.module}
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures: dict[str, Future] = {}
+    if "clean_sync_cli" in wanted:
+        futures["clean_sync_cli"] = pool.submit(run_cli_json, "clean_sync")
+    for name in TORCH_PROGRAMS:
+        if name in wanted:
+            futures[name] = pool.submit(run_check, PROGRAMS / f"{name}.py", timeout_s=300)
+    yield futures
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.slow
+def test_clean_sync_cli(runs):
+    exit_code, data = runs["clean_sync_cli"].result()
+    assert exit_code == 0, data["reasons"]
+    assert JSON_KEYS <= data.keys()
+    assert data["level"] == "L2" and data["reasons"] == []
+    assert data["exit_code"] == 0 and data["error"] is None
+    assert data["steps"] == 10
+    # AdamW: one graph without optimizer state, one with it, then cache hits only
+    assert [s["compiles"] for s in data["per_step"]] == [1, 1] + [0] * 8
+    assert data["compiles_total"] == 2 and data["compiles_after_warmup"] == 0
+    assert data["fallback_ops"] == {} and data["nan"] is False
+    # the step closure reads the loss once per step, after the graph ran: not charged to the step
+    assert data["host_transfers_per_step"] == 0 and data["item_sites"] == []
+    assert [s["closure_transfers"] for s in data["per_step"][1:]] == [1] * 9
+    assert data["stale_optimizer_params"] == [] and data["params_off_device"] == []
+    assert set(data["per_step"][0]) >= {"compiles", "transfers", "fallbacks", "host_reads"}
+    parts = data["startup_s"] + data["compile_s"] + data["run_s"]
+    assert parts == pytest.approx(data["wall_s"], abs=0.01) and data["compile_s"] > 0
+
+
+@pytest.mark.slow
+def test_clean_loader(runs):
+    report = runs["clean_loader"].result()
+    assert report.level == "L2", report.reasons
+    # 40 samples / batch 4: the loader's sync before the first batch launches nothing and is no step
+    assert report.steps == 10
+    assert report.compiles_after_warmup == 0 and report.host_transfers_per_step == 0
+
+
+@pytest.mark.slow
+def test_clean_launch(runs):
+    report = runs["clean_launch"].result()
+    assert report.level == "L2", report.reasons
+    assert report.steps == 6 and report.compiles_total == 1
+    assert any("worker process" in note for note in report.notes)  # measured in the spawned worker
+    assert report.stdout_tail == "worker 0 done"
+
+
+@pytest.mark.slow
+def test_step_styles(runs):
+    report = runs["step_styles"].result()
+    assert report.exit_code == 0, report.error
+    assert report.steps == 12
+    assert report.fallback_ops == {} and report.host_transfers_per_step == 0
+
+
+@pytest.mark.slow
+def test_fault_varlen(runs):
+    report = runs["fault_varlen"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"recompile"}
+    assert [s.compiles for s in report.per_step] == [1] * 8
+    assert report.compiles_after_warmup == 8 - report.steps_warmup
+    top = report.recompile_sources[0]
+    assert top.compiles == 6 and top.steps == [2, 3, 4, 5, 6, 7]
+    assert top.location.endswith(f"fault_varlen.py:{line_of('fault_varlen', 'torch_xla.sync()')}")
+    assert top.cause == "user torch_xla.sync"
+
+
+@pytest.mark.slow
+def test_fault_item(runs):
+    report = runs["fault_item"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"host_sync"}
+    assert report.host_transfers_per_step == 1
+    assert all(s.host_reads == 1 for s in report.per_step)
+    assert report.host_reads == 8 and report.fallback_ops == {}
+    item_line = line_of("fault_item", "print(")
+    [site] = report.item_sites
+    assert site["location"].endswith(f"fault_item.py:{item_line}") and site["count"] == 8
+    assert f"fault_item.py:{item_line}" in report.reasons[0]
+    # .item() before the sync runs the forward as its own graph: two graphs in step 0, then cache hits
+    assert [s.compiles for s in report.per_step] == [2] + [0] * 7
+    assert report.compiles_after_warmup == 0
+
+
+@pytest.mark.slow
+def test_fault_mask(runs):
+    report = runs["fault_mask"].result()
+    assert report.level == "L0"
+    assert report.fallback_ops.get("aten::nonzero", 0) >= 8  # once per step at least
+    assert "fallback" in reason_kinds(report)
+    assert any("aten::nonzero" in reason for reason in report.reasons)
+
+
+@pytest.mark.slow
+def test_fault_fallback(runs):
+    report = runs["fault_fallback"].result()
+    assert report.level == "L0"
+    assert report.fallback_ops == {"aten::bincount": 8}
+    assert all(s.fallbacks == {"aten::bincount": 1} for s in report.per_step)
+    # the fallback copies the labels to the host each step: reported as host syncs too
+    assert reason_kinds(report) == {"fallback", "host_sync"}
+    assert report.compiles_after_warmup == 0
+
+
+@pytest.mark.slow
+def test_fault_stale_optimizer(runs):
+    report = runs["fault_stale_optimizer"].result()
+    assert report.exit_code == 0  # the silent failure: nothing raises
+    assert report.level == "L0" and reason_kinds(report) == {"stale"}
+    assert len(report.stale_optimizer_params) == 1
+    assert "SGD" in report.stale_optimizer_params[0] and "2 of 2" in report.stale_optimizer_params[0]
+    assert report.params_off_device == []  # the model itself did move
+
+
+@pytest.mark.slow
+def test_fault_nan(runs):
+    report = runs["fault_nan"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"nan"}
+    assert report.nan
+    assert "non-finite values in last loss" in report.nan_details
+    assert any("read nan" in detail and "fault_nan.py" in detail for detail in report.nan_details)
+
+
+def test_crash_reports_error_text():
+    report = run_check(PROGRAMS / "fault_crash.py")
+    assert report.level == "none" and report.exit_code == 1
+    assert report.reasons == ["exited with code 1: FileNotFoundError: config not found: train.yaml"]
+    assert 'fault_crash.py", line' in report.error and "check_runner.py" not in report.error
+    assert not report.torch_xla_imported and report.steps == 0
+    assert any("--workdir" in note for note in report.notes)  # the hint for relative paths
+
+
+def test_timeout():
+    report = run_check(PROGRAMS / "fault_hang.py", timeout_s=2)
+    assert report.timed_out and report.level == "none" and report.exit_code is None
+    assert report.reasons[0].startswith("did not finish: timed out after 2 s")
+    assert report.wall_s < 30
+
+
+def test_cli_usage_errors(tmp_path):
+    runner = CliRunner()
+    missing = runner.invoke(app, ["check", str(tmp_path / "nope.py")])
+    assert missing.exit_code == 2 and "no such script" in missing.output
+    bad_option = runner.invoke(app, ["check", str(PROGRAMS / "fault_crash.py"), "--steps-warmup", "-1"])
+    assert bad_option.exit_code == 2
+
+
+def test_cli_passes_script_args_and_exit_code(tmp_path):
+    script = tmp_path / "show_args.py"
+    script.write_text("import os, sys\nprint(sys.argv[1:], os.getcwd())\nsys.exit(3 if '--fail' in sys.argv else 0)\n")
+    workdir = tmp_path / "data"
+    workdir.mkdir()
+    result = CliRunner().invoke(
+        app, ["check", str(script), "--format", "json", "--workdir", str(workdir), "--", "--lr", "3", "--fail"]
+    )
+    data = json.loads(result.output)
+    assert result.exit_code == 1  # not L2
+    assert data["exit_code"] == 3 and data["level"] == "none"
+    assert data["stdout_tail"] == f"['--lr', '3', '--fail'] {workdir}"
+
+
+def test_script_without_torch_xla_is_l0(tmp_path):
+    # runs like `python SCRIPT`: its folder is importable, its working directory a fresh temporary one
+    (tmp_path / "helper.py").write_text("GREETING = 'hello'\n")
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import os\nfrom helper import GREETING\n"
+        "print(GREETING, os.getcwd() != os.environ['XLAPORT_SCRIPT_DIR'], os.environ['XLAPORT_SCRIPT_DIR'])\n"
+    )
+    report = run_check(script)
+    assert report.level == "L0" and report.exit_code == 0, report.error
+    assert report.reasons == ["the script never imported torch_xla, so nothing ran on the XLA device"]
+    assert report.stdout_tail == f"hello True {tmp_path}"
+
+
+def test_probe_reaches_python_children_and_keeps_their_sitecustomize(tmp_path):
+    # torch_xla.launch / xmp.spawn workers are Python children: they must get the probe, and a
+    # sitecustomize already on PYTHONPATH (verify's stdout stamps) must still run in them
+    other_hook = tmp_path / "hook"
+    other_hook.mkdir()
+    (other_hook / "sitecustomize.py").write_text("MARK = 'other hook ran'\n")
+    child = "import sys, sitecustomize; print(sitecustomize.MARK, '_xlaport_check_runner' in sys.modules)"
+    report = check_source(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {child!r}], check=True)\n",
+        env={"PYTHONPATH": str(other_hook)},
+    )
+    assert report.exit_code == 0, report.error
+    assert report.stdout_tail == "other hook ran True"
+
+
+def test_check_source():
+    report = check_source("import sys\nprint(sys.argv[1:])\n", args=["--x", "1"])
+    assert report.exit_code == 0 and report.stdout_tail == "['--x', '1']"
+    assert report.script.endswith("script.py")
+
+
+def test_parse_compilation_analysis():
+    text = "\n".join(
+        [
+            "Compilation Analysis: " + "=" * 20,
+            "Compilation Analysis: Compilation Cause",
+            "Compilation Analysis:   most likely user code trying to access tensor value before torch_xla.sync",
+            "Compilation Analysis: Graph Info: ",
+            "Compilation Analysis:   Graph Hash: 2a56",
+            "Compilation Analysis: Python Frame Triggered Execution: ",
+            "Compilation Analysis:   item (/venv/lib/python3.11/site-packages/torch/_tensor.py:12)",
+            "Compilation Analysis:   <module> (/home/me/train.py:9)",
+            "Compilation Analysis: " + "-" * 20,
+            "Compilation Analysis: " + "=" * 20,
+            "",
+            "Post Compilation Analysis: " + "=" * 20,
+            "Post Compilation Analysis: Graph input size: 0.000000 GB",
+            "Post Compilation Analysis: " + "=" * 20,
+        ]
+    )
+    [compilation] = parse_compilation_analysis(text)
+    assert compilation.cause.startswith("most likely user code trying to access tensor value")
+    assert compilation.location == "/home/me/train.py:9"

@@ -1,0 +1,150 @@
+"""The CLI contract: exit codes, JSON/SARIF shape, fix --diff, migrate, unreadable files, git safety."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from xlaport.cli import app
+
+CUDA_SOURCE = "import torch\n\nx = torch.zeros(2).cuda()\ntorch.cuda.synchronize()\n"
+CLEAN_SOURCE = "import torch\n\nx = torch.zeros(2)\n"
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    src = tmp_path / "proj"
+    (src / "pkg").mkdir(parents=True)
+    (src / "train.py").write_text(CUDA_SOURCE)
+    (src / "pkg" / "clean.py").write_text(CLEAN_SOURCE)
+    (src / "pkg" / "broken.py").write_text("def f(:\n")
+    (src / "pkg" / "latin1.py").write_bytes("# caf\xe9\nx = 1\n".encode("latin-1"))
+    (src / "pkg" / "blob.py").write_bytes(b"\x00\x01\x02binary")
+    (src / "data.csv").write_text("a,b\n1,2\n")
+    return src
+
+
+def test_lint_exit_codes(tmp_path: Path):
+    dirty = tmp_path / "a.py"
+    dirty.write_text(CUDA_SOURCE)
+    clean = tmp_path / "b.py"
+    clean.write_text(CLEAN_SOURCE)
+    assert run("lint", str(dirty)).exit_code == 1
+    assert run("lint", str(clean)).exit_code == 0
+    assert run("lint", str(tmp_path / "missing.py")).exit_code == 2
+    assert run("lint", "--select", "NOPE9", str(clean)).exit_code == 2
+    assert run("lint", "--format", "yaml", str(clean)).exit_code == 2
+
+
+def test_lint_json_shape(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text(CUDA_SOURCE)
+    result = run("lint", "--format", "json", str(path))
+    findings = json.loads(result.stdout)
+    assert isinstance(findings, list) and {f["code"] for f in findings} >= {"XLA201", "XLA204"}
+    for f in findings:
+        assert {"path", "line", "column", "code", "category", "message", "fix"} <= f.keys()
+        assert f["category"] in {f"C{i}" for i in range(1, 8)}
+        assert f["fix"] in {"safe", "unsafe", "manual"}
+    first = next(f for f in findings if f["code"] == "XLA201")
+    assert (first["line"], first["column"]) == (3, 5)
+
+
+def test_lint_select_and_sarif(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text(CUDA_SOURCE)
+    findings = json.loads(run("lint", "--format", "json", "--select", "XLA204", str(path)).stdout)
+    assert [f["code"] for f in findings] == ["XLA204"]
+    sarif = json.loads(run("lint", "--format", "sarif", str(path)).stdout)
+    assert sarif["version"] == "2.1.0"
+    assert {r["ruleId"] for r in sarif["runs"][0]["results"]} >= {"XLA201", "XLA204"}
+
+
+def test_fix_diff_writes_nothing(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text(CUDA_SOURCE)
+    result = run("fix", "--diff", str(path))
+    assert result.exit_code == 0
+    assert "+x = torch.zeros(2).to(torch_xla.device())" in result.stdout
+    assert path.read_text() == CUDA_SOURCE
+
+
+def test_fix_outside_git_keeps_a_backup(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text(CUDA_SOURCE)
+    assert run("fix", str(path)).exit_code == 0
+    assert "torch_xla.device()" in path.read_text()
+    assert (tmp_path / "a.py.xlaport.bak").read_text() == CUDA_SOURCE
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_fix_refuses_uncommitted_changes_unless_forced(tmp_path: Path):
+    _git(tmp_path, "init", "-q")
+    path = tmp_path / "a.py"
+    path.write_text(CLEAN_SOURCE)
+    _git(tmp_path, "add", "a.py")
+    _git(tmp_path, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    path.write_text(CUDA_SOURCE)  # uncommitted edit
+    result = run("fix", str(path))
+    assert result.exit_code == 2 and "uncommitted" in result.output
+    assert path.read_text() == CUDA_SOURCE
+    assert run("fix", "--force", str(path)).exit_code == 0
+    assert "torch_xla" in path.read_text()
+    assert (tmp_path / "a.py.xlaport.bak").read_text() == CUDA_SOURCE
+
+
+def test_migrate_tree(tree: Path, tmp_path: Path):
+    before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+    out = tmp_path / "out"
+    result = run("migrate", str(tree), "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
+    assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before, "source was modified"
+    assert "torch_xla.device()" in (out / "train.py").read_text()
+    assert (out / "data.csv").read_text() == "a,b\n1,2\n"
+    assert summary["files_changed"] == 1
+    assert summary["fixes_applied"]["XLA201"] == 1
+    assert len(summary["errors"]) == 3  # unparsable, non-UTF-8, binary: reported and counted
+    assert (out / "pkg" / "broken.py").read_text() == "def f(:\n"  # copied as is, never rewritten
+
+
+def test_migrate_refuses_a_non_empty_destination(tree: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = run("migrate", str(tree), "--out", str(out))
+    assert result.exit_code == 2
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_unreadable_files_are_reported_not_skipped(tree: Path):
+    result = run("lint", str(tree / "pkg"))
+    assert result.exit_code == 1
+    for name in ("broken.py", "latin1.py", "blob.py"):
+        assert name in result.output
+
+
+def test_kb_list_and_show():
+    entries = json.loads(run("kb", "list", "--format", "json").stdout)
+    assert len(entries) == len({e["code"] for e in entries})
+    shown = run("kb", "show", "XLA201")
+    assert shown.exit_code == 0 and "Fix safety" in shown.stdout
+    assert run("kb", "show", "XLA999").exit_code == 2
+
+
+def test_console_script_runs():
+    exe = Path(sys.executable).with_name("xlaport")
+    result = subprocess.run([str(exe), "kb", "show", "XLA204"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "wait_device_ops" in result.stdout

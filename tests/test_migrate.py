@@ -1,0 +1,197 @@
+"""`xlaport migrate`: bulk rewriting through the pipeline, reports, trace, in-place safety, validation."""
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from xlaport.kb.retrieval import FixIndex, cache_dir
+from xlaport.serve.bulk import TRACE_SCHEMA, DestinationNotEmpty, plan_tree
+from xlaport.serve.pipeline import MigrateOptions, Pipeline
+
+from xlaport.cli import app
+from xlaport.files import DirtyTree
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ROOT / "tests" / "fixtures" / "serve_project"
+EXAMPLES = ROOT / "examples"
+NO_RETRIEVAL = MigrateOptions(k=0)
+TRACE_KEYS = {
+    "schema", "run_id", "time", "src", "path", "unit", "function", "original", "migrated", "patch",
+    "codes_applied", "codes_left", "proposed_by", "validation", "error",
+}
+
+
+@pytest.fixture(autouse=True)
+def global_trace(tmp_path, monkeypatch):
+    path = tmp_path / "global-traces.jsonl"
+    monkeypatch.setenv("XLAPORT_TRACES", str(path))
+    monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "no-models"))  # the CLI runs rules-only
+    return path
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return Pipeline(index=FixIndex.load_or_build(directory=cache_dir()))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def copy_project(tmp_path: Path) -> Path:
+    src = tmp_path / "project"
+    shutil.copytree(PROJECT, src)
+    return src
+
+
+def read_trace(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_examples_end_to_end_reports_and_trace(tmp_path, pipeline, global_trace):
+    src = EXAMPLES if any(EXAMPLES.rglob("*.py")) else PROJECT
+    before = tree_digest(src)
+    dst = tmp_path / "out"
+    result = pipeline.migrate(src, dst, MigrateOptions())
+    assert tree_digest(src) == before  # the source is only read
+
+    python, other = plan_tree(src)
+    assert result.python_files == len(python) and result.other_files_copied == len(other)
+    assert result.files_changed >= 1 and not result.errors
+    for rel in python + other:
+        assert (dst / rel).is_file()
+    report = json.loads((dst / "xlaport-report.json").read_text())
+    assert report["run_id"] == result.run_id and report["fixes_applied"] == result.fixes_applied
+    assert report["validation"]["status"] == "unvalidated"
+    markdown = (dst / "xlaport-report.md").read_text()
+    page = (dst / "xlaport-report.html").read_text()
+    for outcome in result.files:
+        if outcome.status == "changed":
+            assert f"`{outcome.path}`" in markdown and outcome.path in page
+    assert "```diff" in markdown and '<span class="add">' in page
+    assert "<style>" in page and "<script" not in page and "http://" not in page and "https://" not in page
+    for item in (m for f in result.files for m in f.manual):
+        assert item.retrieved and f"related fix {item.retrieved[0].code}" in markdown
+
+    records = read_trace(dst / "xlaport-trace.jsonl")
+    assert records == read_trace(global_trace)
+    assert all(set(r) == TRACE_KEYS and r["schema"] == TRACE_SCHEMA and r["run_id"] == result.run_id for r in records)
+    files = [r for r in records if r["unit"] == "file"]
+    assert [r["path"] for r in files] == [str(p) for p in python]
+    changed = next(r for r in files if r["codes_applied"])
+    assert changed["original"] == (src / changed["path"]).read_text()
+    assert changed["migrated"] == (dst / changed["path"]).read_text()
+    functions = [r for r in records if r["unit"] == "function" and r["path"] == changed["path"]]
+    assert functions and all(r["patch"] or r["codes_left"] or r["codes_applied"] for r in functions)
+    assert sorted(c for r in functions for c in r["codes_applied"]) == sorted(changed["codes_applied"])
+
+
+def test_unreadable_and_unparsable_files_are_counted_and_copied_as_is(tmp_path):
+    src = copy_project(tmp_path)
+    (src / "broken.py").write_text("def broken(:\n    x.cuda()\n")
+    (src / "blob.py").write_bytes(b"\x00\x01binary\xff")
+    result = Pipeline().migrate(src, tmp_path / "out", NO_RETRIEVAL)
+    assert len(result.errors) == 2
+    assert {o.path for o in result.files if o.status == "error"} == {"broken.py", "blob.py"}
+    for name in ("broken.py", "blob.py", "weights.bin"):
+        assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes()
+    assert "XLA101" in result.fixes_applied  # the other files were still migrated
+    assert "Files not migrated" in (tmp_path / "out" / "xlaport-report.md").read_text()
+
+
+def test_destination_rules(tmp_path):
+    src = copy_project(tmp_path)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(DestinationNotEmpty):
+        Pipeline().migrate(src, tmp_path / "full", NO_RETRIEVAL)
+    with pytest.raises(ValueError, match="outside the source"):
+        Pipeline().migrate(src, src / "sub", NO_RETRIEVAL)
+    with pytest.raises(ValueError, match="--out"):
+        Pipeline().migrate(src, None, NO_RETRIEVAL)
+    with pytest.raises(ValueError, match="not in the source tree"):
+        Pipeline().migrate(src, tmp_path / "o2", MigrateOptions(k=0, validate_cmd="python missing.py"))
+    forced = Pipeline().migrate(src, tmp_path / "full", MigrateOptions(k=0, force=True))
+    assert forced.files_changed == 2 and (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)
+
+
+def test_in_place_refuses_a_dirty_git_tree_and_writes_a_clean_one(tmp_path):
+    src = copy_project(tmp_path)
+    git(src, "init", "-q")
+    git(src, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    git(src, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "start")
+    original = (src / "model.py").read_text()
+    (src / "model.py").write_text(original + "\n# local edit\n")
+    with pytest.raises(DirtyTree):
+        Pipeline().migrate(src, None, MigrateOptions(k=0, in_place=True))
+    assert (src / "model.py").read_text() == original + "\n# local edit\n"
+    git(src, "checkout", "-q", "model.py")
+
+    result = Pipeline().migrate(src, None, MigrateOptions(k=0, in_place=True))
+    assert result.written and result.in_place and result.dst is None
+    assert "torch_xla.device()" in (src / "model.py").read_text()
+    assert not list(src.glob("*.xlaport.bak"))  # git holds the way back
+    assert (src / ".xlaport" / "xlaport-report.html").is_file()
+    assert ".xlaport/xlaport-report.json" not in [str(p) for p in plan_tree(src)[1]]
+
+
+def test_in_place_outside_git_keeps_backups(tmp_path):
+    src = copy_project(tmp_path)
+    original = (src / "train.py").read_text()
+    result = Pipeline().migrate(src, tmp_path / "reports", MigrateOptions(k=0, in_place=True))
+    assert (src / "train.py.xlaport.bak").read_text() == original
+    assert (src / "train.py").read_text() != original
+    assert result.reports["html"] == str(tmp_path / "reports" / "xlaport-report.html")
+
+
+@pytest.mark.slow
+def test_parallel_jobs_give_the_same_tree_in_the_same_order(tmp_path):
+    src = copy_project(tmp_path)
+    for i in range(4):
+        shutil.copy(src / "model.py", src / f"model_{i}.py")
+    one = Pipeline().migrate(src, tmp_path / "one", MigrateOptions(k=0, jobs=1))
+    two = Pipeline().migrate(src, tmp_path / "two", MigrateOptions(k=0, jobs=2))
+    assert [f.path for f in one.files] == [f.path for f in two.files]
+    assert [f.diff for f in one.files] == [f.diff for f in two.files]
+    digest_one, digest_two = tree_digest(tmp_path / "one"), tree_digest(tmp_path / "two")
+    for name in ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html", "xlaport-trace.jsonl"):
+        digest_one.pop(name), digest_two.pop(name)
+    assert digest_one == digest_two
+
+
+def test_cli_keeps_its_flags_and_summary(tmp_path):
+    src = copy_project(tmp_path)
+    runner = CliRunner()
+    missing = runner.invoke(app, ["migrate", str(src)])
+    assert missing.exit_code == 2 and "--out" in missing.output
+    result = runner.invoke(app, ["migrate", str(src), "--out", str(tmp_path / "out"), "--format", "json", "--select", "C1,C2"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["files_changed"] == 2 and summary["validation"]["status"] == "unvalidated"
+    assert all(code.startswith(("XLA1", "XLA2")) for code in summary["fixes_applied"])
+    again = runner.invoke(app, ["migrate", str(src), "--out", str(tmp_path / "out")])
+    assert again.exit_code == 2 and "not empty" in again.output
+    text = runner.invoke(app, ["migrate", str(src), "--out", str(tmp_path / "out"), "--force", "--select", "C1,C2"])
+    assert text.exit_code == 0 and "fixes applied: XLA101×1" in text.stdout and "report:" in text.stdout
+
+
+@pytest.mark.slow
+def test_validated_migration_reaches_l2_with_passing_generated_tests(tmp_path, pipeline):
+    """The migrated entry script passes the execution check, and the generated tests pass."""
+    result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(validate_cmd="python train.py --steps 4"))
+    checks = {c.name: c for c in result.validation.checks}
+    assert checks["xla_check"].passed and checks["xla_check"].level == "L2", checks["xla_check"].reasons
+    assert checks["generated_tests"].passed, checks["generated_tests"].reasons
+    assert result.validation.status == "validated" and result.validation.level == "L2"
+    records = read_trace(tmp_path / "out" / "xlaport-trace.jsonl")
+    assert {r["validation"]["status"] for r in records} == {"validated"}
+    assert "Validation evidence" in (tmp_path / "out" / "xlaport-report.md").read_text()

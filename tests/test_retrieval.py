@@ -1,0 +1,156 @@
+"""Retrieval over the kb: real MiniLM embeddings, real FAISS index, cache on disk keyed by kb content."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+from xlaport.kb import all_rules
+from xlaport.kb.docs import entry_dict
+from xlaport.kb.retrieval import FixIndex, cache_dir, default_encoder, entry_passages, kb_fingerprint, query_parts
+
+from xlaport.cli import app
+
+TRACEBACK_SYNC = """Traceback (most recent call last):
+  File "train.py", line 40, in <module>
+    torch.cuda.synchronize()
+  File "/usr/lib/python3/site-packages/torch/cuda/__init__.py", line 801, in synchronize
+    _lazy_init()
+RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver
+"""
+
+TRACEBACK_CUDA = """Traceback (most recent call last):
+  File "/home/me/project/train.py", line 12, in main
+    model = Net().cuda()
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1065, in cuda
+    return self._apply(lambda t: t.cuda(device))
+RuntimeError: Found no NVIDIA driver on your system
+"""
+
+
+class CountingEncoder:
+    """The real encoder, counting how many texts it embedded."""
+
+    def __init__(self):
+        self.texts = 0
+
+    def encode(self, texts):
+        self.texts += len(texts)
+        return default_encoder().encode(texts)
+
+
+@pytest.fixture(scope="module")
+def cache():
+    # the shared cache (keyed by kb content, so always right): building the full index costs ~20 s of CPU
+    return cache_dir()
+
+
+@pytest.fixture(scope="module")
+def index(cache):
+    return FixIndex.load_or_build(directory=cache)
+
+
+def symptom_codes(fragment: str) -> set[str]:
+    return {r.code for r in all_rules() if any(fragment in s for s in r.symptoms)}
+
+
+def test_query_parts_split_a_traceback_into_error_and_user_code():
+    parts = query_parts(TRACEBACK_SYNC)
+    assert parts[0] == TRACEBACK_SYNC.strip()
+    assert any(p.startswith("RuntimeError: Found no NVIDIA driver") for p in parts)
+    assert "torch.cuda.synchronize()" in parts
+    assert "_lazy_init()" not in parts  # library frames say nothing about the user's code
+    assert query_parts("x = x.cuda()") == ["x = x.cuda()"]
+
+
+def test_fingerprint_follows_the_kb_content():
+    entries = [entry_dict(r) for r in all_rules()]
+    edited = [dict(entries[0], why=entries[0]["why"] + " More."), *entries[1:]]
+    assert kb_fingerprint(entries) == kb_fingerprint([dict(e) for e in entries])
+    assert kb_fingerprint(entries) != kb_fingerprint(edited)
+    assert kb_fingerprint(entries) != kb_fingerprint(entries[1:])
+    kinds = [kind for kind, _ in entry_passages(entries[0])]
+    assert kinds[0] == "entry" and "before" in kinds
+
+
+@pytest.mark.slow
+def test_index_is_cached_on_disk_and_rebuilt_when_the_kb_changes(tmp_path):
+    rules = all_rules()[:3]
+    first = CountingEncoder()
+    FixIndex.load_or_build(rules, encoder=first, directory=tmp_path)
+    assert first.texts == sum(len(entry_passages(entry_dict(r))) for r in rules)
+    assert len(list(tmp_path.glob("kb-index-*.faiss"))) == 1
+
+    again = CountingEncoder()
+    cached = FixIndex.load_or_build(rules, encoder=again, directory=tmp_path)
+    assert again.texts == 0  # read from disk
+    assert cached.search("x = x.cuda()", 1)[0].code in {r.code for r in rules}
+
+    changed = CountingEncoder()
+    FixIndex.load_or_build(rules[:2], encoder=changed, directory=tmp_path)
+    assert changed.texts > 0
+    assert len(list(tmp_path.glob("kb-index-*.faiss"))) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("x = x.cuda()", {"XLA201"}),
+        (TRACEBACK_SYNC, {"XLA204"}),
+        (TRACEBACK_CUDA, {"XLA201"}),
+        ("AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'", {"XLA103"}),
+        ("ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", {"XLA105"}),
+        ("torch.cuda.max_memory_allocated() returns 0 on the TPU", {"XLA601"}),
+        ("for step in range(n):\n    loss.backward(); opt.step()\n    print(loss.item())", {"XLA401", "XLA402", "XLA403", "XLA404"}),
+    ],
+)
+def test_the_right_entry_is_in_the_top_three(index, query, expected):
+    missing = expected - set(index.entries)
+    assert not missing, f"kb entries gone: {missing}"
+    codes = [hit.code for hit in index.search(query, 3)]
+    assert expected & set(codes), codes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("log", "symptom"),
+    [
+        ("RuntimeError: Found no NVIDIA driver on your system", "Found no NVIDIA driver"),
+        ("pt-xla-profiler: CompileTime too frequent: 33 counts during 11 steps", "CompileTime too frequent"),
+        (
+            "2026-11-30 10:00:01 WARNING pt-xla-profiler: Op(s) not lowered: aten::nonzero,  Please open a GitHub issue",
+            "Op(s) not lowered: aten::nonzero",
+        ),
+    ],
+)
+def test_a_pasted_error_retrieves_entries_with_that_symptom(index, log, symptom):
+    """An error shared by several entries: the top three must all be entries that produce it."""
+    owners = symptom_codes(symptom)
+    assert owners, f"no kb entry lists the symptom {symptom!r}"
+    hits = index.search(log, 3)
+    assert {h.code for h in hits} <= owners, [h.code for h in hits]
+    assert hits[0].matched.startswith("symptom:")
+
+
+@pytest.mark.slow
+def test_batched_search_equals_single_queries(index):
+    queries = ["torch.backends.cudnn.benchmark = True", "xm.mark_step()"]
+    batched = index.search_many(queries, 4)
+    assert batched == [index.search(q, 4) for q in queries]
+    assert index.search_many(queries, 0) == [[], []]
+    scores = [h.score for h in batched[0]]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.slow
+def test_kb_search_command(cache, monkeypatch):
+    monkeypatch.setenv("XLAPORT_CACHE_DIR", str(cache))
+    runner = CliRunner()
+    result = runner.invoke(app, ["kb", "search", "ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", "-k", "2", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)
+    assert len(hits) == 2 and hits[0]["code"] == "XLA105"
+    text = runner.invoke(app, ["kb", "search", "-"], input="x = x.cuda()\n")
+    assert text.exit_code == 0 and text.stdout.startswith("1. XLA201")
+    empty = runner.invoke(app, ["kb", "search", "   "])
+    assert empty.exit_code == 2

@@ -1,0 +1,400 @@
+"""Training data, batches and the XLA training loop (tiny sizes; real torch_xla on PJRT_DEVICE=CPU)."""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from xlaport.training.configs import get_size
+from xlaport.training.corpus import Function, extract_functions, imports_used, split_of
+from xlaport.training.dataset import (
+    IGNORE_INDEX,
+    build_dataset,
+    encode_trace,
+    load_dataset,
+    lora_batches,
+    pretrain_batches,
+    save_dataset,
+)
+from xlaport.training.loop import LoopConfig
+from xlaport.training.traces import (
+    INJECTIONS,
+    Trace,
+    apply_unified_diff,
+    inject,
+    injected_trace,
+    join_target,
+    lint_many,
+    recorded_traces,
+    rule_trace,
+    split_target,
+)
+
+CORPUS = Path(__file__).parent / "fixtures" / "training_corpus" / "corpus"
+TINY = get_size("tiny")
+
+
+def _fn(source: str, imports: str = "import torch\n", file: str = "pkg/mod.py") -> Function:
+    return Function(file=file, name="f", source=textwrap.dedent(source), imports=imports)
+
+
+# --- corpus -----------------------------------------------------------------------------------------
+def test_extract_functions_dedents_methods_keeps_decorators_and_used_imports():
+    source = textwrap.dedent(
+        '''
+        from __future__ import annotations
+        import os
+        import torch
+        from torch import nn
+        from .local import helper
+
+
+        class Net(nn.Module):
+            @torch.no_grad()
+            def forward(self, x):
+                y = torch.relu(x)
+                return helper(y)
+
+
+        def short(x):
+            return x
+        '''
+    )
+    functions = extract_functions(source, "pkg/net.py")
+    assert [f.name for f in functions] == ["Net.forward"]  # `short` has fewer than 3 lines
+    method = functions[0]
+    assert method.source.startswith("@torch.no_grad()\ndef forward(self, x):\n    y = torch.relu(x)")
+    # only imports the function uses; never relative or __future__ imports
+    assert method.imports == "import torch\n"
+    assert imports_used(source, method.source) == "import torch\n"
+
+
+def test_split_is_fixed_by_file_name():
+    assert split_of("corpus/augment.py") == "test"
+    assert split_of("corpus/train_loop.py") == "val"
+    assert split_of("corpus/layers.py") == "train"
+    splits = [split_of(f"pkg/file_{i}.py") for i in range(2000)]
+    assert 0.75 < splits.count("train") / 2000 < 0.85
+    assert 0.07 < splits.count("test") / 2000 < 0.13
+
+
+# --- traces -----------------------------------------------------------------------------------------
+CLEAN = '''
+def step(model, batch, optimizer):
+    """One step."""
+    x = torch.zeros(4, 8)
+    loss = model(x + batch).sum()
+    loss.backward()
+    return loss
+'''
+
+EXPECTED_TEXT = {
+    "cuda_method": "torch.zeros(4, 8).cuda()",
+    "device_string": 'device="cuda"',
+    "synchronize": "torch.cuda.synchronize()\n    return loss",
+    "cudnn_benchmark": '"""One step."""\n    torch.backends.cudnn.benchmark = True',
+    "autocast": "with ",
+    "grad_scaler": "scaler.scale(loss).backward()",
+    "memory_report": "torch.cuda.",
+    "empty_cache": "torch.cuda.empty_cache()",
+    "set_device": "torch.cuda.set_device(0)",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(INJECTIONS))
+def test_each_injection_adds_its_cuda_ism_and_still_parses(kind):
+    import libcst as cst
+
+    module = cst.parse_module(textwrap.dedent(CLEAN))
+    injected = INJECTIONS[kind](module, random.Random(0))
+    assert injected is not None
+    code = injected.code
+    compile(code, "<injected>", "exec")
+    assert EXPECTED_TEXT[kind] in code
+    assert code != module.code
+
+
+def test_injected_trace_targets_the_clean_function_and_carries_the_kb_codes():
+    fn = _fn(CLEAN, imports="")
+    trace = injected_trace(fn, random.Random(3))
+    assert trace is not None and trace.kind == "injected"
+    assert trace.target == fn.source
+    assert trace.original != fn.source and "cuda" in trace.original
+    assert trace.imports.startswith("import torch\n")  # the injected code needs it
+    assert trace.codes, "the kb detects the injected CUDA-isms"
+
+
+def test_rule_trace_is_the_rules_migration_with_the_imports_it_added():
+    fn = _fn(
+        """
+        def to_device(batch):
+            inputs = batch["inputs"].cuda()
+            return inputs
+        """
+    )
+    trace = rule_trace(fn)
+    assert trace is not None and trace.codes == ["XLA201"]
+    imports, function = split_target(trace.target)
+    assert imports == ["import torch_xla"]
+    assert 'batch["inputs"].to(torch_xla.device())' in function
+    assert function.startswith("def to_device(batch):")
+    # a clean function gives no rule trace
+    assert rule_trace(_fn("def f(x):\n    y = torch.relu(x)\n    return y\n")) is None
+
+
+def test_lint_many_gives_each_module_its_own_findings_with_its_own_lines():
+    from xlaport.kb import lint_source
+
+    modules = [
+        "import torch\n\ndef a(x):\n    return x.cuda()\n",
+        "import torch\n\ndef b(x):\n    y = x + 1\n    return y\n",
+        "import torch\n\ndef c(x):\n    torch.cuda.synchronize()\n    return torch.zeros(2, device='cuda')\n",
+    ]
+    together = lint_many(modules, chunk=2)
+    alone = [lint_source(m) for m in modules]
+    assert [[(f.code, f.line, f.column) for f in fs] for fs in together] == [
+        [(f.code, f.line, f.column) for f in fs] for fs in alone
+    ]
+    assert together[1] == [] and together[0] and together[2]
+
+
+def test_target_join_and_split_round_trip():
+    target = join_target(["import torch_xla", "import torch_xla.core.xla_model as xm"], "def f():\n    pass\n")
+    assert split_target(target) == (["import torch_xla", "import torch_xla.core.xla_model as xm"], "def f():\n    pass\n")
+    assert split_target("@dec\ndef g():\n    pass\n") == ([], "@dec\ndef g():\n    pass\n")
+
+
+def test_recorded_traces_read_the_migrate_schema_tolerantly(tmp_path):
+    base = {"schema": "xlaport.trace/1", "run_id": "r1", "src": "/proj", "path": "train.py", "error": None}
+    original = "    def step(self, x):\n        return x.cuda()\n"
+    migrated = "    def step(self, x):\n        return x.to(torch_xla.device())\n"
+    records = [
+        {**base, "unit": "file", "function": None, "original": "import torch\n", "migrated": "import torch_xla\n"},
+        {**base, "unit": "function", "function": "Net.step", "original": original, "migrated": migrated,
+         "codes_applied": ["XLA201"], "codes_left": [], "validation": {"status": "validated", "level": "L2"}},
+        {**base, "unit": "function", "function": "bad", "original": original.replace("step", "bad"),
+         "migrated": migrated.replace("step", "bad"), "validation": {"status": "rejected"}},
+        {**base, "unit": "function", "function": "<module>", "original": "x = 1\n", "migrated": "x = 2\n"},
+        {**base, "unit": "function", "function": "from_patch", "original": "def g():\n    return 1\n",
+         "migrated": "", "patch": "--- a\n+++ b\n@@ -2 +2 @@\n-    return 1\n+    return 2\n"},
+    ]
+    path = tmp_path / "traces.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n{broken json\n", encoding="utf-8")
+    traces = list(recorded_traces(path))
+    assert [t.name for t in traces] == ["Net.step", "from_patch"]
+    step = traces[0]
+    assert step.kind == "recorded" and step.validated is True and step.codes == ["XLA201"]
+    assert step.original == "def step(self, x):\n    return x.cuda()\n"  # dedented
+    assert traces[1].target == "def g():\n    return 2\n" and traces[1].validated is None
+    assert list(recorded_traces(tmp_path / "missing.jsonl")) == []
+
+
+def test_apply_unified_diff_refuses_a_diff_that_does_not_fit():
+    original = "a\nb\nc\n"
+    assert apply_unified_diff(original, "@@ -2,1 +2,2 @@\n-b\n+B\n+B2\n") == "a\nB\nB2\nc\n"
+    assert apply_unified_diff(original, "@@ -2,1 +2,1 @@\n-x\n+y\n") is None
+
+
+# --- tokenizer and batches -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer():
+    from xlaport.training.tokenizer import train_tokenizer
+
+    texts = [p.read_text() for p in sorted(CORPUS.glob("*.py"))]
+    return train_tokenizer(texts, vocab_size=400)
+
+
+def _trace(original: str, target: str, codes=("XLA201",)) -> Trace:
+    return Trace(kind="injected", file="x.py", name="f", original=original, target=target, codes=list(codes))
+
+
+def test_encode_trace_trains_only_on_the_target(tokenizer):
+    trace = _trace("def f(x):\n    return x.cuda()\n", "def f(x):\n    return x\n")
+    ids, prompt_len = encode_trace(tokenizer, trace, 512)
+    assert ids[-1] == tokenizer.eos_token_id
+    target = tokenizer.decode(ids[prompt_len:], skip_special_tokens=True)
+    assert target == trace.target
+    assert "XLA201" in tokenizer.decode(ids[:prompt_len])  # the kb entry is in the prompt
+    # a budget too small for the fixes drops them before dropping the example
+    short = encode_trace(tokenizer, trace, prompt_len - 1 + len(ids) - prompt_len)
+    assert short is not None and "XLA201" not in tokenizer.decode(short[0][: short[1]])
+    assert encode_trace(tokenizer, trace, 8) is None
+
+
+def test_lora_batches_have_fixed_shapes_and_warm_up_every_bucket_first(tokenizer):
+    short = _trace("def f(x):\n    return x.cuda()\n", "def f(x):\n    return x\n")
+    body = "".join(f"    y{i} = torch.zeros({i}, device='cuda')\n" for i in range(12))
+    long = _trace(f"def g(x):\n{body}    return x\n", f"def g(x):\n{body.replace(', device=' + repr('cuda'), '')}    return x\n")
+    lengths = [len(encode_trace(tokenizer, t, 1024)[0]) for t in (short, long)]
+    buckets = (max(lengths[0], 64), max(lengths) + 8)
+    assert lengths[1] > buckets[0], "the long trace needs the second bucket"
+    batches = lora_batches(tokenizer, [short, long], buckets, batch_size=3, steps=9, seed=1)
+    assert len(batches) == 9
+    shapes = [tuple(t.shape) for t in batches.input_ids]
+    assert set(shapes) == {(3, buckets[0]), (3, buckets[1])}
+    # step 0 compiles without optimizer state; then each bucket once with it
+    assert batches.warmup_steps == 3
+    assert shapes[:3] == [(3, buckets[0]), (3, buckets[0]), (3, buckets[1])]
+    for ids, labels in zip(batches.input_ids, batches.labels, strict=True):
+        pad = ids == tokenizer.pad_token_id
+        assert (labels[pad] == IGNORE_INDEX).all()
+        assert (labels != IGNORE_INDEX).any(dim=1).all()
+
+
+def test_pretrain_batches_are_full_blocks(tokenizer):
+    texts = [p.read_text() for p in sorted(CORPUS.glob("*.py"))]
+    batches = pretrain_batches(tokenizer, texts, block=64, batch_size=2, steps=5)
+    assert [tuple(t.shape) for t in batches.input_ids] == [(2, 64)] * 5
+    assert batches.labels == [None] * 5 and batches.warmup_steps == 2
+    with pytest.raises(ValueError, match="too small"):
+        pretrain_batches(tokenizer, ["x = 1"], block=64, batch_size=2, steps=1)
+
+
+def test_learning_rate_schedule_stays_positive_and_bounded():
+    config = LoopConfig(steps=100, lr=1e-3, warmup_steps=10)
+    rates = [config.lr_at(s) for s in range(100)]
+    assert all(0 < r <= 1e-3 for r in rates)
+    assert rates[0] < rates[9] and rates[-1] == pytest.approx(1e-4, rel=0.05)
+
+
+# --- the dataset ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_dataset_is_deduplicated_split_by_file_and_keeps_test_functions_out_of_training(tmp_path):
+    dataset = build_dataset([CORPUS], TINY)
+    assert dataset.meta["traces"]["train"]["rules"] >= 3 and dataset.meta["traces"]["train"]["injected"] >= 8
+    test_sources = {fn.source for split, fn in dataset.functions if split == "test"}
+    assert test_sources, "corpus/augment.py is in the test split"
+    assert not test_sources & set(dataset.texts("train"))
+    for trace in dataset.traces:
+        assert trace.split == split_of(trace.file)
+    train_files = {t.file for t in dataset.split_traces("train")}
+    assert not train_files & {t.file for t in dataset.split_traces("test")}
+    keys = [" ".join(t.original.split()) for t in dataset.traces]
+    assert len(keys) == len(set(keys))
+    save_dataset(dataset, tmp_path / "ds")
+    again = load_dataset(tmp_path / "ds")
+    assert [t.to_dict() for t in again.traces] == [t.to_dict() for t in dataset.traces]
+    assert again.functions == dataset.functions
+
+
+# --- training --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, tokenizer):
+    """A random-init tiny base model saved like `xlaport train base` saves one."""
+    from xlaport.training.workflow import new_base_model
+
+    directory = tmp_path_factory.mktemp("base")
+    torch.manual_seed(0)
+    model = new_base_model(TINY, tokenizer)
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
+@pytest.mark.slow
+def test_base_pretraining_on_xla_compiles_once_per_graph_and_falls_back_never(tiny_base, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from xlaport.training.loop import move_model, train
+
+    texts = [p.read_text() for p in sorted(CORPUS.glob("*.py"))]
+    batches = pretrain_batches(tokenizer, texts, block=64, batch_size=2, steps=5)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_base))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = train(model, batches, LoopConfig(steps=5, lr=1e-3, warmup_steps=1, log_every=1), log=lambda m: None)
+    assert result.device.startswith("xla")
+    assert result.compiles == 2  # step 0 without optimizer state, step 1 with it
+    assert result.compiles_after_warmup == 0
+    assert result.fallback_ops == {}
+    assert sorted(result.losses) == [0, 1, 2, 3, 4]
+    # the tied embedding stayed tied on the device (moving to XLA unties it; lm_head would train alone)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    move_model(model, "cpu")
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert len(changed) == len(before)
+
+
+@pytest.mark.slow
+def test_training_resumes_from_its_cpu_checkpoint(tmp_path, tiny_base, tokenizer):
+    from xlaport.training.loop import CHECKPOINT, JOB_FILE, RESULT_FILE, run_job, write_job
+
+    texts = [p.read_text() for p in sorted(CORPUS.glob("*.py"))]
+    batches = pretrain_batches(tokenizer, texts, block=32, batch_size=2, steps=6)
+    loop = LoopConfig(steps=4, lr=1e-3, warmup_steps=1, checkpoint_every=2, log_every=1, device="eager")
+    job = {"kind": "base", "base_model": str(tiny_base), "loop": loop.__dict__}
+    write_job(tmp_path, job, batches)
+    first = run_job(tmp_path, log=lambda m: None)
+    assert first.start_step == 0 and sorted(first.losses) == [0, 1, 2, 3]
+    checkpoint = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    assert checkpoint["step"] == 4
+    assert all(t.device.type == "cpu" for t in checkpoint["model"].values())
+    # the job grows by two steps: the run continues where the checkpoint left off
+    job["loop"]["steps"] = 6
+    (tmp_path / JOB_FILE).write_text(json.dumps(job))
+    second = run_job(tmp_path, log=lambda m: None)
+    assert second.start_step == 4 and sorted(second.losses) == [0, 1, 2, 3, 4, 5]
+    assert second.losses[3] == first.losses[3]
+    assert json.loads((tmp_path / RESULT_FILE).read_text())["start_step"] == 4
+
+
+@pytest.mark.slow
+def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatch):
+    """corpus → traces → tokenizer → base → LoRA (the loop script under `xlaport check`) → proposer."""
+    from xlaport.eval.check import run_check
+    from xlaport.model.proposer import load_proposer
+    from xlaport.serve.pipeline import Pipeline
+    from xlaport.training import loop
+    from xlaport.training.artifacts import newest, read_meta
+    from xlaport.training.dataset import Batches
+    from xlaport.training.workflow import JOB_DIR, finish_job, prepare_data, prepare_lora_job, train_base
+
+    monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "none.jsonl"))
+    size = TINY.with_overrides(buckets=(96, 192), lora_steps=6, base_steps=4)
+    data = prepare_data(size, roots=[CORPUS])
+    base, base_result = train_base(size, data=data, device="eager")
+    assert read_meta(base)["kind"] == "base" and (base / "tokenizer.json").exists()
+    assert base_result.steps == 4
+
+    out = prepare_lora_job(size, data=data, base=base, device="xla")
+    job_dir = out / JOB_DIR
+    batches = Batches.load(job_dir / loop.BATCHES_FILE)
+    assert len({tuple(t.shape) for t in batches.input_ids}) == 2, "both buckets are used"
+    report = run_check(Path(loop.__file__), [str(job_dir), str(out)], steps_warmup=batches.warmup_steps, timeout_s=600)
+    assert report.level == "L2", report.reasons
+    assert report.steps == 6 and report.compiles_total == 3 and report.compiles_after_warmup == 0
+    assert report.fallback_ops == {} and not report.nan and not report.stale_optimizer_params
+    finish_job(out)
+    assert newest("lora") == out and not job_dir.exists()
+    meta = read_meta(out)
+    assert meta["train"]["compiles_after_warmup"] == 0 and meta["base_model"] == str(base.resolve())
+
+    # the trained adapter is picked up and proposes; the pipeline keeps the rules' work either way
+    proposer = load_proposer()
+    assert proposer is not None and proposer.name == out.name
+    source = "import torch\n\n\ndef report(x):\n    used = torch.cuda.memory_allocated()\n    return x * 2, used\n"
+    patch = Pipeline(proposer=proposer).suggest(source, "report.py")
+    assert patch.evidence.rewritten_functions == ["report"] or any(
+        note.startswith("report: ") for note in patch.notes
+    ), patch.notes
+
+
+def test_train_cli_reports_bad_input_clearly(tmp_path, monkeypatch):
+    from xlaport.cli import app
+
+    monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path))
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", "base", "--size", "huge"])
+    assert result.exit_code == 2 and "unknown size 'huge'" in result.output
+    result = runner.invoke(app, ["train", "lora", "--size", "tiny", "--base-model", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "no such model directory" in result.output
+    result = runner.invoke(app, ["train", "data", "--size", "tiny", "--corpus", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "corpus folder not found" in result.output
+    result = runner.invoke(app, ["train", "list"])
+    assert result.exit_code == 0 and "nothing in" in result.output

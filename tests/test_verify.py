@@ -1,0 +1,409 @@
+"""`xlaport verify`: curve capture and comparison (fast), the level logic (fast), and real runs of planted
+regressions under torch_xla on the CPU device against reference runs of the CUDA originals (slow).
+
+The programs live in tests/programs/verify_classifier/: `original/` is the CUDA program, `migrated/` its
+correct migration, and every other folder is a migration with one planted change (see each docstring).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from xlaport.eval import curves as cv
+from xlaport.eval.verify import (
+    RunRecord,
+    VerifyConfig,
+    VerifyUsageError,
+    assess,
+    judge_claim,
+    load_config,
+    smoke_stop,
+    split_command,
+    verify,
+    verify_tree,
+)
+from xlaport.eval.verify_report import render_html, render_plots
+
+from xlaport.cli import app
+
+PROGRAMS = Path(__file__).parent / "programs"
+CLASSIFIER = PROGRAMS / "verify_classifier"
+DIVERGE = PROGRAMS / "verify_diverge"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+COMMAND = ["python", "train.py", "--steps", "40"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def series(values, name="loss", steps=None) -> cv.Series:
+    return cv.Series(name, list(steps if steps is not None else range(len(values))), [float(v) for v in values])
+
+
+def decaying(n=40, start=2.0, end=0.5, wiggle=0.02, shift=0.0):
+    """A noisy decreasing loss curve; the same wiggle for the same n (both runs see the same batches)."""
+    return [start + (end - start) * i / (n - 1) + wiggle * ((-1) ** i) * (1 + i % 3) + shift * i / (n - 1) for i in range(n)]
+
+
+# --- capture ------------------------------------------------------------------------------------
+
+
+def test_parse_text_reads_common_log_formats():
+    text = "\n".join(
+        [
+            "step 0 loss 1.5",
+            "step=1 loss=1.25",
+            "Step 2 | Loss: 1.0",
+            "{'loss': 0.75, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.5, 'step': 3}",
+            "{'eval_loss': 0.9, 'eval_accuracy': 0.81, 'eval_runtime': 1.2, 'eval_samples_per_second': 90.0}",
+            '{"loss": 0.5, "step": 4}',
+            "accuracy=0.84",
+            "{'train_runtime': 10.0, 'train_loss': 0.9, 'epoch': 1.0}",
+            "step 5 loss nan",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert curves.loss.steps == [0, 1, 2, 3, 4, 5]
+    assert curves.loss.values[:5] == [1.5, 1.25, 1.0, 0.75, 0.5]
+    assert str(curves.loss.values[5]) == "nan"
+    assert curves.metrics["eval_accuracy"].values == [0.81]
+    assert curves.metrics["eval_loss"].values == [0.9]
+    assert curves.metrics["accuracy"].values == [0.84]
+    assert not any("runtime" in n or "per_second" in n or n == "train_loss" for n in curves.metrics)
+
+
+def test_parse_text_with_custom_patterns():
+    text = "it 1 cost 0.5 | top-1 91.0\nit 2 cost 0.4 | top-1 92.5\n"
+    curves = cv.parse_text(text, loss_pattern=r"cost (?P<value>[\d.]+)", metric_pattern=r"top-1 (?P<value>[\d.]+)")
+    assert curves.loss.values == [0.5, 0.4]
+    assert curves.metrics["metric"].values == [91.0, 92.5]
+
+
+def test_parse_log_files(tmp_path):
+    summary = tmp_path / "metrics.json"
+    summary.write_text(json.dumps({"loss": [2.0, 1.5, 1.0], "evals": [{"step": 2, "val_loss": 1.2}], "val_loss": 1.1,
+                                   "accuracy": 0.9, "train_seconds": 3.0}))
+    curves = cv.parse_log_file(summary)
+    assert curves.loss.values == [2.0, 1.5, 1.0]
+    assert curves.metrics["val_loss"].values == [1.2, 1.1]
+    assert curves.metrics["accuracy"].values == [0.9]
+    assert "train_seconds" not in curves.metrics
+
+    lines = tmp_path / "log.jsonl"
+    lines.write_text('{"step": 10, "loss": 0.5}\n{"step": 20, "loss": 0.4, "eval_f1": 0.7}\n')
+    curves = cv.parse_log_file(lines)
+    assert curves.loss.steps == [10, 20] and curves.metrics["eval_f1"].steps == [20]
+
+    table = tmp_path / "log.csv"
+    table.write_text("step,loss,accuracy\n0,1.0,\n1,0.8,0.6\n")
+    curves = cv.parse_log_file(table)
+    assert curves.loss.values == [1.0, 0.8] and curves.metrics["accuracy"].values == [0.6]
+
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ValueError, match="neither JSON nor JSON lines"):
+        cv.parse_log_file(broken)
+
+
+def test_parse_stamps_gives_startup_and_step_time():
+    stamps = "10.0\t#xlaport-start\n" + "".join(f"{12.0 + 0.5 * i}\tstep {i} loss {1.0 / (i + 1)}\n" for i in range(6))
+    stamps += "15.5\tfinal accuracy 0.9\n"
+    stdout, timing = cv.parse_stamps(stamps)
+    assert stdout.splitlines()[0] == "step 0 loss 1.0" and stdout.endswith("final accuracy 0.9")
+    assert timing.startup_s == pytest.approx(2.0)
+    assert timing.step_s == pytest.approx(0.5)
+
+
+# --- comparison ---------------------------------------------------------------------------------
+
+LIMITS = cv.Thresholds()
+
+
+def test_identical_curves_are_the_same():
+    result = cv.compare_loss(series(decaying()), series(decaying()), LIMITS)
+    assert result.verdict == "same" and result.curve_distance == 0.0 and result.curve_spearman == pytest.approx(1.0)
+
+
+def test_lower_loss_is_an_improvement_not_a_failure():
+    result = cv.compare_loss(series(decaying()), series(decaying(shift=-0.3)), LIMITS)
+    assert result.verdict == "better"
+    assert "not a failure" in result.reasons[0]
+
+
+def test_higher_loss_beyond_noise_is_worse_and_names_where_curves_separate():
+    result = cv.compare_loss(series(decaying()), series(decaying(shift=0.4)), LIMITS)
+    assert result.verdict == "worse"
+    assert "higher than the reference" in result.reasons[0]
+    assert result.separates_at_step is not None and 0 < result.separates_at_step < 39
+
+
+def test_higher_loss_within_noise_is_inconclusive():
+    ref = decaying(wiggle=0.0)
+    mig = [v + (0.4 if i % 2 else -0.25) * (i >= 30) for i, v in enumerate(ref)]  # +7.5% on average, very noisy
+    result = cv.compare_loss(series(ref), series(mig), LIMITS)
+    assert result.verdict == "inconclusive", result.reasons
+    assert "run more steps" in result.reasons[0]
+
+
+def test_too_few_steps_is_inconclusive():
+    result = cv.compare_loss(series(decaying(n=8)), series(decaying(n=8, shift=1.0)), LIMITS)
+    assert result.verdict == "inconclusive" and "too few" in result.reasons[0]
+
+
+def test_different_first_loss_is_a_changed_objective_even_when_lower():
+    ref = decaying()
+    mig = [v - 0.3 for v in ref]  # lower everywhere, from the first step on
+    result = cv.compare_loss(series(ref), series(mig), LIMITS)
+    assert result.verdict == "worse" and "different objective" in result.reasons[0]
+
+
+def test_nan_and_exploding_loss_diverge():
+    ref = decaying()
+    nan_run = ref[:10] + [float("nan")] * 30
+    assert cv.compare_loss(series(ref), series(nan_run), LIMITS).verdict == "diverged"
+    exploding = ref[:10] + [v * 10 for v in ref[10:]]
+    result = cv.compare_loss(series(ref), series(exploding), LIMITS)
+    assert result.verdict == "diverged" and "exploded" in result.reasons[0]
+
+
+def test_flat_migrated_curve_fails_on_trend():
+    ref = decaying(start=1.0, end=0.95, wiggle=0.0)  # within 5% at the end, but the reference clearly learns
+    mig = [1.0 + 0.01 * ((-1) ** i) for i in range(40)]
+    result = cv.compare_loss(series(ref), series(mig), LIMITS)
+    assert result.verdict == "worse" and "trends disagree" in result.reasons[-1]
+
+
+def test_metric_direction_and_noise():
+    acc_ref, acc_mig = series([0.5, 0.8, 0.9], "accuracy"), series([0.5, 0.8, 0.95], "accuracy")
+    assert cv.compare_metric(acc_ref, acc_mig, "accuracy", True, LIMITS).verdict == "better"
+    assert cv.compare_metric(acc_mig, acc_ref, "accuracy", True, LIMITS).verdict == "worse"
+    ppl_ref, ppl_mig = series([30, 20, 10], "ppl"), series([30, 20, 12], "ppl")
+    assert not cv.higher_is_better("eval_perplexity") and cv.higher_is_better("eval_accuracy")
+    assert cv.higher_is_better("val_loss", {"val_loss": "higher"})
+    assert cv.compare_metric(ppl_ref, ppl_mig, "ppl", False, LIMITS).verdict == "worse"
+    noisy_ref = series([0.80, 0.90, 0.84, 0.91, 0.83, 0.90, 0.84, 0.90], "accuracy")
+    noisy_mig = series([0.80, 0.90, 0.84, 0.91, 0.83, 0.90, 0.84, 0.87], "accuracy")
+    result = cv.compare_metric(noisy_ref, noisy_mig, "accuracy", True, LIMITS)
+    assert result.verdict == "inconclusive" and "noise" in result.reasons[0]
+    assert cv.compare_metric(noisy_ref, noisy_mig, "accuracy", True, LIMITS, noise=0.001).verdict == "worse"
+    assert cv.compare_metric(noisy_ref, cv.Series("accuracy"), "accuracy", True, LIMITS).verdict == "missing"
+
+
+def test_claims():
+    claim = cv.parse_claim("accuracy>=0.95")
+    assert (claim.name, claim.op, claim.value) == ("accuracy", ">=", 0.95)
+    assert claim.holds(0.95) and not claim.holds(0.9)
+    assert cv.parse_claim("eval_loss < 1.5").holds(1.4)
+    with pytest.raises(ValueError, match="NAME OP NUMBER"):
+        cv.parse_claim("accuracy is high")
+
+
+# --- the level logic, with recorded runs ------------------------------------------------------
+
+
+class FakeCheck:
+    def __init__(self, level="L2", reasons=(), nan=False):
+        self.level, self.reasons, self.nan, self.nan_details = level, list(reasons), nan, []
+
+
+def record(role, loss, metric=None, device=None, step_s=0.01, wall_s=5.0) -> RunRecord:
+    curves = cv.RunCurves(loss=series(loss))
+    if metric is not None:
+        curves.metrics["eval_accuracy"] = series(metric, "eval_accuracy")
+    device = device or ("cpu (CUDA calls mapped to the CPU)" if role == "reference" else "xla (CPU)")
+    return RunRecord(role, device, ["python", "train.py"], 0, wall_s, None, curves, cv.Timing(step_s=step_s))
+
+
+def test_assess_levels_and_status():
+    config = VerifyConfig()
+    ref = record("reference", decaying(), [0.5, 0.8, 0.9])
+    level, reasons, improvements, undecided, *_ = assess(ref, record("migrated", decaying(), [0.5, 0.8, 0.9]), FakeCheck(), config)
+    assert level == "L3" and not undecided
+    assert any("L4: not assessable here" in r for r in reasons)
+
+    # the goal holds but L2 failed: L3 is not claimed
+    level, reasons, *_ = assess(ref, record("migrated", decaying(), [0.5, 0.8, 0.9]), FakeCheck("L0", ["repeated compilation: 5"]), config)
+    assert level == "L0" and "L2: repeated compilation: 5" in reasons
+
+    # training agrees, the final metric does not: points at checkpoint/evaluation
+    level, reasons, _, undecided, *_ = assess(ref, record("migrated", decaying(), [0.5, 0.8, 0.3]), FakeCheck(), config)
+    assert level == "L2" and not undecided
+    assert any("checkpoint save/reload" in r for r in reasons)
+
+    # an improvement is listed, not failed
+    level, reasons, improvements, *_ = assess(ref, record("migrated", decaying(shift=-0.3), [0.5, 0.8, 0.95]), FakeCheck(), config)
+    assert level == "L3" and len(improvements) == 2
+
+    # a metric the reference reports and the migrated run does not: evaluation coverage changed
+    level, reasons, *_ = assess(ref, record("migrated", decaying()), FakeCheck(), config)
+    assert level == "L2" and any("evaluation coverage changed" in r for r in reasons)
+
+    # no usable reference: undecided, unless a stated claim decides
+    failed_ref = record("reference", decaying())
+    failed_ref.returncode, failed_ref.error = 1, "exit code 1\nboom"
+    level, reasons, _, undecided, *_ = assess(failed_ref, record("migrated", decaying(), [0.97]), FakeCheck(), config)
+    assert level == "L2" and undecided
+    with_claim = VerifyConfig(claim="accuracy>=0.95")
+    level, reasons, _, undecided, *_ = assess(failed_ref, record("migrated", decaying(), [0.97]), FakeCheck(), with_claim)
+    assert level == "L3" and not undecided
+
+
+def test_l4_needs_a_gpu_reference_a_tpu_and_a_cheaper_run():
+    config = VerifyConfig(price_reference=0.85, price_migrated=1.20, require="L4")
+    ref = record("reference", decaying(), [0.9], device="cuda", step_s=0.10)
+    fast = record("migrated", decaying(), [0.9], device="xla (TPU)", step_s=0.05)
+    level, reasons, _, undecided, _, _, _, perf = assess(ref, fast, FakeCheck(), config)
+    assert level == "L4" and perf["speedup"] == pytest.approx(2.0)
+    assert perf["cost_ratio"] == pytest.approx(0.05 * 1.20 / (0.10 * 0.85))
+    slow_but_ok = record("migrated", decaying(), [0.9], device="xla (TPU)", step_s=0.09)
+    level, reasons, _, undecided, *_ = assess(ref, slow_but_ok, FakeCheck(), config)
+    assert level == "L3" and not undecided and any("not cheaper" in r for r in reasons)
+    level, reasons, _, undecided, *_ = assess(record("reference", decaying(), [0.9]), fast, FakeCheck(), config)
+    assert level == "L3" and undecided  # CPU stand-in reference: L4 cannot be decided here
+
+
+def test_claim_missed_by_the_original_too_is_inherited():
+    claim = cv.parse_claim("accuracy>=0.95")
+    ref, mig = record("reference", decaying(), [0.90]), record("migrated", decaying(), [0.905])
+    result = judge_claim(claim, ref, mig, {"eval_accuracy": "same"})
+    assert result["verdict"] == "pass" and result["inherited"]
+    result = judge_claim(claim, record("reference", decaying(), [0.96]), mig, {"eval_accuracy": "worse"})
+    assert result["verdict"] == "fail" and "reference reaches 0.96" in result["reason"]
+
+
+def test_smoke_stop_on_budget_and_divergence():
+    config = VerifyConfig(full_run_steps=100_000, budget_hours=1.0)
+    run = record("migrated", decaying(), step_s=0.5, wall_s=30.0)
+    why = smoke_stop(run, FakeCheck(), config)
+    assert why is not None and "over the budget of 1 h" in why and "13.89 h" in why
+    assert smoke_stop(run, FakeCheck(), VerifyConfig()) is None
+    exploding = record("migrated", [1.0, 2.0, 8.0, 30.0])
+    assert "diverged" in smoke_stop(exploding, FakeCheck(), VerifyConfig())
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+def test_config_from_pyproject_and_xlaport_toml(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[tool.xlaport.verify]\nrequire = "L2"\nclaim = "accuracy>=0.9"\nloss-tolerance = 0.1\n'
+        '[tool.xlaport.verify.metric_directions]\nbleu = "higher"\n'
+    )
+    config, origin = load_config(project)
+    assert (config.require, config.claim, config.loss_tolerance) == ("L2", "accuracy>=0.9", 0.1)
+    assert config.metric_directions == {"bleu": "higher"} and origin.endswith("pyproject.toml")
+    assert config.with_overrides(require="L3", claim=None).require == "L3"
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "xlaport.toml").write_text("[verify]\nmin_steps = 10\n")
+    assert load_config(other, project)[0].min_steps == 10
+    assert load_config(tmp_path)[1] is None
+
+    (other / "xlaport.toml").write_text("[verify]\nmin_stepz = 10\n")
+    with pytest.raises(VerifyUsageError, match="unknown key 'min_stepz'"):
+        load_config(other)
+    (other / "xlaport.toml").write_text('[verify]\nclaim = "accuracy high"\n')
+    with pytest.raises(VerifyUsageError, match="cannot read the claim"):
+        load_config(other)
+
+
+def test_split_command():
+    assert split_command(["python", "train.py", "--steps", "3"]) == ("train.py", ["--steps", "3"])
+    assert split_command(["train.py"]) == ("train.py", [])
+    for bad in ([], ["python", "-m", "pkg"], ["torchrun", "train.py"]):
+        with pytest.raises(VerifyUsageError):
+            split_command(bad)
+
+
+def test_html_report_is_self_contained():
+    config = VerifyConfig()
+    ref, mig = record("reference", decaying(), [0.5, 0.8, 0.9]), record("migrated", decaying(shift=0.4), [0.5, 0.7, 0.8])
+    level, reasons, improvements, undecided, loss, metrics, claim, perf = assess(ref, mig, FakeCheck(), config)
+    from xlaport.eval.verify import VerifyReport
+
+    report = VerifyReport("orig<dir>", "mig", ["python", "train.py"], level, "L3", "fail", reasons, improvements,
+                          loss=loss, metrics=metrics, performance=perf, reference_run=ref, migrated_run=mig,
+                          check={"per_step": [{"index": i, "compiles": int(i < 2)} for i in range(40)], "steps_warmup": 2})
+    page = render_html(report)
+    images = re.findall(r"src='data:image/png;base64,([^']+)'", page)
+    assert len(images) == 4 and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
+    assert "orig&lt;dir&gt;" in page and "http" not in page.replace("https://", "")  # nothing fetched from outside
+    assert set(render_plots(report)) == {"loss.png", "metric.png", "step_time.png", "compiles.png"}
+    json.loads(report.to_json())
+
+
+# --- real runs (torch_xla on the CPU device, CUDA originals through the CPU shim) -------------------
+
+
+@pytest.fixture(scope="module")
+def reference_cache(tmp_path_factory) -> str:
+    """One reference run of the original serves every migrated variant (same tree, same command)."""
+    return str(tmp_path_factory.mktemp("reference-cache"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variant", "status", "level", "expected"),
+    [
+        ("migrated", "pass", "L3", "L3: the goal holds"),
+        ("regress_lr", "fail", "L2", "higher than the reference"),
+        ("regress_dropped_term", "fail", "L2", "different objective"),
+        ("regress_clip_before_reduce", "fail", "L2", "same loss at the first step, so the optimization changed"),
+        ("regress_wrong_checkpoint", "fail", "L2", "checkpoint save/reload"),
+        ("improved_lower_loss", "pass", "L3", "L3: the goal holds"),
+    ],
+)
+def test_planted_regressions(variant, status, level, expected, reference_cache):
+    report = verify(CLASSIFIER / "original", CLASSIFIER / variant, COMMAND, VerifyConfig(reference_cache=reference_cache))
+    summary = f"{variant}: {report.level} {report.status}\n" + "\n".join(report.reasons)
+    assert (report.status, report.level) == (status, level), summary
+    assert any(expected in reason for reason in report.reasons), summary
+    assert report.reference_run is not None and report.reference_run.device.startswith("cpu")
+    if variant == "improved_lower_loss":
+        assert report.loss.verdict == "better" and any("not a failure" in i for i in report.improvements)
+    if variant == "migrated":
+        assert report.loss.curve_distance < 1e-3 and report.check["level"] == "L2"
+    print(f"\n{summary}\nverify wall time {report.wall_s:.1f} s")
+
+
+@pytest.mark.slow
+def test_cli_too_few_steps_is_inconclusive(tmp_path, reference_cache):
+    result = CliRunner().invoke(
+        app,
+        ["verify", str(CLASSIFIER / "original"), str(CLASSIFIER / "migrated"), "--reference-cache", reference_cache,
+         "--json", str(tmp_path / "v.json"), "--html", str(tmp_path / "v.html"), "--plots", str(tmp_path / "plots"),
+         "--", "python", "train.py", "--steps", "8", "--eval-every", "8"],
+    )
+    assert result.exit_code == 3, result.output
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["status"] == "inconclusive" and data["level"] == "L2"
+    assert any("too few to decide" in r for r in data["reasons"])
+    assert "INCONCLUSIVE" in result.output and (tmp_path / "v.html").read_text().startswith("<!doctype html>")
+    assert (tmp_path / "plots" / "loss.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.slow
+def test_diverging_smoke_test_stops_before_the_reference_run():
+    report = verify(DIVERGE / "original", DIVERGE / "migrated", ["python", "train.py"])
+    assert report.status == "fail" and report.exit_code == 1
+    assert report.stopped is not None and "diverged: loss inf" in report.stopped
+    assert report.reference_run is None
+
+
+@pytest.mark.slow
+def test_migrated_example_reaches_l3(tmp_path):
+    example = EXAMPLES / "ddp_finetune"
+    if not (example / "train.py").is_file():
+        pytest.skip("the bundled examples are not there")
+    out = tmp_path / "migrated"
+    result = CliRunner().invoke(app, ["migrate", str(EXAMPLES), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = verify_tree(example, out / example.name, ["python", "train.py", "--steps", "40"])
+    summary = "\n".join(report.reasons)
+    assert report.level in ("L3", "L4") and report.status == "pass", summary
