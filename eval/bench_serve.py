@@ -70,7 +70,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from fastapi.testclient import TestClient
-
     from xlaport.serve.http import create_app
     from xlaport.serve.pipeline import get_pipeline
 

@@ -405,11 +405,12 @@ class Pipeline:
             try:
                 proposal = self.proposer.propose(source, function, findings, retrieved)
             except Exception as exc:  # a model failure must not lose the rules' work
-                notes.append(f"{function}: the code model failed ({type(exc).__name__}: {exc})")
+                notes.append(f"{function}: no proposal from the code model ({type(exc).__name__}: {exc})")
                 continue
             if proposal is None:
                 continue
             try:
+                compile_or_raise(proposal.source, path)
                 left = lint_source(proposal.source, path, rules)
             except SourceError as exc:
                 notes.append(f"{function}: proposal dropped, it does not parse ({exc})")

@@ -168,6 +168,7 @@ def test_parallel_jobs_give_the_same_tree_in_the_same_order(tmp_path):
     assert digest_one == digest_two
 
 
+@pytest.mark.slow
 def test_cli_keeps_its_flags_and_summary(tmp_path):
     src = copy_project(tmp_path)
     runner = CliRunner()

@@ -127,7 +127,7 @@ def test_a_proposal_that_fixes_findings_is_applied_and_recorded():
     [
         (ZeroPeak(output="def broken(:\n"), "does not parse"),
         (ZeroPeak(output=CUDA_SOURCE), "fixes no finding"),
-        (ZeroPeak(error=RuntimeError("out of memory")), "the code model failed"),
+        (ZeroPeak(error=RuntimeError("out of memory")), "no proposal from the code model"),
     ],
 )
 def test_bad_proposals_are_dropped_and_the_rules_work_is_kept(proposer, note):

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 from typer.testing import CliRunner
-
 from xlaport.training.configs import get_size
 from xlaport.training.corpus import Function, extract_functions, imports_used, split_of
 from xlaport.training.dataset import (
@@ -27,7 +26,6 @@ from xlaport.training.traces import (
     INJECTIONS,
     Trace,
     apply_unified_diff,
-    inject,
     injected_trace,
     join_target,
     lint_many,
@@ -300,7 +298,6 @@ def tiny_base(tmp_path_factory, tokenizer):
 @pytest.mark.slow
 def test_base_pretraining_on_xla_compiles_once_per_graph_and_falls_back_never(tiny_base, tokenizer):
     from transformers import AutoModelForCausalLM
-
     from xlaport.training.loop import move_model, train
 
     texts = [p.read_text() for p in sorted(CORPUS.glob("*.py"))]

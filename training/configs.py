@@ -23,6 +23,7 @@ class SizeConfig:
     buckets: tuple[int, ...]  # padded lengths of LoRA examples (fixed shapes: one graph per bucket)
     max_files: int | None  # corpus files read per package (None: all)
     max_injected: int  # clean functions that get CUDA-isms injected
+    max_rule_traces: int  # functions migrated by the rules (each costs a few lint passes)
     max_function_chars: int
     # training
     batch_size: int
@@ -60,6 +61,7 @@ SIZES: dict[str, SizeConfig] = {
         buckets=(128, 256),
         max_files=12,
         max_injected=40,
+        max_rule_traces=40,
         max_function_chars=600,
         batch_size=4,
         base_steps=12,
@@ -81,8 +83,9 @@ SIZES: dict[str, SizeConfig] = {
         context=512,
         buckets=(256, 512),
         max_files=None,
-        max_injected=2500,
-        max_function_chars=1200,
+        max_injected=3000,
+        max_rule_traces=1500,
+        max_function_chars=800,
         batch_size=8,
         base_steps=1200,
         lora_steps=600,
@@ -100,6 +103,7 @@ SIZES: dict[str, SizeConfig] = {
         buckets=(256, 512, 1024),
         max_files=None,
         max_injected=20000,
+        max_rule_traces=20000,
         max_function_chars=3000,
         batch_size=32,
         base_steps=20000,
@@ -120,6 +124,7 @@ SIZES: dict[str, SizeConfig] = {
         buckets=(512, 1024, 2048),
         max_files=None,
         max_injected=50000,
+        max_rule_traces=50000,
         max_function_chars=6000,
         batch_size=64,
         base_steps=50000,

@@ -94,9 +94,10 @@ def build_dataset(
 
     rule_candidates = [fn for _, fn in functions if is_rule_candidate(fn)]
     lints = lint_many([module_text(fn.imports, fn.source) for fn in rule_candidates])
-    for fn, findings in zip(rule_candidates, lints, strict=True):
-        if findings:
-            add(rule_trace(fn, unsafe=unsafe, findings=findings))
+    fixable = [(fn, f) for fn, f in zip(rule_candidates, lints, strict=True) if f and any(x.fixable for x in f)]
+    random.Random(seed).shuffle(fixable)
+    for fn, findings in fixable[: size.max_rule_traces]:
+        add(rule_trace(fn, unsafe=unsafe, findings=findings))
     log(f"rule traces: {len(traces)} of {len(rule_candidates)} candidates ({time.perf_counter() - start:.0f} s)")
 
     rng = random.Random(seed)

@@ -298,9 +298,27 @@ def run_job(directory: Path, out: Path | None = None, log: Callable[[str], None]
     result = train(model, batches, config, checkpoint=directory / CHECKPOINT, log=log)
     (directory / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     if out is not None:
-        move_model(model, "cpu")
-        model.save_pretrained(str(out))
+        save_model(model, out)
     return result
+
+
+def save_model(model: torch.nn.Module, out: Path) -> None:
+    """`save_pretrained` from CPU copies of the weights: the model stays on its device, the optimizer's."""
+    if job_is_peft(model):
+        from peft import get_peft_model_state_dict
+
+        state = get_peft_model_state_dict(model)
+    else:
+        state, seen = {}, set()
+        for name, tensor in model.state_dict(keep_vars=True).items():  # tied weights appear under two names: keep the first
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                state[name] = tensor
+    model.save_pretrained(str(out), state_dict={k: v.detach().cpu() for k, v in state.items()})
+
+
+def job_is_peft(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config")
 
 
 def main(argv: list[str] | None = None) -> int:

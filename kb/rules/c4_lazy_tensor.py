@@ -13,6 +13,7 @@ a loop without a barrier grows one huge graph; every new input shape compiles a 
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -55,7 +56,10 @@ NON_TENSOR_TORCH = frozenset(
     "finfo iinfo autocast set_printoptions use_deterministic_algorithms set_num_threads get_num_threads "
     "get_rng_state set_rng_state set_float32_matmul_precision get_float32_matmul_precision".split()
 )
-TENSOR_FACTORIES_ON_CPU = frozenset({"tensor", "as_tensor", "from_numpy"})  # device tensors only with device=
+# Factories that build CPU tensors unless given `device=` (a CPU tensor read on the host costs nothing).
+TENSOR_FACTORIES_ON_CPU = frozenset(
+    "tensor as_tensor from_numpy rand randn randint randperm zeros ones empty full arange linspace logspace eye".split()
+)
 TENSOR_ATTRS = frozenset({"loss", "logits", "grad"})  # `outputs.loss`, `outputs.logits`, `p.grad`
 TENSOR_VIEW_ATTRS = frozenset({"data", "T", "mT", "real", "imag"})
 ORDER_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
@@ -209,7 +213,7 @@ class Nodes:
     names: list[cst.Name | cst.Attribute] = field(default_factory=list)
     strings: list[cst.SimpleString] = field(default_factory=list)
     fors: list[cst.For] = field(default_factory=list)
-    functions: list[cst.FunctionDef] = field(default_factory=list)
+    functions: list[cst.FunctionDef | cst.Lambda] = field(default_factory=list)
 
     def add(self, node: cst.CSTNode) -> None:
         if isinstance(node, cst.Call):
@@ -222,7 +226,7 @@ class Nodes:
             self.strings.append(node)
         elif isinstance(node, cst.For):
             self.fors.append(node)
-        elif isinstance(node, cst.FunctionDef):
+        elif isinstance(node, (cst.FunctionDef, cst.Lambda)):
             self.functions.append(node)
 
 
@@ -237,6 +241,8 @@ class _ModuleIndex:
     scopes: dict[int, _Scope] | None = None
     step_loops: set[int] | None = None
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
+    by_start: list[tuple[tuple[int, int], tuple[int, int], int, cst.CSTNode]] | None = None
+    function_spans: list[tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=list)
 
 
 # The index of the module analysed last. Rules of one batch share it; a new module replaces it
@@ -282,29 +288,42 @@ class StepContextRule(Rule):
         return self.index().nodes
 
     def nodes_in(self, root: cst.CSTNode, enter_functions: bool = True) -> Nodes:
-        """The module's nodes inside `root` (without nested functions and lambdas unless `enter_functions`)."""
+        """The module's nodes inside `root` (without nested functions and lambdas unless `enter_functions`).
+
+        Found by source range (a binary search over the nodes sorted by start), not by walking the tree.
+        """
         index = self.index()
         if isinstance(root, cst.Module):
             return index.nodes
         key = (id(root), enter_functions)
         if key not in index.subtrees:
+            if index.by_start is None:
+                self._sort_by_start(index)
+            span = self._span(root)
+            holes = [] if enter_functions else [h for h in index.function_spans if _inside(h, span) and h != span]
             found = Nodes()
-            for kind in (index.nodes.calls, index.nodes.assigns, index.nodes.names, index.nodes.strings):
-                for node in kind:
-                    if self._within(node, root, enter_functions):
-                        found.add(node)
+            i = bisect.bisect_left(index.by_start, (span[0],))
+            while i < len(index.by_start) and index.by_start[i][0] <= span[1]:
+                start, end, _, node = index.by_start[i]
+                if end <= span[1] and not any(_inside((start, end), h) for h in holes):
+                    found.add(node)
+                i += 1
             index.subtrees[key] = found
         return index.subtrees[key]
 
-    def _within(self, node: cst.CSTNode, root: cst.CSTNode, enter_functions: bool) -> bool:
-        current = node
-        while current is not None:
-            if current is root:
-                return True
-            if not enter_functions and current is not node and isinstance(current, (cst.FunctionDef, cst.Lambda)):
-                return False
-            current = self.parent(current)
-        return False
+    def _span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+        pos = self.position(node)
+        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+
+    def _sort_by_start(self, index: _ModuleIndex) -> None:
+        rows = []
+        for kind in (index.nodes.calls, index.nodes.assigns, index.nodes.names, index.nodes.strings):
+            for node in kind:
+                start, end = self._span(node)
+                rows.append((start, end, len(rows), node))
+        rows.sort(key=lambda row: (row[0], row[2]))
+        index.by_start = rows
+        index.function_spans = [self._span(f) for f in index.nodes.functions]
 
     def facts(self, node: cst.CSTNode | None = None) -> _ModuleFacts:
         index = self.index()
@@ -393,6 +412,8 @@ class StepContextRule(Rule):
                 owner = self._owner(call, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module))
                 scope_at(owner).backward_names.add(call.func.value.value)
         for func in index.nodes.functions:
+            if not isinstance(func, cst.FunctionDef):
+                continue
             scope = scope_at(func)
             params = func.params
             for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
@@ -664,6 +685,11 @@ class StepContextRule(Rule):
         return None
 
 
+def _inside(inner: tuple, outer: tuple) -> bool:
+    """Is source span `inner` within span `outer`? Spans are ((line, col), (line, col))."""
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
 def _has_modulo(node: cst.CSTNode) -> bool:
     """Does a condition test `something % N` (the every-N-steps idiom)?"""
     if isinstance(node, cst.BinaryOperation):
@@ -686,13 +712,16 @@ def _is_step_call(call: cst.Call) -> bool:
     return name == "step" and isinstance(func, cst.Attribute) and "sched" not in code_of(func.value).lower()
 
 
+FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
+
+
 def _may_hold_tensor(param: cst.Param) -> bool:
-    """A `forward` parameter holds a tensor unless its default or annotation says otherwise."""
-    if param.name.value in ("self", "cls"):
+    """A `forward` parameter holds a tensor unless its name, annotation or default says otherwise."""
+    name = param.name.value
+    if name in ("self", "cls", "training", "deterministic") or name.startswith(FLAG_PREFIXES):
         return False
-    annotation = param.annotation.annotation if param.annotation else None
-    if isinstance(annotation, cst.Name) and annotation.value in ("bool", "int", "float", "str"):
-        return False
+    if param.annotation is not None:
+        return "Tensor" in code_of(param.annotation.annotation)
     default = param.default
     return default is None or (isinstance(default, cst.Name) and default.value == "None")
 
@@ -1798,6 +1827,9 @@ class UnsyncedTiming(StepContextRule):
 
     def _waits(self, call: cst.Call) -> bool:
         if self.qualified_names(call.func) & WAIT_CALLS or method_name(call) in ("item", "cpu", "tolist"):
+            return True
+        name = (identifier(call.func) or "").lower()
+        if "wait" in name or "synchronize" in name:  # the project's own helper, e.g. `_wait(device)`
             return True
         if self.is_call_to(call, "torch_xla.sync", "torch_xla.torch_xla.sync"):
             wait = keyword_arg(call, "wait")
