@@ -279,10 +279,15 @@ def training_wall(model_dir: Path) -> dict:
             "compiles_after_warmup": train["compiles_after_warmup"],
             "default_wall_s": round(train["wall_s"] if ran == default else warmup_s + per_step * (default - train["compile_warmup_steps"]), 1),
             "extrapolated": ran != default,
-            "first_loss": next(iter(train["losses"].values()), None),
-            "last_loss": list(train["losses"].values())[-1] if train["losses"] else None,
+            "first_loss": _losses(train)[0] if train["losses"] else None,
+            "last_loss": _losses(train)[-1] if train["losses"] else None,
         }
     return out
+
+
+def _losses(train: dict) -> list[float]:
+    """Losses in step order (JSON keys are strings, and xlaport.json sorts them as strings)."""
+    return [loss for _, loss in sorted((int(step), loss) for step, loss in train["losses"].items())]
 
 
 # --- report -------------------------------------------------------------------------------------------

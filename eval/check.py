@@ -519,11 +519,16 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
             + (f", first from {where}" if where else "")
             + "; shapes or Python values change from step to step (pad to fixed sizes)"
         )
-    if report.host_transfers_per_step is not None and report.host_transfers_per_step > TRANSFERS_PER_STEP_LIMIT:
-        host_reads_after = sum(s.host_reads for s in report.per_step[report.steps_warmup :])
+    after_warmup = report.per_step[report.steps_warmup :]
+    # A sync is a stall of the step, however many tensors it copies: a checkpoint every N steps
+    # copies many tensors once, `.item()` every step stalls every step.
+    syncing_steps = sum(1 for s in after_warmup if s.transfers)
+    if after_warmup and syncing_steps / len(after_warmup) > TRANSFERS_PER_STEP_LIMIT:
+        host_reads_after = sum(s.host_reads for s in after_warmup)
         reasons.append(
-            f"per-step host syncs: {report.host_transfers_per_step:g} device-to-host transfer(s) per step after "
-            f"warm-up ({host_reads_after} .item()/bool()-style host read(s)"
+            f"per-step host syncs: {syncing_steps} of {len(after_warmup)} steps after warm-up copy values to the "
+            f"host ({report.host_transfers_per_step:g} transfer(s) per step, {host_reads_after} of them "
+            ".item()/bool()-style host reads"
             + (", the rest from the CPU fallback ops" if report.fallback_ops else "")
             + ")"
             + (f", .item() mostly at {report.item_sites[0]['location']}" if report.item_sites else "")

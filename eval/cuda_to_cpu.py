@@ -161,6 +161,8 @@ def _cuda_functions() -> dict[str, Any]:
     return {
         "is_available": lambda: True,
         "is_initialized": lambda: True,
+        # optimizers ask this on their CUDA path (graph capture never happens on the CPU)
+        "is_current_stream_capturing": lambda: False,
         "init": nothing,
         "device_count": lambda: 1,
         "current_device": lambda: 0,

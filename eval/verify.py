@@ -110,17 +110,16 @@ class VerifyConfig:
     @classmethod
     def from_mapping(cls, data: dict[str, Any], origin: str = "configuration") -> VerifyConfig:
         """A config from a TOML table; keys may use dashes; unknown keys are an error (typos must not pass silently)."""
-        known = {f.name: f for f in fields(cls)}
+        known = {f.name: str(f.type) for f in fields(cls)}
         values = {}
         for key, value in data.items():
             name = key.replace("-", "_")
             if name not in known:
                 raise VerifyUsageError(f"{origin}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+            if not _has_type(value, known[name]):
+                raise VerifyUsageError(f"{origin}: {key} must be {known[name]}, not {value!r}")
             values[name] = value
-        try:
-            return cls(**values).validate()
-        except TypeError as exc:
-            raise VerifyUsageError(f"{origin}: {exc}") from None
+        return cls(**values).validate()
 
     def with_overrides(self, **overrides: Any) -> VerifyConfig:
         """A copy with every override that is not None applied."""
@@ -132,6 +131,16 @@ class VerifyConfig:
                 raise VerifyUsageError(f"unknown setting {key!r}")
             data[key] = value
         return VerifyConfig(**data).validate()
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    """Whether a TOML value fits a field's annotation (a string under `from __future__ import annotations`)."""
+    if value is None:
+        return "None" in annotation
+    if isinstance(value, bool):
+        return False  # no setting is a boolean; `true` for a number is a mistake
+    checks = {"float": (int, float), "int": (int,), "str": (str,), "dict": (dict,)}
+    return any(kind in annotation and isinstance(value, types) for kind, types in checks.items())
 
 
 def load_config(*project_dirs: Path) -> tuple[VerifyConfig, str | None]:

@@ -225,24 +225,35 @@ class CodeModel:
     def generate_text(self, prompt_ids: list[int], budget: int) -> tuple[str, bool, int]:
         """(decoded continuation up to EOS, whether EOS came within `budget` tokens, tokens generated). Greedy."""
         import torch
+        from xlaport.training.loop import cpu_threads
 
         input_ids = torch.tensor([prompt_ids], device=self.device)
         with self._lock, torch.no_grad():
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                max_new_tokens=budget,
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id,
-            )
+            previous_threads = torch.get_num_threads()
+            torch.set_num_threads(cpu_threads(None))  # torch's default spins badly on a small busy machine
+            try:
+                output = self._generate(input_ids, budget)
+            finally:
+                torch.set_num_threads(previous_threads)
         new = output[0, len(prompt_ids) :].tolist()
         count = len(new)
         finished = self.tokenizer.eos_token_id in new
         if finished:
             new = new[: new.index(self.tokenizer.eos_token_id)]
         return self.tokenizer.decode(new, skip_special_tokens=True), finished, count
+
+    def _generate(self, input_ids, budget: int):
+        import torch
+
+        return self.model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=budget,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
 
 
 # --- checks and splicing ----------------------------------------------------------------------------

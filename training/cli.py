@@ -26,6 +26,7 @@ OutOption = Annotated[Path | None, typer.Option("--out", help="Output directory 
 DeviceOption = Annotated[Device, typer.Option("--device", help="xla: torch_xla (TPU, or the CPU with PJRT_DEVICE=CPU); eager: CUDA or CPU.")]
 StepsOption = Annotated[int | None, typer.Option("--steps", min=1, help="Training steps (default: the size's).")]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of sampling, data order and initialisation.")]
+ThreadsOption = Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch (default: all cores but one).")]
 
 
 def _fail(message: str) -> None:
@@ -102,6 +103,7 @@ def base(
     device: DeviceOption = Device.xla,
     steps: StepsOption = None,
     seed: SeedOption = 0,
+    threads: ThreadsOption = None,
 ) -> None:
     """Pretrain a small causal LM from scratch on the dataset's train split (tokenizer included)."""
     _prepare_device(device)
@@ -109,7 +111,8 @@ def base(
 
     try:
         directory, result = train_base(
-            _size(size, base_steps=steps), data=data, out=out, device=device.value, seed=seed, log=_log
+            _size(size, base_steps=steps), data=data, out=out, device=device.value, seed=seed, log=_log,
+            threads=threads,
         )
     except (TrainingError, FileNotFoundError) as exc:
         _fail(str(exc))
@@ -125,6 +128,7 @@ def lora(
     device: DeviceOption = Device.xla,
     steps: StepsOption = None,
     seed: SeedOption = 0,
+    threads: ThreadsOption = None,
 ) -> None:
     """Fine-tune a LoRA adapter on the train-split traces: retrieved fixes + function → migrated function."""
     _prepare_device(device)
@@ -134,7 +138,8 @@ def lora(
         _fail(f"no such model directory: {base_model}")
     try:
         directory, result = train_lora(
-            _size(size, lora_steps=steps), data=data, base=base_model, out=out, device=device.value, seed=seed, log=_log
+            _size(size, lora_steps=steps), data=data, base=base_model, out=out, device=device.value, seed=seed, log=_log,
+            threads=threads,
         )
     except (TrainingError, FileNotFoundError) as exc:
         _fail(str(exc))

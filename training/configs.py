@@ -1,7 +1,9 @@
 """Model sizes and training settings, one named configuration per size.
 
 `tiny` is for tests (seconds). `small` is the default and is sized to finish base + LoRA training
-within 30 minutes on a 2-core CPU through torch_xla. `base` and `large` are meant for a TPU.
+within 30 minutes on a 2-core CPU through torch_xla (measured on a shared, busy machine: ~700
+tokens/s, so ~1.5 M training tokens in all; see eval/bench_model.py). `base` and `large` are meant
+for a TPU.
 """
 
 from __future__ import annotations
@@ -76,10 +78,10 @@ SIZES: dict[str, SizeConfig] = {
     "small": SizeConfig(
         name="small",
         vocab_size=4096,
-        hidden=256,
+        hidden=192,
         layers=4,
-        heads=4,
-        intermediate=704,
+        heads=3,
+        intermediate=512,
         context=512,
         buckets=(256, 512),
         max_files=None,
@@ -87,9 +89,12 @@ SIZES: dict[str, SizeConfig] = {
         max_rule_traces=1500,
         max_function_chars=800,
         batch_size=8,
-        base_steps=1200,
-        lora_steps=600,
-        checkpoint_every=200,
+        base_steps=160,
+        lora_steps=200,
+        base_lr=2e-3,
+        lora_lr=3e-3,
+        warmup_steps=10,
+        checkpoint_every=50,
     ),
     # TPU sizes: same code path, bigger shapes.
     "base": SizeConfig(

@@ -43,6 +43,7 @@ class LoopConfig:
     log_every: int = 10
     device: str = "xla"  # "xla" or "eager" (CUDA when available, else CPU)
     seed: int = 0
+    threads: int | None = None  # CPU threads for torch; None: all cores but one (see `cpu_threads`)
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -146,6 +147,17 @@ def train(
     log: Callable[[str], None] = print,
 ) -> TrainResult:
     """Trains `model` (a causal LM taking input_ids/labels) in place; resumes from `checkpoint` if it exists."""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(cpu_threads(config.threads))
+    try:
+        return _train(model, batches, config, checkpoint, log)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(
+    model: torch.nn.Module, batches: Batches, config: LoopConfig, checkpoint: Path | None, log: Callable[[str], None]
+) -> TrainResult:
     if config.steps > len(batches):
         raise ValueError(f"{config.steps} steps asked, only {len(batches)} batches prepared")
     xla = config.device == "xla"
@@ -245,6 +257,16 @@ def train(
     return result
 
 
+def cpu_threads(requested: int | None) -> int:
+    """Threads for CPU math: as requested, else all cores but one (at least one).
+
+    On a small shared machine, torch's default (all cores) is the worst choice: its worker threads
+    spin at every barrier while the scheduler runs other processes; measured on 2 busy cores, one
+    thread trained 3x faster than two.
+    """
+    return requested if requested else max(1, (os.cpu_count() or 2) - 1)
+
+
 def _wait(device_kind: str) -> None:
     if device_kind == "xla":
         import torch_xla.core.xla_model as xm
@@ -326,7 +348,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) not in (1, 2):
         print("usage: loop.py JOB_DIR [OUT_DIR]", file=sys.stderr)
         return 2
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     result = run_job(Path(argv[0]), Path(argv[1]) if len(argv) == 2 else None)
     print(json.dumps({k: v for k, v in result.to_dict().items() if k != "losses"}))
     return 0

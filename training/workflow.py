@@ -116,6 +116,7 @@ def prepare_base_job(
     device: str = "xla",
     seed: int = 0,
     log: Log = _quiet,
+    threads: int | None = None,
 ) -> Path:
     """Writes the pretraining job (tokenizer, random-init model, batches) into `out/_job`; returns `out`.
 
@@ -140,7 +141,7 @@ def prepare_base_job(
     model = new_base_model(size, tokenizer)
     model.save_pretrained(str(job_dir / "init"))  # the job starts from these saved weights, also when resumed
     batches = pretrain_batches(tokenizer, texts, size.context, size.batch_size, size.base_steps, seed)
-    loop = _loop_config(size, size.base_steps, size.base_lr, device, seed)
+    loop = _loop_config(size, size.base_steps, size.base_lr, device, seed, threads)
     meta = {"kind": "base", "size": size.name, "size_config": size.to_dict(), "dataset": str(data.resolve())}
     job = {"kind": "base", "base_model": str(job_dir / "init"), "tokenizer": str(job_dir / "tokenizer"), "loop": loop, "meta": meta}
     write_job(job_dir, job, batches)
@@ -148,7 +149,7 @@ def prepare_base_job(
     return out
 
 
-def _loop_config(size: SizeConfig, steps: int, lr: float, device: str, seed: int) -> dict:
+def _loop_config(size: SizeConfig, steps: int, lr: float, device: str, seed: int, threads: int | None) -> dict:
     config = LoopConfig(
         steps=steps,
         lr=lr,
@@ -157,6 +158,7 @@ def _loop_config(size: SizeConfig, steps: int, lr: float, device: str, seed: int
         log_every=size.log_every,
         device=device,
         seed=seed,
+        threads=threads,
     )
     return asdict(config)
 
@@ -192,9 +194,10 @@ def train_base(
     device: str = "xla",
     seed: int = 0,
     log: Log = _quiet,
+    threads: int | None = None,
 ) -> tuple[Path, TrainResult]:
     """Pretrains a base model from scratch on the dataset's train split; resumes if `out` holds a job."""
-    return run_training(prepare_base_job(size, data, out, device, seed, log), log)
+    return run_training(prepare_base_job(size, data, out, device, seed, log, threads), log)
 
 
 def _sample(texts: list[str], max_chars: int, seed: int) -> list[str]:
@@ -232,6 +235,7 @@ def prepare_lora_job(
     device: str = "xla",
     seed: int = 0,
     log: Log = _quiet,
+    threads: int | None = None,
 ) -> Path:
     """Writes the LoRA job (padded batches of the train-split traces) into `out/_job`; returns `out`."""
     from transformers import AutoConfig, AutoTokenizer
@@ -270,7 +274,7 @@ def prepare_lora_job(
         "base_model": str(base.resolve()),
         "tokenizer": str(job_dir / "tokenizer"),
         "lora": lora_settings(size, config.model_type),
-        "loop": _loop_config(size, size.lora_steps, size.lora_lr, device, seed),
+        "loop": _loop_config(size, size.lora_steps, size.lora_lr, device, seed, threads),
         "meta": meta,
     }
     write_job(job_dir, job, batches)
@@ -287,6 +291,7 @@ def train_lora(
     device: str = "xla",
     seed: int = 0,
     log: Log = _quiet,
+    threads: int | None = None,
 ) -> tuple[Path, TrainResult]:
     """Fine-tunes a LoRA adapter on the train-split traces, on top of `base` (default: the newest base model)."""
-    return run_training(prepare_lora_job(size, data, base, out, device, seed, log), log)
+    return run_training(prepare_lora_job(size, data, base, out, device, seed, log, threads), log)

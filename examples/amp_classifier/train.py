@@ -23,7 +23,7 @@ def make_dataset(n, num_classes, size, seed):
         angle = torch.tensor(c * 3.14159 / num_classes)
         stripes = torch.sin((xs * torch.cos(angle) + ys * torch.sin(angle)) * 0.8)
         images[labels == c] = stripes
-    images += 3.0 * torch.randn(images.shape, generator=gen)
+    images += 1.5 * torch.randn(images.shape, generator=gen)
     return TensorDataset(images, labels)
 
 

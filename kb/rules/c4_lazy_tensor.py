@@ -281,9 +281,6 @@ class StepContextRule(Rule):
         _LAST_INDEX[:] = [index]
         return index
 
-    def module_of(self, node: cst.CSTNode) -> cst.Module:
-        return self.index().module
-
     def module_nodes(self) -> Nodes:
         return self.index().nodes
 
@@ -325,7 +322,7 @@ class StepContextRule(Rule):
         index.by_start = rows
         index.function_spans = [self._span(f) for f in index.nodes.functions]
 
-    def facts(self, node: cst.CSTNode | None = None) -> _ModuleFacts:
+    def facts(self) -> _ModuleFacts:
         index = self.index()
         if index.facts is None:
             index.facts = self._scan_module(index.nodes)
@@ -488,7 +485,7 @@ class StepContextRule(Rule):
         if method in TENSOR_METHODS:
             receiver = func.value
             return self.is_tensor(receiver, depth + 1) or not self.is_host_value(receiver)
-        if code_of(func) in self.facts(call).nn_keys:
+        if code_of(func) in self.facts().nn_keys:
             return True
         return False
 
@@ -623,7 +620,7 @@ class StepContextRule(Rule):
             return True
         if func is not None and func.name.value == "forward":
             return True
-        return self.facts(node).device_code
+        return self.facts().device_code
 
     def contains_sync(self, node: cst.CSTNode) -> bool:
         return any(self.qualified_names(c.func) & SYNC_CALLS for c in self.nodes_in(node, False).calls)
@@ -636,10 +633,10 @@ class StepContextRule(Rule):
         if method_name(call) != "step" or positional_args(call):
             return False
         receiver = call.func.value
-        return is_optimizer_name(receiver) or code_of(receiver) in self.facts(call).optimizer_keys
+        return is_optimizer_name(receiver) or code_of(receiver) in self.facts().optimizer_keys
 
     def iterates_device_loader(self, loop: cst.For) -> bool:
-        facts = self.facts(loop)
+        facts = self.facts()
         found = self.nodes_in(loop.iter)
         if any(self.qualified_names(c.func) & DEVICE_LOADERS for c in found.calls):
             return True
@@ -1219,7 +1216,7 @@ class MultiProcessOptimizerStep(StepContextRule):
         loop = self.step_loop(node)
         if loop is None or not self.contains_backward(loop.body):
             return
-        facts = self.facts(node)
+        facts = self.facts()
         if not facts.uses(*MULTIPROCESS_SIGNALS) or facts.uses(*GRADIENT_REDUCERS):
             return
         replacement = cst.Call(func=expr("xm.optimizer_step"), args=[cst.Arg(node.func.value)])
@@ -1324,7 +1321,7 @@ class _MaskRule(StepContextRule):
         return False
 
     def mask_index(self, node: cst.Subscript) -> cst.BaseExpression | None:
-        if not self.facts(node).uses("torch"):
+        if not self.facts().uses("torch"):
             return None
         if self.is_host_value(node.value) or not self.in_device_context(node):
             return None
@@ -1747,7 +1744,7 @@ class GenerateWithDynamicCache(StepContextRule):
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) != "generate":
             return
-        facts = self.facts(node)
+        facts = self.facts()
         if not facts.uses("transformers", "peft", "trl") or facts.sets_static_cache:
             return
         keywords = {a.keyword.value for a in node.args if a.keyword is not None}

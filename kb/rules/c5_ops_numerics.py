@@ -6,6 +6,8 @@ each op below ran on the CPU, which costs a device->host->device round trip ever
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from ..rule import (
@@ -464,7 +466,7 @@ class BceOnSigmoid(StepContextRule):
         )
 
     def _uses_sigmoid(self, node: cst.CSTNode) -> bool:
-        facts = self.facts(node)
+        facts = self.facts()
         return bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"})) or any(
             method_name(c) == "sigmoid" for c in self.module_nodes().calls
         )
@@ -576,8 +578,8 @@ class _FallbackOp(StepContextRule):
 
     category = "C5"
     fix = "manual"
-    functions: dict[str, str] = {}  # qualified name -> aten counter
-    methods: dict[str, str] = {}  # tensor method -> aten counter
+    functions: ClassVar[dict[str, str]] = {}  # qualified name -> aten counter
+    methods: ClassVar[dict[str, str]] = {}  # tensor method -> aten counter
 
     def counter(self, node: cst.Call) -> str | None:
         for name in self.qualified_names(node.func):
@@ -868,7 +870,7 @@ class TightTolerance(StepContextRule):
         is_method = method_name(node) == "allclose" and not self._is_torch_function(node.func)
         if not (self.is_call_to(node, *CLOSE_CALLS) or is_method):
             return
-        if not self.facts(node).device_code:
+        if not self.facts().device_code:
             return
         given = [arg for arg in (keyword_arg(node, "rtol"), keyword_arg(node, "atol")) if arg is not None]
         if any(not _is_tight(arg.value) for arg in given):
@@ -916,7 +918,7 @@ class Bfloat16Accumulator(StepContextRule):
     )
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not isinstance(node.operator, cst.AddAssign) or not self.facts(node).uses_bf16:
+        if not isinstance(node.operator, cst.AddAssign) or not self.facts().uses_bf16:
             return
         if self.step_loop(node) is None or not self.is_tensor(node.value):
             return
@@ -961,7 +963,7 @@ class PackedSequences(StepContextRule):
             "torch.nn.utils.rnn.pack_sequence",
         ) or not self.in_device_context(node):
             return
-        if self.facts(node).qnames & {"torch.nn.GRU", "torch.nn.modules.rnn.GRU"}:
+        if self.facts().qnames & {"torch.nn.GRU", "torch.nn.modules.rnn.GRU"}:
             self.report(
                 node,
                 "torch_xla replaces `nn.GRU` with a scan-based GRU that raises `PackedSequence is not supported`; "
