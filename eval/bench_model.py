@@ -8,7 +8,7 @@ three arms on the same functions (each function is its import context + the func
                rule traces were made),
   model-only   the code model alone on the original function (greedy, bounded),
   rules+model  the pipeline with the model proposing for what the rules left.
-Columns: parse rate (model output that parses), exact match (the migrated function equals the
+Columns: parse rate (model output whose edits apply and give a function that parses), exact match (the migrated function equals the
 trace's target, imports included), no kb finding left, and the pipeline's validation (XLA
 execution check + generated original-vs-migrated tests) on the first `--validate` functions.
 
@@ -108,7 +108,10 @@ def quality(model_dir: Path, limit: int, validate: int, log) -> dict:
         start = time.perf_counter()
         codes = [f.code for f in _lint(module)]
         candidate = model.candidate(trace.original, trace.imports, codes, trace.name)
-        parses = _function_of(candidate.raw) is not None
+        parses = candidate.code is not None or not any(
+            reason in (candidate.rejected_reason or "")
+            for reason in ("does not apply", "does not parse", "no complete function", "too long")
+        )
         output = add_imports(module_text(trace.imports, candidate.code), candidate.imports) if candidate.code else module
         row["model"] = _arm(output, context_imports, trace.target, parsed=parses)
         row["model"].update(

@@ -556,6 +556,15 @@ class Recorder:
         import torch
 
         path = self.out_dir / (key.replace(":", ".") + ".pt")
+        local = _script_local_class(data)
+        if local:
+            # pickled by reference to `__main__`, which is another module in the replaying process
+            self.index[key] = {
+                "reason": f"recorded arguments hold a {local} object, a class defined in the script run as "
+                "__main__; it cannot be replayed in another process (move the class into a module)"
+            }
+            self.remaining.discard(key)
+            return
         try:
             torch.save(data, path)
             self.index[key] = {"path": str(path)}
@@ -563,6 +572,23 @@ class Recorder:
             path.unlink(missing_ok=True)
             self.index[key] = {"reason": f"recorded arguments cannot be saved ({type(exc).__name__}: {exc})"}
         self.remaining.discard(key)
+
+
+def _script_local_class(value, depth: int = 0) -> str | None:
+    """The name of a class defined in `__main__` found in `value` (containers searched a few levels deep)."""
+    if type(value).__module__ == "__main__":
+        return type(value).__name__
+    if depth < 4 and isinstance(value, (list, tuple, set)):
+        items = value
+    elif depth < 4 and isinstance(value, dict):
+        items = value.values()
+    else:
+        return None
+    for item in items:
+        found = _script_local_class(item, depth + 1)
+        if found:
+            return found
+    return None
 
 
 def record(job: dict, argv: list[str]) -> int:

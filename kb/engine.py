@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -12,7 +13,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .rule import REGISTRY, Finding, Report, Rule, ImportSpec
+from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
@@ -77,6 +78,14 @@ def _is_suppressed(line: int, code: str, suppressed: dict[int, set[str] | None])
 
 
 def parse(source: str) -> cst.Module:
+    # CPython's parser first: it rejects pathological nesting with a SyntaxError where libcst's
+    # native parser would overflow its stack and kill the process.
+    try:
+        compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise SourceError(f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
+                          + (f" (line {line})" if line else "")) from None
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:

@@ -5,9 +5,11 @@ naming its base model) or any peft adapter directory. Base + adapter are loaded 
 (`load_proposer` caches them) and run eagerly (CPU, or CUDA when present): generation grows the
 sequence token by token, which XLA would compile at every length.
 
-Generation is greedy (deterministic) and bounded. A candidate is rejected, with the reason, when it
-does not end within the bound, does not parse, is not one function, changes the function's
-signature, or changes nothing; the rest goes to the pipeline, which lints and validates it.
+The model writes an edit script (training/prompts.py: added imports, `-old`/`+new` lines), which
+is applied to the function. Generation is greedy (deterministic) and bounded. A candidate is
+rejected, with the reason, when it does not end within the bound, its edits do not apply, the
+result does not parse, is not one function, changes the function's signature, or changes nothing;
+the rest goes to the pipeline, which lints and validates it.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pathlib import Path
 from xlaport.kb import Finding
 from xlaport.training.artifacts import models_dir, newest, read_meta
 from xlaport.training.corpus import imports_used
-from xlaport.training.prompts import PROMPT_FORMAT, kb_entries, prompt_variants
-from xlaport.training.traces import split_target
+from xlaport.training.prompts import PROMPT_FORMAT, EditError, apply_edit_script, kb_entries, prompt_variants
+from xlaport.training.traces import join_target, split_target
 
 MIN_NEW_TOKENS = 16
 MODEL_ENV = "XLAPORT_MODEL"
@@ -217,7 +219,10 @@ class CodeModel:
             result.rejected_reason = f"no complete function within {budget} generated tokens"
             return result
         try:
-            result.imports, result.code = check_candidate(function, result.raw)
+            imports, edited = apply_edit_script(function, result.raw)
+            result.imports, result.code = check_candidate(function, join_target(imports, edited))
+        except EditError as exc:
+            result.rejected_reason = f"the edit script does not apply: {exc}"
         except ProposalRejected as exc:
             result.rejected_reason = str(exc)
         return result

@@ -48,6 +48,14 @@ def migrate(
         str | None,
         typer.Option("--validate", help='Entry command to check on the migrated tree, e.g. "python train.py --steps 20".'),
     ] = None,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help='Command for the L0–L4 assessment of the migrated tree against the original, run from the tree '
+            'root, e.g. "python train.py --steps 40" (see `xlaport verify`).',
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files rewritten in parallel.")] = 1,
     in_place: Annotated[
         bool, typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport).")
@@ -85,7 +93,26 @@ def migrate(
         typer.echo(render_summary(result))
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
-    raise typer.Exit(1 if result.validation.status == "rejected" else 0)
+    rejected = result.validation.status == "rejected"
+    if verify and not in_place:
+        exit_code = _verify_migration(src, out, verify)
+        raise typer.Exit(1 if rejected else exit_code)
+    raise typer.Exit(1 if rejected else 0)
+
+
+def _verify_migration(src: Path, out: Path, command: str) -> int:
+    """`migrate --verify`: the assessment of `xlaport verify`, its reports written beside the migration's."""
+    import shlex
+
+    from xlaport.eval.verify import verify_tree
+    from xlaport.eval.verify_cli import render_text
+    from xlaport.eval.verify_report import write_report
+
+    report = verify_tree(src, out, shlex.split(command))
+    write_report(report, html_path=out / "xlaport-verify.html", json_path=out / "xlaport-verify.json")
+    typer.echo(render_text(report))
+    typer.echo(f"  verify report: {out / 'xlaport-verify.html'} (also .json)")
+    return report.exit_code
 
 
 class ProgressBar:

@@ -259,7 +259,7 @@ def run_generated_tests(
             report={"generated": generated.to_dict()},
         )
     run = testgen.run_generated_tests(out, timeout_s=timeout_s)
-    reasons = [f"{f.test}: {f.message.strip().splitlines()[-1] if f.message.strip() else 'failed'}" for f in run.failures]
+    reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
     if run.timed_out:
         reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
     elif not run.ok and not reasons:
@@ -271,6 +271,12 @@ def run_generated_tests(
         reasons=reasons[:10],
         report={"generated": generated.to_dict(), "run": run.to_dict()},
     )
+
+
+def _first_lines(message: str, lines: int = 2, limit: int = 400) -> str:
+    """The head of a failure message (what differed, and how), on one line."""
+    head = " / ".join(line.strip() for line in message.strip().splitlines()[:lines] if line.strip())
+    return (head[: limit - 1] + "…" if len(head) > limit else head) or "failed"
 
 
 # --- the pipeline -----------------------------------------------------------------------------------------

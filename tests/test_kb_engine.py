@@ -1,7 +1,6 @@
 """Engine behaviour: aliases, suppression, comment keeping, imports, errors."""
 
 import pytest
-
 from xlaport.kb import SourceError, fix_source, lint_source, select_rules
 
 

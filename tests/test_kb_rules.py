@@ -6,7 +6,6 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from xlaport.kb import all_rules, fix_source, lint_source
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -196,3 +196,13 @@ def test_validated_migration_reaches_l2_with_passing_generated_tests(tmp_path, p
     records = read_trace(tmp_path / "out" / "xlaport-trace.jsonl")
     assert {r["validation"]["status"] for r in records} == {"validated"}
     assert "Validation evidence" in (tmp_path / "out" / "xlaport-report.md").read_text()
+
+
+@pytest.mark.slow
+def test_migrated_example_entry_script_passes_the_execution_check(tmp_path, pipeline):
+    script = EXAMPLES / "tiny_lm" / "train.py"
+    if not script.is_file():
+        pytest.skip("examples/tiny_lm is not bundled")
+    pipeline.migrate(EXAMPLES, tmp_path / "out", MigrateOptions(k=0, unsafe_fixes=True))
+    outcome = pipeline.check(path=tmp_path / "out" / "tiny_lm" / "train.py", args=["--steps", "3", "--eval-every", "3"])
+    assert outcome.check.passed and outcome.check.level == "L2", outcome.check.reasons

@@ -164,9 +164,10 @@ SCRIPT = textwrap.dedent(
 def test_accepted_and_rejected_candidates_reach_the_pipeline(tiny_model):
     from xlaport.serve.pipeline import Pipeline
 
-    good = "import torch_xla.core.xla_model as xm\n\ndef report(self, x):\n    used = xm.get_memory_info()\n    return x * 2, used\n"
-    bad = "def report(self, x, device):\n    return x\n"
-    proposer = ScriptedModel(tiny_model["dir"], [good, bad])
+    good = "import torch_xla.core.xla_model as xm\n-    used = torch.cuda.memory_allocated()\n+    used = xm.get_memory_info()\n"
+    bad = "-def report(self, x):\n+def report(self, x, device):\n"
+    stray = "-    used = torch.cuda.max_memory_allocated()\n+    used = 0\n"
+    proposer = ScriptedModel(tiny_model["dir"], [good, bad, stray])
     pipeline = Pipeline(proposer=proposer)
 
     accepted = pipeline.suggest(SCRIPT, "net.py")
@@ -182,6 +183,10 @@ def test_accepted_and_rejected_candidates_reach_the_pipeline(tiny_model):
     assert rejected.evidence.rewritten_functions == []
     assert rejected.migrated == SCRIPT, "the rules' result is kept"
     assert any("Net.report" in note and "changes the signature" in note for note in rejected.notes), rejected.notes
+
+    stray_patch = pipeline.suggest(SCRIPT, "net.py")
+    assert stray_patch.migrated == SCRIPT
+    assert any("the edit script does not apply" in note for note in stray_patch.notes), stray_patch.notes
 
 
 @pytest.mark.slow

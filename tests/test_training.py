@@ -162,6 +162,28 @@ def test_lint_many_gives_each_module_its_own_findings_with_its_own_lines():
     assert together[1] == [] and together[0] and together[2]
 
 
+def test_edit_scripts_round_trip_and_refuse_what_does_not_fit():
+    from xlaport.training.prompts import EditError, apply_edit_script, edit_script
+
+    original = "def f(x):\n    torch.cuda.synchronize()\n    y = x.cuda()\n    return y\n"
+    migrated = "def f(x):\n    y = x.to(torch_xla.device())\n    z = 1\n    return y\n"
+    target = join_target(["import torch_xla"], migrated)
+    script = edit_script(original, target)
+    assert script == (
+        "import torch_xla\n-    torch.cuda.synchronize()\n-    y = x.cuda()\n+    y = x.to(torch_xla.device())\n+    z = 1\n"
+    )
+    assert apply_edit_script(original, script) == (["import torch_xla"], migrated)
+    inserted = "def f(x):\n    setup()\n    torch.cuda.synchronize()\n    y = x.cuda()\n    return y\n"
+    assert apply_edit_script(original, edit_script(original, inserted))[1] == inserted
+    assert apply_edit_script(original, "")[1] == original
+    with pytest.raises(EditError, match="does not match"):
+        apply_edit_script(original, "-    y = x.cpu()\n+    y = x\n")
+    with pytest.raises(EditError, match="before any"):
+        apply_edit_script(original, "+    y = x\n")
+    with pytest.raises(EditError, match="neither an edit nor an import"):
+        apply_edit_script(original, "-    y = x.cuda()\n+    y = x\nreturn y\n")
+
+
 def test_target_join_and_split_round_trip():
     target = join_target(["import torch_xla", "import torch_xla.core.xla_model as xm"], "def f():\n    pass\n")
     assert split_target(target) == (["import torch_xla", "import torch_xla.core.xla_model as xm"], "def f():\n    pass\n")
@@ -217,7 +239,7 @@ def test_encode_trace_trains_only_on_the_target(tokenizer):
     ids, prompt_len = encode_trace(tokenizer, trace, 512)
     assert ids[-1] == tokenizer.eos_token_id
     target = tokenizer.decode(ids[prompt_len:], skip_special_tokens=True)
-    assert target == trace.target
+    assert target == "-    return x.cuda()\n+    return x\n"  # the edit script, not the whole function
     assert "XLA201" in tokenizer.decode(ids[:prompt_len])  # the kb entry is in the prompt
     # a budget too small for the fixes drops them before dropping the example
     short = encode_trace(tokenizer, trace, prompt_len - 1 + len(ids) - prompt_len)

@@ -48,8 +48,13 @@ def _log(message: str) -> None:
 
 
 def _prepare_device(device: Device) -> None:
+    """Environment the device needs, set before transformers/accelerate import (they look at torch_xla)."""
     if device is Device.eager:
-        os.environ.setdefault("USE_TORCH_XLA", "0")  # before transformers/accelerate are imported
+        os.environ.setdefault("USE_TORCH_XLA", "0")
+    else:
+        from xlaport.training.loop import use_cpu_pjrt_unless_tpu
+
+        use_cpu_pjrt_unless_tpu()
 
 
 def _report(kind: str, out: Path, result) -> None:

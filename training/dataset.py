@@ -26,7 +26,7 @@ from xlaport.files import atomic_write
 from .artifacts import read_meta, write_meta
 from .configs import SizeConfig
 from .corpus import Function, corpus_files, extract_functions, normalized_key, split_of
-from .prompts import kb_entries, prompt_variants
+from .prompts import edit_script, kb_entries, prompt_variants
 from .traces import (
     Trace,
     inject,
@@ -172,7 +172,8 @@ def load_dataset(directory: Path) -> Dataset:
 
 def encode_trace(tokenizer, trace: Trace, max_len: int) -> tuple[list[int], int] | None:
     """(token ids of prompt + target + EOS, prompt length), shortening the prompt to fit; None if it cannot."""
-    target_ids = tokenizer(trace.target, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    script = edit_script(trace.original, trace.target)
+    target_ids = tokenizer(script, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
     for prompt in prompt_variants(trace.original, trace.imports, kb_entries(trace.codes)):
         prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
         if len(prompt_ids) + len(target_ids) <= max_len:

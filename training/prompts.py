@@ -1,18 +1,19 @@
 """The fine-tuning prompt: retrieved fixes + import context + the original function → the migrated function.
 
     <|fixes|># XLA201: title / # before: ... / # after: ...<|context|>import torch
-    <|original|>def f(...): ...<|migrated|>[added imports + the migrated function]<|endoftext|>
+    <|original|>def f(...): ...<|migrated|>[the edit script: added imports, -old/+new lines]<|endoftext|>
 
 Training (dataset.py) and serving (model/proposer.py) build prompts here, so they cannot drift apart.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 from .tokenizer import CONTEXT, FIXES, MIGRATED, ORIGINAL
 
-PROMPT_FORMAT = 1  # bump when the layout changes: a model trained on another layout is refused
+PROMPT_FORMAT = 2  # bump when the layout changes: a model trained on another layout is refused
 MAX_FIX_ENTRIES = 2
 MAX_SNIPPET_CHARS = 300
 
@@ -54,3 +55,67 @@ def prompt_variants(original: str, imports: str, entries: list[dict]) -> list[st
     variants = [format_prompt(original, imports, fixes_text(entries[:n])) for n in range(MAX_FIX_ENTRIES, -1, -1)]
     variants.append(format_prompt(original, "", ""))
     return list(dict.fromkeys(variants))
+
+
+# --- the target: an edit script -----------------------------------------------------------------
+# The model writes the changes, not the whole function: a small model cannot copy a 200-token
+# function faithfully, but it can write the few lines that change. The script is the import lines
+# the migration adds, then groups of `-old line` (consecutive lines of the original, found in order)
+# followed by `+new line`s that replace them. `apply_edit_script` turns it back into the function.
+
+
+class EditError(ValueError):
+    """An edit script that does not apply to its function."""
+
+
+def edit_script(original: str, target: str) -> str:
+    """The edit script that turns `original` into `target` (added imports + migrated function)."""
+    from .traces import split_target
+
+    imports, function = split_target(target)
+    old, new = original.splitlines(), function.splitlines()
+    lines = list(imports)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if i1 == i2:  # a pure insertion: anchor it on a neighbouring line, which is kept
+            if i1 > 0:
+                lines += ["-" + old[i1 - 1], "+" + old[i1 - 1], *("+" + line for line in new[j1:j2])]
+            else:
+                lines += ["-" + old[0], *("+" + line for line in new[j1:j2]), "+" + old[0]]
+            continue
+        lines += ["-" + line for line in old[i1:i2]] + ["+" + line for line in new[j1:j2]]
+    return "".join(line + "\n" for line in lines)
+
+
+def apply_edit_script(original: str, script: str) -> tuple[list[str], str]:
+    """(added import lines, the edited function). Raises EditError when the script does not fit."""
+    imports: list[str] = []
+    groups: list[tuple[list[str], list[str]]] = []
+    for line in script.splitlines():
+        if line.startswith("-"):
+            if not groups or groups[-1][1]:
+                groups.append(([], []))
+            groups[-1][0].append(line[1:])
+        elif line.startswith("+"):
+            if not groups:
+                raise EditError("a `+` line comes before any `-` line")
+            groups[-1][1].append(line[1:])
+        elif line.strip():
+            if groups:
+                raise EditError(f"a line that is neither an edit nor an import: {line.strip()[:60]!r}")
+            imports.append(line.strip())
+    lines = original.splitlines()
+    out: list[str] = []
+    cursor = 0
+    for old, new in groups:
+        at = next(
+            (k for k in range(cursor, len(lines) - len(old) + 1) if lines[k : k + len(old)] == old),
+            None,
+        )
+        if at is None:
+            raise EditError(f"the edit does not match the function: -{old[0].strip()[:60]}")
+        out += lines[cursor:at] + new
+        cursor = at + len(old)
+    out += lines[cursor:]
+    return imports, "".join(line + "\n" for line in out)

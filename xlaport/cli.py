@@ -6,7 +6,7 @@ import difflib
 import json
 import sys
 from collections import Counter
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,13 +21,13 @@ app.add_typer(kb_app, name="kb")
 EXIT_USAGE = 2
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
     sarif = "sarif"
 
 
-class ListFormat(str, Enum):
+class ListFormat(StrEnum):
     text = "text"
     json = "json"
 
@@ -112,7 +112,7 @@ def fix(
     rules = _rules(select, ignore)
     files = _files(paths)
     results = [fix_file(p, rules, unsafe=unsafe_fixes) for p in files]
-    changed = [(p, r) for p, r in zip(files, results) if r.changed]
+    changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
     if diff:
         for path, r in changed:
             sys.stdout.writelines(

@@ -57,6 +57,10 @@ def atomic_write(path: Path, text: str) -> None:
             handle.write(text)
         if path.exists():
             os.chmod(tmp, path.stat().st_mode & 0o7777)
+        else:  # mkstemp creates 0600; a new file gets the usual permissions
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

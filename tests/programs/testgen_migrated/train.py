@@ -3,6 +3,7 @@
 import argparse
 
 import torch
+
 from model import MLP, loss_fn
 
 parser = argparse.ArgumentParser()
