@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 out="${1:-migrated/examples-$(date +%Y%m%d-%H%M%S)}"
-steps="${XLAPORT_EXAMPLE_STEPS:-30}"
+steps="${XLAPORT_EXAMPLE_STEPS:-60}"
 export PJRT_DEVICE="${PJRT_DEVICE:-CPU}"
 status=0
 for project in examples/*/; do

@@ -426,15 +426,12 @@ def test_diverging_smoke_test_stops_before_the_reference_run():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="rules-only `xlaport migrate` leaves ddp_finetune's NCCL backend for a human (XLA223), so the migrated "
-    "copy stops at L0; remove this marker when the pipeline completes the migration",
-)
 def test_migrated_example_reaches_l3(tmp_path):
     example = EXAMPLES / "ddp_finetune"
     out = tmp_path / "migrated"
-    result = CliRunner().invoke(app, ["migrate", str(example), "--out", str(out)])
+    # the NCCL → xla process group rewrite (XLA223) and the step barrier are unsafe fixes: the evidence
+    # below is what makes them acceptable
+    result = CliRunner().invoke(app, ["migrate", str(example), "--out", str(out), "--unsafe-fixes"])
     assert result.exit_code == 0, result.output
     report = verify_tree(example, out, ["python", "train.py", "--steps", "40"], VerifyConfig(timeout_s=180))
     print(f"\n{example.name}: {report.level} {report.status} ({report.wall_s:.1f} s)\n" + "\n".join(report.reasons))
