@@ -95,6 +95,7 @@ def test_unreadable_and_unparsable_files_are_counted_and_copied_as_is(tmp_path):
     src = copy_project(tmp_path)
     (src / "broken.py").write_text("def broken(:\n    x.cuda()\n")
     (src / "blob.py").write_bytes(b"\x00\x01binary\xff")
+    (src / "weights.bin").write_bytes(b"\x00\x01\x02binary\xff")  # a non-Python file: copied byte for byte
     result = Pipeline().migrate(src, tmp_path / "out", NO_RETRIEVAL)
     assert len(result.errors) == 2
     assert {o.path for o in result.files if o.status == "error"} == {"broken.py", "blob.py"}
