@@ -102,7 +102,7 @@ class _Detection:
     start: tuple[int, int]
 
 
-def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> tuple[MetadataWrapper, list[_Detection]]:
+def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     visitors = [rule() for rule in rules]
     wrapper.visit_batched(visitors)
@@ -126,7 +126,7 @@ def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> tuple[M
                 )
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
-    return wrapper, detections
+    return detections
 
 
 def _finding(path: str, d: _Detection) -> Finding:
@@ -146,9 +146,7 @@ def _finding(path: str, d: _Detection) -> Finding:
 def lint_source(source: str, path: str = "<string>", rules: list[type[Rule]] | None = None) -> list[Finding]:
     """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse."""
     rules = all_rules() if rules is None else rules
-    module = parse(source)
-    _, detections = _detect(module, rules, source)
-    return [_finding(path, d) for d in detections]
+    return [_finding(path, d) for d in _detect(parse(source), rules, source)]
 
 
 @dataclass
@@ -272,10 +270,12 @@ def fix_source(
     applied: list[Finding] = []
     current_source = source
     for _ in range(MAX_FIX_PASSES):
-        _, detections = _detect(module, rules, current_source)
+        detections = _detect(module, rules, current_source)
         fixable = [d for d in detections if d.report.replacement is not None and _allowed(d.rule, unsafe)]
         if not fixable:
-            break
+            # the detections of the final text are what is left: no need to lint it again
+            remaining = [_finding(path, d) for d in detections]
+            return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
         candidate_source = candidate.code

@@ -2,7 +2,7 @@
 regressions under torch_xla on the CPU device against reference runs of the CUDA originals (slow).
 
 The programs live in tests/programs/verify_classifier/: `original/` is the CUDA program, `migrated/` its
-correct migration, and every other folder is a migration with one planted change (see each docstring).
+correct migration. Every planted regression is `migrated/` with one edit, written out in PLANTED_EDITS.
 """
 
 from __future__ import annotations
@@ -357,7 +357,55 @@ def reference_cache(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("reference-cache"))
 
 
-# variant folder -> (status, claimed level, a reason that must be given)
+# Each planted variant is migrated/train.py with these (old, new) edits; each edit is the whole regression.
+PLANTED_EDITS = {
+    # the default learning rate lowered from 0.5 to 0.1 (as if rescaled for another batch size): runs
+    # cleanly on XLA, only the training curve shows that the optimization changed
+    "regress_lr": [('"--lr", type=float, default=0.5', '"--lr", type=float, default=0.1')],
+    # the auxiliary term lost: the printed loss is LOWER than the reference's, so a rule that lets every
+    # lower loss pass would accept it; the first step, before any update, shows the objective changed
+    "regress_dropped_term": [
+        ("loss = F.cross_entropy(logits, y) + args.aux_weight * F.mse_loss(predicted, t)",
+         "loss = F.cross_entropy(logits, y)"),
+    ],
+    # each simulated replica clips its own gradient before the average (the study's four-chip LoRA+ run
+    # through accelerate) instead of clipping the averaged gradient; real multi-replica collectives are not
+    # reliable on the XLA CPU device, so replicas are micro-batches and the all-reduce is a mean
+    "regress_clip_before_reduce": [
+        ("            loss.backward()\n",
+         "            loss.backward()\n"
+         "            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)\n"),
+        ("            param.grad = grad\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)\n",
+         "            param.grad = grad\n"),
+    ],
+    # saved as {"model": state_dict} and reloaded into a fresh model with strict=False: no key matches, the
+    # final evaluation runs on untrained weights, no error, exit 0
+    "regress_wrong_checkpoint": [
+        ('torch.save(model.state_dict(), "best.pt")', 'torch.save({"model": model.state_dict()}, "best.pt")'),
+        ('    model.load_state_dict(torch.load("best.pt"))',
+         '    model = Net().to(device)\n    model.load_state_dict(torch.load("best.pt"), strict=False)'),
+    ],
+    # not a regression: a larger learning rate whose loss ends LOWER than the reference's; verify must report
+    # the improvement, not fail it (the study's UniPELT false alarm)
+    "improved_lower_loss": [('"--lr", type=float, default=0.5', '"--lr", type=float, default=1.0')],
+}
+
+
+def planted_variant(root: Path, variant: str) -> Path:
+    """The folder of `variant`: migrated/ itself, or a copy of it with the variant's edits applied."""
+    if variant == "migrated":
+        return CLASSIFIER / "migrated"
+    source = (CLASSIFIER / "migrated" / "train.py").read_text()
+    for old, new in PLANTED_EDITS[variant]:
+        assert source.count(old) == 1, f"{variant}: the edit no longer applies: {old!r}"
+        source = source.replace(old, new)
+    folder = root / variant
+    folder.mkdir()
+    (folder / "train.py").write_text(source)
+    return folder
+
+
+# variant -> (status, claimed level, a reason that must be given)
 PLANTED = {
     "migrated": ("pass", "L3", "L3: the goal holds"),
     "regress_lr": ("fail", "L2", "higher than the reference"),
@@ -369,13 +417,14 @@ PLANTED = {
 
 
 @pytest.fixture(scope="module")
-def planted_reports(reference_cache) -> dict:
+def planted_reports(reference_cache, tmp_path_factory) -> dict:
     """Every variant verified once: the correct migration first (its run fills the reference cache), then the
     others two at a time (each verify waits on one child process; CI has two cores)."""
     config = VerifyConfig(reference_cache=reference_cache)
+    variants = tmp_path_factory.mktemp("planted")
 
     def run(variant: str):
-        return verify(CLASSIFIER / "original", CLASSIFIER / variant, COMMAND, config)
+        return verify(CLASSIFIER / "original", planted_variant(variants, variant), COMMAND, config)
 
     reports = {"migrated": run("migrated")}
     others = [v for v in PLANTED if v != "migrated"]
