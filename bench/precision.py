@@ -14,7 +14,9 @@ never xlaport's internals) and matches today's findings to the labels by (path, 
 line and anchor, the same anchor, or the same line. It reports, per rule and overall: true positives,
 false positives, precision over the labelled findings still reported, findings without a label (listed,
 so new rules and changed rules show up), labelled-true findings no longer reported (recall lost against
-the labels) and labelled-false ones gone (noise removed); false positives by class. It also checks recall
+the labels) and labelled-false ones gone (noise removed); false positives by class. Findings whose JSON has
+`"severity": "note"` (a lower-confidence level that the default output hides) count as not reported; labels
+they match are listed as demoted. It also checks recall
 on the held-in fixtures: every tests/fixtures/kb/<CODE>/ whose findings.txt is non-empty must still fire
 <CODE> on its input.py (and the expected lines are counted).
 
@@ -63,6 +65,7 @@ class Finding:
     code: str
     message: str
     anchor: str
+    note: bool = False  # `"severity": "note"`: hidden by default, not counted as reported
 
 
 @dataclass
@@ -82,6 +85,8 @@ class RepoResult:
     unlabelled: list[Finding] = field(default_factory=list)
     lost: list[Label] = field(default_factory=list)  # labelled true, no longer reported
     gone: list[Label] = field(default_factory=list)  # labelled false, no longer reported
+    demoted: list[Match] = field(default_factory=list)  # lost or gone labels that now match a note
+    notes: int = 0
     lint_errors: list[str] = field(default_factory=list)
 
 
@@ -148,7 +153,9 @@ def run_lint(xlaport: list[str], paths: list[str], cwd: Path) -> tuple[list[dict
     try:
         findings = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
-        raise BenchError(f"xlaport lint printed no JSON in {cwd}: {exc}; stderr: {proc.stderr.strip()[-300:]}") from None
+        raise BenchError(
+            f"xlaport lint printed no JSON in {cwd}: {exc}; stderr: {proc.stderr.strip()[-300:]}"
+        ) from None
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     return findings, errors
 
@@ -198,10 +205,20 @@ def evaluate_repo(repo: str, labels: list[Label], tree: Path, xlaport: list[str]
     seconds = time.perf_counter() - start
     cache: dict[str, list[str]] = {}
     findings = [
-        Finding(f["path"], int(f["line"]), f["code"], f["message"], line_text(tree, f["path"], int(f["line"]), cache))
+        Finding(
+            f["path"],
+            int(f["line"]),
+            f["code"],
+            f["message"],
+            line_text(tree, f["path"], int(f["line"]), cache),
+            f.get("severity") == "note",
+        )
         for f in raw
     ]
-    matches, unlabelled, unmatched = match(labels, findings)
+    warnings = [f for f in findings if not f.note]
+    notes = [f for f in findings if f.note]
+    matches, unlabelled, unmatched = match(labels, warnings)
+    demoted, _, _ = match(unmatched, notes)
     return RepoResult(
         repo=repo,
         labelled_commit=labels[0].commit,
@@ -211,6 +228,8 @@ def evaluate_repo(repo: str, labels: list[Label], tree: Path, xlaport: list[str]
         unlabelled=unlabelled,
         lost=[lab for lab in unmatched if lab.label],
         gone=[lab for lab in unmatched if not lab.label],
+        demoted=demoted,
+        notes=len(notes),
         lint_errors=errors,
     )
 
@@ -229,11 +248,24 @@ def fixture_recall(fixtures: Path, xlaport: list[str]) -> dict:
         if expected:
             cases.append((case, {(int(line), code) for line, code in expected}))
     if not cases:
-        return {"fixtures": 0, "firing": 0, "missing": [], "expected_findings": 0, "found_findings": 0}
+        return {
+            "fixtures": 0,
+            "firing": 0,
+            "missing": [],
+            "expected_findings": 0,
+            "found_findings": 0,
+            "expected_findings_missing": [],
+            "expected_findings_now_notes": [],
+        }
     raw, _ = run_lint(xlaport, [str(case / "input.py") for case, _ in cases], fixtures)
     got: dict[str, set[tuple[int, str]]] = defaultdict(set)
+    as_notes: set[str] = set()
     for f in raw:
-        got[Path(f["path"]).resolve().parent.name].add((int(f["line"]), f["code"]))
+        case_name = Path(f["path"]).resolve().parent.name
+        if f.get("severity") == "note":
+            as_notes.add(f"{case_name}:{f['line']} {f['code']}")
+        else:
+            got[case_name].add((int(f["line"]), f["code"]))
     missing, lines_missing, found = [], [], 0
     for case, expected in cases:
         fired = {code for _, code in got[case.name]}
@@ -249,6 +281,7 @@ def fixture_recall(fixtures: Path, xlaport: list[str]) -> dict:
         "expected_findings": sum(len(e) for _, e in cases),
         "found_findings": found,
         "expected_findings_missing": lines_missing,
+        "expected_findings_now_notes": [m for m in lines_missing if m in as_notes],
     }
 
 
@@ -271,6 +304,8 @@ def summarize(results: list[RepoResult]) -> dict:
             per_rule[lab.code]["lost"] += 1
         for lab in r.gone:
             per_rule[lab.code]["gone"] += 1
+        for m in r.demoted:
+            per_rule[m.label.code]["demoted"] += 1
     tp = sum(c["tp"] for c in per_rule.values())
     fp = sum(c["fp"] for c in per_rule.values())
     rules = {
@@ -281,6 +316,7 @@ def summarize(results: list[RepoResult]) -> dict:
             "unlabelled": c["unlabelled"],
             "lost": c["lost"],
             "gone": c["gone"],
+            "demoted": c["demoted"],
         }
         for code, c in sorted(per_rule.items())
     }
@@ -292,6 +328,8 @@ def summarize(results: list[RepoResult]) -> dict:
         "unlabelled": sum(c["unlabelled"] for c in per_rule.values()),
         "lost": sum(c["lost"] for c in per_rule.values()),
         "gone": sum(c["gone"] for c in per_rule.values()),
+        "demoted_to_notes": sum(c["demoted"] for c in per_rule.values()),
+        "notes": sum(r.notes for r in results),
         "recall_vs_labels": round(tp / labelled_true, 4) if labelled_true else None,
         "fp_by_class": dict(classes.most_common()),
         "rules": rules,
@@ -304,7 +342,9 @@ def fmt(value: float | None) -> str:
 
 def print_report(results: list[RepoResult], summary: dict, fixtures: dict, skipped: list[str], show: int) -> None:
     print("Precision of `xlaport lint` against labelled findings\n")
-    print(f"{'repository':<47} {'commit':<9} {'TP':>4} {'FP':>4} {'prec':>7} {'new':>4} {'lost':>4} {'gone':>4} {'lint s':>7}")
+    print(
+        f"{'repository':<47} {'commit':<9} {'TP':>4} {'FP':>4} {'prec':>7} {'new':>4} {'lost':>4} {'gone':>4} {'lint s':>7}"
+    )
     for r in results:
         tp = sum(m.label.label for m in r.matches)
         fp = len(r.matches) - tp
@@ -332,12 +372,28 @@ def print_report(results: list[RepoResult], summary: dict, fixtures: dict, skipp
         f"held-in fixtures: {fixtures['firing']}/{fixtures['fixtures']} fire their code"
         + (f" (missing: {', '.join(fixtures['missing'])})" if fixtures["missing"] else "")
         + f"; {fixtures['found_findings']}/{fixtures['expected_findings']} expected findings found"
+        + (
+            f" ({len(fixtures['expected_findings_now_notes'])} now notes)"
+            if fixtures["expected_findings_now_notes"]
+            else ""
+        )
     )
+    if summary["notes"]:
+        print(
+            f"notes (severity note, hidden by default): {summary['notes']}; labels they match: {summary['demoted_to_notes']}"
+        )
+    missing = fixtures["expected_findings_missing"]
+    if missing:
+        print("expected fixture findings not reported: " + ", ".join(missing))
     lost = [(r.repo, lab) for r in results for lab in r.lost]
     if lost:
         print("\nlabelled-true findings no longer reported:")
+        demoted = {id(m.label) for r in results for m in r.demoted}
         for repo, lab in lost:
-            print(f"  {repo} {lab.path}:{lab.line} {lab.code}  {lab.reason}")
+            print(
+                f"  {repo} {lab.path}:{lab.line} {lab.code}  {lab.reason}"
+                + ("  [now a note]" if id(lab) in demoted else "")
+            )
     new = [(r.repo, f) for r in results for f in r.unlabelled]
     if new:
         print(f"\nfindings without a label ({len(new)}; label them in {DEFAULT_LABELS.name}):")
@@ -356,13 +412,23 @@ def result_json(r: RepoResult) -> dict:
         "tp": sum(m.label.label for m in r.matches),
         "fp": sum(not m.label.label for m in r.matches),
         "false_positives": [
-            {"path": m.finding.path, "line": m.finding.line, "code": m.label.code, "fp_class": m.label.fp_class,
-             "reason": m.label.reason}
+            {
+                "path": m.finding.path,
+                "line": m.finding.line,
+                "code": m.label.code,
+                "fp_class": m.label.fp_class,
+                "reason": m.label.reason,
+            }
             for m in r.matches
             if not m.label.label
         ],
         "matched_by": dict(Counter(m.how for m in r.matches)),
         "unlabelled": [asdict(f) for f in r.unlabelled],
+        "notes": r.notes,
+        "demoted": [
+            {"path": m.finding.path, "line": m.finding.line, "code": m.label.code, "label": m.label.label}
+            for m in r.demoted
+        ],
         "lost": [asdict(lab) for lab in r.lost],
         "gone": [asdict(lab) for lab in r.gone],
         "lint_errors": r.lint_errors,

@@ -100,3 +100,30 @@ def test_labels_file_is_complete_and_consistent():
     # duplicates are allowed only as separate findings on one line (two `.item()` calls)
     counts = Counter((lab.repo, lab.path, lab.line, lab.code) for lab in labels)
     assert max(counts.values()) <= 2
+
+
+def test_evaluate_repo_reads_anchors_and_keeps_notes_apart(tmp_path):
+    """End to end through a stand-in CLI: line shift, a note, a new finding, a lost label."""
+    tree = tmp_path / "o__r"
+    tree.mkdir()
+    (tree / "train.py").write_text("import torch\n\na = x.item()\nb = y.item()\nc = z.item()\n")
+    reported = [
+        {"path": "train.py", "line": 3, "code": "XLA401", "message": "m"},  # labelled at line 2: moved
+        {"path": "train.py", "line": 4, "code": "XLA401", "message": "m", "severity": "note"},
+        {"path": "train.py", "line": 5, "code": "XLA402", "message": "m"},  # no label
+    ]
+    fake = tmp_path / "fake_xlaport.py"
+    fake.write_text(f"import sys\nprint({json.dumps(reported)!r})\nsys.exit(1)\n")
+    labels = [label(2, "a = x.item()"), label(4, "b = y.item()", truth=False), label(7, "gone = w.item()")]
+    result = precision.evaluate_repo("o/r", labels, tree, [sys.executable, str(fake)])
+    assert [(m.label.line, m.finding.line, m.how) for m in result.matches] == [(2, 3, "anchor")]
+    assert [(m.label.line, m.label.label) for m in result.demoted] == [(4, False)]
+    assert [f.code for f in result.unlabelled] == ["XLA402"] and result.notes == 1
+    assert [lab.line for lab in result.lost] == [7] and [lab.line for lab in result.gone] == [4]
+
+
+def test_lint_usage_error_is_a_bench_error(tmp_path):
+    fake = tmp_path / "fake_xlaport.py"
+    fake.write_text("import sys\nsys.exit(2)\n")
+    with pytest.raises(precision.BenchError, match="exited 2"):
+        precision.run_lint([sys.executable, str(fake)], ["."], tmp_path)
