@@ -287,7 +287,7 @@ def fixture_recall(fixtures: Path, xlaport: list[str]) -> dict:
 
 # --- report -----------------------------------------------------------------------------------
 def precision(tp: int, fp: int) -> float | None:
-    return round(tp / (tp + fp), 4) if tp + fp else None
+    return round(tp / (tp + fp), 6) if tp + fp else None
 
 
 def summarize(results: list[RepoResult]) -> dict:
@@ -330,7 +330,7 @@ def summarize(results: list[RepoResult]) -> dict:
         "gone": sum(c["gone"] for c in per_rule.values()),
         "demoted_to_notes": sum(c["demoted"] for c in per_rule.values()),
         "notes": sum(r.notes for r in results),
-        "recall_vs_labels": round(tp / labelled_true, 4) if labelled_true else None,
+        "recall_vs_labels": round(tp / labelled_true, 6) if labelled_true else None,
         "fp_by_class": dict(classes.most_common()),
         "rules": rules,
     }
