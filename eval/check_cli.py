@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-EXIT_USAGE = 2
-
-
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import EXIT_USAGE, OutputFormat
 
 
 def check(

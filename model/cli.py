@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-EXIT_USAGE = 2
-
-
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import OutputFormat, fail_usage
 
 
 def suggest(
@@ -35,18 +29,18 @@ def suggest(
     try:
         source = read_source(file)
     except (OSError, UnreadableSource) as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     try:
         proposer = load_proposer(model)
     except ModelNotUsable as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     if proposer is None:
         typer.echo(no_model_message(), err=True)
     options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [])
     try:
         patch = Pipeline(proposer=proposer).suggest(source, str(file), options)
     except (SourceError, ValueError) as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     if format is OutputFormat.json:
         typer.echo(json.dumps({"model": proposer.name if proposer else None, **patch.model_dump()}, indent=2))
         return
@@ -71,11 +65,6 @@ def render(patch, model_name: str | None) -> str:
     if patch.diff:
         lines.append(patch.diff.rstrip("\n"))
     return "\n".join(lines)
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
 
 
 def register(app: typer.Typer) -> None:

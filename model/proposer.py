@@ -24,10 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xlaport.kb import Finding
-from xlaport.training.artifacts import models_dir, newest, read_meta
+from xlaport.training.artifacts import newest, read_meta
 from xlaport.training.corpus import imports_used
 from xlaport.training.prompts import PROMPT_FORMAT, EditError, apply_edit_script, kb_entries, prompt_variants
 from xlaport.training.traces import join_target, split_target
+
+from xlaport.paths import models_dir
 
 MIN_NEW_TOKENS = 16
 MODEL_ENV = "XLAPORT_MODEL"

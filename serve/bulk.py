@@ -7,34 +7,12 @@ and writes the reports and the trace. SRC is only read unless `in_place`: then a
 (`xlaport.files.check_in_place_allowed`), every write is atomic, and a migration that validation rejects
 is not written at all. Files that cannot be read or parsed are counted as errors and copied byte for byte.
 
-Migration trace (JSON Lines; one object per line). Each run appends to `DST/xlaport-trace.jsonl` (with
---in-place: the report folder) and to the global file `$XLAPORT_TRACES` (default
-`$XLAPORT_CACHE_DIR/traces.jsonl`, i.e. `~/.cache/xlaport/traces.jsonl`). Schema `xlaport.trace/1`, one record per file and one per function
-that changed or still has findings:
-
-    schema          "xlaport.trace/1"
-    run_id          str    one id per migrate run (shared by its records)
-    time            str    ISO 8601 UTC, when the run finished
-    src             str    absolute path of the migrated tree
-    path            str    file path relative to src
-    unit            "file" | "function"
-    function        str | null   qualified name ("Trainer.step", "main"); "<module>" for top-level
-                                 code; null for unit "file"
-    original        str    source before (the whole file, or the function's text)
-    migrated        str    source after ("" for a function that no longer exists)
-    patch           str    unified diff original -> migrated ("" when unchanged)
-    codes_applied   [str]  kb codes of the rewrites applied (a function's: those located in it)
-    codes_left      [str]  kb codes of the findings left for a human
-    proposed_by     [str]  "rules" and/or "model:<name>" — what produced the change
-    validation      {"status": "validated" | "rejected" | "unvalidated", "level": str | null,
-                     "reasons": [str], "command": str | null}   the run's validation verdict
-    error           str | null   why the file was not migrated (unreadable, unparsable)
+Each run appends its migration trace (`xlaport.trace`, schema `xlaport.trace/1`) to
+`DST/xlaport-trace.jsonl` (with --in-place: the report folder) and to `xlaport.paths.traces_path()`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import shutil
 import tempfile
@@ -51,13 +29,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from xlaport.kb import SourceError
 from xlaport.kb.batch import FileResult, fix_file
-from xlaport.kb.retrieval import cache_dir
 from xlaport.kb.rule import Rule
 
 from xlaport.files import SKIP_DIRS, UnreadableSource, atomic_write, backup_path, check_in_place_allowed, read_source
+from xlaport.paths import traces_path
+from xlaport.trace import MODULE_LEVEL, TRACE_FILE, TraceRecord, TraceValidation, append_records
 
 from .pipeline import (
-    MODULE_LEVEL,
     RULES_ONLY,
     CheckRun,
     ManualItem,
@@ -75,8 +53,6 @@ from .pipeline import (
     verdict,
 )
 
-TRACE_SCHEMA = "xlaport.trace/1"
-TRACE_FILE = "xlaport-trace.jsonl"
 IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
 REPORT_FILES = ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html", TRACE_FILE)
 
@@ -365,30 +341,21 @@ def migrate_with_pipeline(
     migration.wall_s = round(time.perf_counter() - start, 3)
     migration.reports = write_reports(migration, report_dir)
     records = trace_records(migration, originals, texts, by_rel)
-    migration.reports["trace"] = str(append_trace(records, report_dir / TRACE_FILE))
-    global_trace = append_trace(records, global_trace_path())
+    migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
+    global_trace = append_records(records, traces_path())
     if global_trace is not None:
         migration.reports["trace_global"] = str(global_trace)
     return migration
 
 
 # --- the migration trace ------------------------------------------------------------------------------------
-def global_trace_path() -> Path:
-    return Path(os.environ.get("XLAPORT_TRACES") or cache_dir() / "traces.jsonl")
-
-
 def trace_records(
     migration: MigrationResult, originals: dict[Path, str], texts: dict[Path, str], results: dict[Path, FileResult]
-) -> list[dict]:
-    """The trace records of one run (schema in the module docstring)."""
-    finished = datetime.now(UTC).isoformat(timespec="seconds")
-    validation = {
-        "status": migration.validation.status,
-        "level": migration.validation.level,
-        "reasons": [migration.validation.reason] if migration.validation.reason else [],
-        "command": migration.validation.command,
-    }
-    base = {"schema": TRACE_SCHEMA, "run_id": migration.run_id, "time": finished, "src": migration.src}
+) -> list[TraceRecord]:
+    """The trace records of one run: one per file, one per function that changed or has findings left."""
+    v = migration.validation
+    validation = TraceValidation(status=v.status, level=v.level, reasons=[v.reason] if v.reason else [], command=v.command)
+    run = {"run_id": migration.run_id, "time": datetime.now(UTC).isoformat(timespec="seconds"), "src": migration.src}
     records = []
     for outcome in migration.files:
         rel = Path(outcome.path)
@@ -396,28 +363,30 @@ def trace_records(
         migrated = texts.get(rel, "")
         by = (["rules"] if outcome.codes_applied else []) + ([f"model:{outcome.model}"] if outcome.model else [])
         records.append(
-            {
-                **base,
-                "path": outcome.path,
-                "unit": "file",
-                "function": None,
-                "original": original,
-                "migrated": migrated,
-                "patch": outcome.diff,
-                "codes_applied": outcome.codes_applied,
-                "codes_left": [m.finding.code for m in outcome.manual],
-                "proposed_by": by,
-                "validation": validation,
-                "error": outcome.error,
-            }
+            TraceRecord(
+                **run,
+                path=outcome.path,
+                unit="file",
+                function=None,
+                original=original,
+                migrated=migrated,
+                patch=outcome.diff,
+                codes_applied=outcome.codes_applied,
+                codes_left=[m.finding.code for m in outcome.manual],
+                proposed_by=by,
+                validation=validation,
+                error=outcome.error,
+            )
         )
         if outcome.error:
             continue
-        records += _function_records(base, outcome, original, migrated, results[rel], validation)
+        records += _function_records(run, outcome, original, migrated, results[rel], validation)
     return records
 
 
-def _function_records(base: dict, outcome: FileOutcome, original: str, migrated: str, result: FileResult, validation: dict) -> list[dict]:
+def _function_records(
+    run: dict, outcome: FileOutcome, original: str, migrated: str, result: FileResult, validation: TraceValidation
+) -> list[TraceRecord]:
     before, after = function_sources(original), function_sources(migrated)
     before[MODULE_LEVEL], after[MODULE_LEVEL] = _module_level(original), _module_level(migrated)
     spans = function_spans(original)
@@ -436,20 +405,19 @@ def _function_records(base: dict, outcome: FileOutcome, original: str, migrated:
             [f"model:{outcome.model}"] if name in outcome.rewritten_functions else []
         )
         records.append(
-            {
-                **base,
-                "path": outcome.path,
-                "unit": "function",
-                "function": name,
-                "original": old,
-                "migrated": new,
-                "patch": unified_diff(old, new, f"{outcome.path}::{name}") if old != new else "",
-                "codes_applied": applied.get(name, []),
-                "codes_left": left.get(name, []),
-                "proposed_by": by,
-                "validation": validation,
-                "error": None,
-            }
+            TraceRecord(
+                **run,
+                path=outcome.path,
+                unit="function",
+                function=name,
+                original=old,
+                migrated=new,
+                patch=unified_diff(old, new, f"{outcome.path}::{name}") if old != new else "",
+                codes_applied=applied.get(name, []),
+                codes_left=left.get(name, []),
+                proposed_by=by,
+                validation=validation,
+            )
         )
     return records
 
@@ -460,14 +428,3 @@ def _module_level(source: str) -> str:
     for _, start, end in function_spans(source):
         inside.update(range(start, end + 1))
     return "".join(line for number, line in enumerate(source.splitlines(keepends=True), 1) if number not in inside)
-
-
-def append_trace(records: list[dict], path: Path) -> Path | None:
-    """Appends JSON lines to `path` in one write; None when it cannot be written (a read-only cache)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        return path
-    except OSError:
-        return None

@@ -10,28 +10,12 @@ from typing import Annotated
 
 import typer
 
-EXIT_USAGE = 2
-
-
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import OutputFormat, fail_usage, split_codes
 
 
 class Transport(StrEnum):
     stdio = "stdio"
     http = "http"
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
-
-
-def _codes(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
 def migrate(
@@ -72,11 +56,11 @@ def migrate(
     from .pipeline import MigrateOptions, get_pipeline
 
     if out is None and not in_place:
-        _fail("give --out DST (or --in-place to rewrite SRC itself)")
+        fail_usage("give --out DST (or --in-place to rewrite SRC itself)")
     options = MigrateOptions(
         unsafe_fixes=unsafe_fixes,
-        select=_codes(select),
-        ignore=_codes(ignore),
+        select=split_codes(select),
+        ignore=split_codes(ignore),
         jobs=jobs,
         validate_cmd=validate,
         in_place=in_place,
@@ -86,7 +70,7 @@ def migrate(
         with ProgressBar() as progress:
             result = get_pipeline().migrate(src, out, options, progress)
     except (DestinationNotEmpty, NotADirectoryError, DirtyTree, ValueError) as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     if format is OutputFormat.json:
         typer.echo(json.dumps(result.summary(), indent=2))
     else:
@@ -204,7 +188,7 @@ def kb_search(
 
     query = sys.stdin.read() if text == "-" else text
     if not query.strip():
-        _fail("the search text is empty")
+        fail_usage("the search text is empty")
     hits = search_fixes(query, k)
     if format is OutputFormat.json:
         typer.echo(json.dumps([h.model_dump() for h in hits], indent=2))

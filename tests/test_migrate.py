@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 from xlaport.kb.retrieval import FixIndex, cache_dir
-from xlaport.serve.bulk import TRACE_SCHEMA, DestinationNotEmpty, plan_tree
+from xlaport.serve.bulk import DestinationNotEmpty, plan_tree
 from xlaport.serve.pipeline import MigrateOptions, Pipeline
 
 from xlaport.cli import app
 from xlaport.files import DirtyTree
+from xlaport.trace import TRACE_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "tests" / "fixtures" / "serve_project"

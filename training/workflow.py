@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from .artifacts import models_dir, new_artifact_dir, newest, read_meta, recorded_traces_path, write_meta
+from xlaport.paths import models_dir, traces_path
+
+from .artifacts import new_artifact_dir, newest, read_meta, write_meta
 from .configs import SizeConfig
 from .corpus import package_roots
 from .dataset import Dataset, build_dataset, load_dataset, lora_batches, pretrain_batches, save_dataset
@@ -62,7 +64,7 @@ def prepare_data(
 
 def default_recorded() -> list[Path]:
     """The global trace file `xlaport migrate` appends to, when it exists."""
-    path = recorded_traces_path()
+    path = traces_path()
     return [path] if path.is_file() else []
 
 
