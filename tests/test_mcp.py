@@ -8,11 +8,11 @@ from pathlib import Path
 import mcp
 import pytest
 from xlaport.kb.retrieval import FixIndex, cache_dir
-from xlaport.serve.mcp_tool import create_server
+from xlaport.serve.mcp import create_server
 from xlaport.serve.pipeline import Pipeline
 
 PROJECT = Path(__file__).resolve().parent / "fixtures" / "serve_project"
-TOOLS = {"suggest_patch", "search_fixes", "check_xla", "explain_fix", "migrate_repo"}
+TOOLS = {"suggest_patch", "search_fixes", "check_xla", "explain_fix", "migrate_repo", "verify_migration"}
 
 
 def call(server, name: str, arguments: dict):

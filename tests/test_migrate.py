@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 from xlaport.kb.retrieval import FixIndex, cache_dir
-from xlaport.serve.bulk import DestinationNotEmpty, plan_tree
 from xlaport.serve.pipeline import MigrateOptions, Pipeline
+from xlaport.serve.tree import DestinationNotEmpty, plan_tree
 
 from xlaport.cli import app
 from xlaport.files import DirtyTree

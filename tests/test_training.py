@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from typer.testing import CliRunner
+from xlaport.model.prompts import join_target, split_target
+from xlaport.model.spans import imports_used
 from xlaport.training.configs import get_size
-from xlaport.training.corpus import Function, extract_functions, imports_used, split_of
+from xlaport.training.corpus import Function, extract_functions, split_of
 from xlaport.training.dataset import (
     IGNORE_INDEX,
     build_dataset,
@@ -26,11 +28,9 @@ from xlaport.training.traces import (
     INJECTIONS,
     Trace,
     injected_trace,
-    join_target,
     lint_many,
     recorded_traces,
     rule_trace,
-    split_target,
 )
 
 CORPUS = Path(__file__).parent / "fixtures" / "training_corpus" / "corpus"
@@ -174,7 +174,7 @@ def test_lint_many_labels_a_function_without_its_neighbours():
 
 
 def test_edit_scripts_round_trip_and_refuse_what_does_not_fit():
-    from xlaport.training.prompts import EditError, apply_edit_script, edit_script
+    from xlaport.model.prompts import EditError, apply_edit_script, edit_script
 
     original = "def f(x):\n    torch.cuda.synchronize()\n    y = x.cuda()\n    return y\n"
     migrated = "def f(x):\n    y = x.to(torch_xla.device())\n    z = 1\n    return y\n"
@@ -379,10 +379,10 @@ def test_training_resumes_from_its_cpu_checkpoint(tmp_path, tiny_base, tokenizer
 def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatch):
     """corpus → traces → tokenizer → base → LoRA (the loop script under `xlaport check`) → proposer."""
     from xlaport.eval.check import run_check
+    from xlaport.model.artifacts import newest, read_meta
     from xlaport.model.proposer import load_proposer
     from xlaport.serve.pipeline import Pipeline
     from xlaport.training import loop
-    from xlaport.training.artifacts import newest, read_meta
     from xlaport.training.dataset import Batches
     from xlaport.training.workflow import JOB_DIR, finish_job, prepare_data, prepare_lora_job, train_base
 

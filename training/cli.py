@@ -148,7 +148,7 @@ def lora(
 @train_app.command("list")
 def list_artifacts() -> None:
     """Datasets and models in the models directory, newest last."""
-    from xlaport.training.artifacts import read_meta
+    from xlaport.model.artifacts import read_meta
 
     from xlaport.paths import models_dir
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 # absolute import: this file also runs as a script (by `xlaport check`)
+from xlaport.model.proposer import cpu_threads
 from xlaport.training.dataset import IGNORE_INDEX, Batches
 
 CHECKPOINT = "checkpoint.pt"
@@ -255,16 +256,6 @@ def _train(
         result.fallback_ops = {k: v - fallbacks_start.get(k, 0) for k, v in counts.items() if v > fallbacks_start.get(k, 0)}
     model.eval()
     return result
-
-
-def cpu_threads(requested: int | None) -> int:
-    """Threads for CPU math: as requested, else all cores but one (at least one).
-
-    On a small shared machine, torch's default (all cores) is the worst choice: its worker threads
-    spin at every barrier while the scheduler runs other processes; measured on 2 busy cores, one
-    thread trained 3x faster than two.
-    """
-    return requested if requested else max(1, (os.cpu_count() or 2) - 1)
 
 
 def _wait(device_kind: str) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import libcst as cst
 from xlaport.kb import Finding, SourceError, fix_source, lint_source
+from xlaport.model.prompts import join_target, split_target
 
 from xlaport.trace import MODULE_LEVEL, TraceRecord, read_records
 
@@ -53,29 +54,6 @@ class Trace:
     @classmethod
     def from_dict(cls, data: dict) -> Trace:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-# --- target text: added imports + function ---------------------------------------------------
-def join_target(added_imports: list[str], function: str) -> str:
-    if not added_imports:
-        return function
-    return "".join(line.rstrip("\n") + "\n" for line in added_imports) + "\n" + function
-
-
-def split_target(code: str) -> tuple[list[str], str]:
-    """(import statements, the rest) of a target or a generated candidate. Raises SyntaxError."""
-    tree = ast.parse(code)
-    lines = code.splitlines(keepends=True)
-    imports: list[str] = []
-    rest_start = len(lines)
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            imports.append("".join(lines[node.lineno - 1 : node.end_lineno]).strip())
-            continue
-        decorators = getattr(node, "decorator_list", [])
-        rest_start = min([d.lineno for d in decorators] + [node.lineno]) - 1
-        break
-    return imports, "".join(lines[rest_start:])
 
 
 def module_text(imports: str, function: str) -> str:

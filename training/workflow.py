@@ -14,14 +14,15 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from xlaport.model.artifacts import new_artifact_dir, newest, read_meta, write_meta
+from xlaport.model.prompts import PROMPT_FORMAT
+
 from xlaport.paths import models_dir, traces_path
 
-from .artifacts import new_artifact_dir, newest, read_meta, write_meta
 from .configs import SizeConfig
 from .corpus import package_roots
 from .dataset import Dataset, build_dataset, load_dataset, lora_batches, pretrain_batches, save_dataset
 from .loop import CHECKPOINT, JOB_FILE, RESULT_FILE, LoopConfig, TrainResult, run_job, write_job
-from .prompts import PROMPT_FORMAT
 from .tokenizer import train_tokenizer
 
 Log = Callable[[str], None]

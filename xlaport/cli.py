@@ -114,7 +114,7 @@ def fix(
     raise typer.Exit(1 if errors else 0)
 
 
-# `migrate` lives in serve/cli.py (bulk rewriting through the migration pipeline).
+# `migrate` and `suggest` live in serve/cli.py (fronts of the migration pipeline).
 
 
 @kb_app.command("list")
@@ -147,11 +147,10 @@ def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201
 def _register_areas() -> None:
     # each area owns its commands; heavy imports stay inside the command functions
     from xlaport.eval.cli import register as register_eval
-    from xlaport.model.cli import register as register_model
     from xlaport.serve.cli import register as register_serve
     from xlaport.training.cli import register as register_training
 
-    for register in (register_eval, register_serve, register_training, register_model):
+    for register in (register_eval, register_serve, register_training):
         register(app)
 
 
