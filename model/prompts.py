@@ -13,6 +13,9 @@ import ast
 import difflib
 from collections.abc import Iterable
 
+from xlaport.kb import get_rule
+from xlaport.kb.docs import entry_dict
+
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
 FIXES = "<|fixes|>"
@@ -28,9 +31,6 @@ MAX_SNIPPET_CHARS = 300
 
 def kb_entries(codes: Iterable[str]) -> list[dict]:
     """The kb entries of `codes` (unknown codes are skipped)."""
-    from xlaport.kb import get_rule
-    from xlaport.kb.docs import entry_dict
-
     entries = []
     for code in dict.fromkeys(codes):
         try:

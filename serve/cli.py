@@ -8,6 +8,7 @@ and the pipeline (libcst, matplotlib, the kb) would make `xlaport --help` take 5
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -222,8 +223,6 @@ def serve(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
 ) -> None:
     """Run the HTTP patch service (OpenAPI docs at /docs). Set XLAPORT_TOKEN to allow running code."""
-    import os
-
     import uvicorn
 
     from .http import create_app

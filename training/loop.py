@@ -11,6 +11,7 @@ where JOB_DIR holds `job.json` and the batches (see `write_job`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -83,8 +84,6 @@ class TrainResult:
 
 def use_cpu_pjrt_unless_tpu() -> None:
     """PJRT_DEVICE=CPU when nothing is configured and no TPU runtime is installed (silences the default warning)."""
-    import importlib.util
-
     if "PJRT_DEVICE" not in os.environ and importlib.util.find_spec("libtpu") is None:
         os.environ["PJRT_DEVICE"] = "CPU"
 
