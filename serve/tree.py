@@ -146,33 +146,32 @@ def trace_records(
     records = []
     for outcome in migration.files:
         rel = Path(outcome.path)
+        common = {**run, "path": outcome.path, "validation": validation}
         original = originals.get(rel) or results[rel].source or ""
         migrated = texts.get(rel, "")
-        by = (["rules"] if outcome.codes_applied else []) + ([f"model:{outcome.model}"] if outcome.model else [])
+        left = [m.finding.code for m in outcome.manual]
+        by = _proposed_by(bool(outcome.codes_applied), outcome.model)
         records.append(
             TraceRecord(
-                **run,
-                path=outcome.path,
+                **common,
                 unit="file",
                 function=None,
                 original=original,
                 migrated=migrated,
                 patch=outcome.diff,
                 codes_applied=outcome.codes_applied,
-                codes_left=[m.finding.code for m in outcome.manual],
+                codes_left=left,
                 proposed_by=by,
-                validation=validation,
                 error=outcome.error,
             )
         )
-        if outcome.error:
-            continue
-        records += _function_records(run, outcome, original, migrated, results[rel], validation)
+        if not outcome.error:
+            records += _function_records(common, outcome, original, migrated, results[rel])
     return records
 
 
 def _function_records(
-    run: dict, outcome: FileOutcome, original: str, migrated: str, result: FileResult, validation: TraceValidation
+    common: dict, outcome: FileOutcome, original: str, migrated: str, result: FileResult
 ) -> list[TraceRecord]:
     before, after = function_sources(original), function_sources(migrated)
     before[MODULE_LEVEL], after[MODULE_LEVEL] = module_level(original), module_level(migrated)
@@ -188,22 +187,23 @@ def _function_records(
         old, new = before.get(name, ""), after.get(name, "")
         if old == new and name not in applied and name not in left:
             continue
-        by = (["rules"] if name in applied else []) + (
-            [f"model:{outcome.model}"] if name in outcome.rewritten_functions else []
-        )
+        patch = unified_diff(old, new, f"{outcome.path}::{name}") if old != new else ""
+        by = _proposed_by(name in applied, outcome.model if name in outcome.rewritten_functions else None)
         records.append(
             TraceRecord(
-                **run,
-                path=outcome.path,
+                **common,
                 unit="function",
                 function=name,
                 original=old,
                 migrated=new,
-                patch=unified_diff(old, new, f"{outcome.path}::{name}") if old != new else "",
+                patch=patch,
                 codes_applied=applied.get(name, []),
                 codes_left=left.get(name, []),
                 proposed_by=by,
-                validation=validation,
             )
         )
     return records
+
+
+def _proposed_by(rules: bool, model: str | None) -> list[str]:
+    return (["rules"] if rules else []) + ([f"model:{model}"] if model else [])
