@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 EXIT_USAGE = 2
 
@@ -46,9 +47,13 @@ def check(
 
     Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors."""
     from .check import render_text, run_check
+    from .sandbox import host_memory_mb
 
     if not script.is_file():
         typer.echo(f"error: no such script: {script}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    if memory_mb > host_memory_mb():
+        typer.echo(f"error: --memory-mb {memory_mb} is more than this machine has ({host_memory_mb()} MB)", err=True)
         raise typer.Exit(EXIT_USAGE)
     report = run_check(
         script,
@@ -65,6 +70,21 @@ def check(
     raise typer.Exit(0 if report.ok else 1)
 
 
+class _CheckCommand(TyperCommand):
+    """Appends what the sandbox guarantees on this machine, probed when the help is shown."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from .sandbox import sandbox_status
+
+        super().format_help(ctx, formatter)
+        status = sandbox_status()
+        title = "Sandbox (all mechanisms hold)" if status.sandboxed else "NOT sandboxed (mechanisms refused here)"
+        lines = [f"- {line}" for line in status.guarantees()] + [f"- refused: {line}" for line in status.refused]
+        with formatter.section(title):
+            for line in lines:
+                formatter.write_text(line)
+
+
 def register(app: typer.Typer) -> None:
     """Adds the command to the root app."""
-    app.command("check")(check)
+    app.command("check", cls=_CheckCommand)(check)

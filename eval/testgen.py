@@ -324,6 +324,7 @@ def _record(
             cwd=copy,
             timeout_s=timeout_s,
             env={"USE_TORCH_XLA": "0"},
+            writable=[Path(tmp)],
         )
         if not run.ok:
             notes.append(
@@ -383,6 +384,8 @@ def _probe(pairs: list[SourcePair], wanted: dict[str, list[Target]], seed: int, 
                 [sys.executable, "-m", "xlaport.eval.testgen_worker", "probe", str(job)],
                 timeout_s=timeout_s,
                 env={"USE_TORCH_XLA": "0", "PYTHONDONTWRITEBYTECODE": "1"},
+                writable=[Path(tmp)],
+                readable=[Path(root)],
             )
             if result.exists():
                 found.update(json.loads(result.read_text()))
@@ -877,6 +880,8 @@ def run_cases(
                 [sys.executable, "-m", "xlaport.eval.testgen_worker", "run", str(job_path)],
                 timeout_s=timeout_s * max(1, len(jobs)),
                 env=env,
+                writable=[Path(tmp)],
+                readable=[Path(original.root), Path(migrated.root)],
             )
             if Path(job["result"]).exists():
                 results[name] = torch.load(job["result"], weights_only=True)
@@ -923,6 +928,7 @@ def run_generated_tests(out: Path, timeout_s: float = 1800.0) -> TestRunResult:
             ],
             cwd=out,
             timeout_s=timeout_s,
+            writable=[Path(tmp)],
         )
         counts, failures = _read_junit(junit)
     tail = (run.stdout + run.stderr)[-4000:]

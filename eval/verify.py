@@ -302,6 +302,7 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
         memory_mb=config.memory_mb,
         env=env,
         workdir=work,
+        writable=[run_dir],
     )
     stdout, timing = cv.parse_stamps(_read(stamps), config.loss_pattern, config.warmup_steps)
     steady = [s.wall_s for s in report.per_step[config.warmup_steps :]]
@@ -384,7 +385,9 @@ def run_reference(original: Path, script: str, args: list[str], config: VerifyCo
     else:
         argv = [sys.executable, str(work / script), *args]
     before = _files_of(work)
-    result = run_sandboxed(argv, cwd=work, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env)
+    result = run_sandboxed(
+        argv, cwd=work, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env, writable=[run_dir]
+    )
     saved = {
         "returncode": None if result.timed_out or result.memory_exceeded else result.returncode,
         "error": result.describe_failure(),

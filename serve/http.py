@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
+from xlaport.eval.sandbox import sandbox_status
 from xlaport.kb import SourceError
 from xlaport.kb.retrieval import FixHit
 
@@ -50,12 +51,19 @@ class CheckRequest(BaseModel):
     memory_mb: int = Field(4096, ge=256, le=65536)
 
 
+class SandboxStatus(BaseModel):
+    sandboxed: bool = Field(description="True only when every mechanism below holds on this machine.")
+    guarantees: list[str] = Field(description="What holds for code that the server executes.")
+    refused: list[str] = Field(description="Mechanisms this machine refused, and what that leaves open.")
+
+
 class Health(BaseModel):
     status: str
     fixes: int
     proposer: str
     execution_enabled: bool
     max_concurrency: int
+    sandbox: SandboxStatus
 
 
 class BodyLimit:
@@ -176,6 +184,7 @@ def create_app(
             proposer=p.proposer.name if p.proposer else "none (rules-only)",
             execution_enabled=server_token is not None,
             max_concurrency=max_concurrency,
+            sandbox=SandboxStatus(**sandbox_status().to_dict()),
         )
 
     @app.post("/v1/suggest")

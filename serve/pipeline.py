@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import difflib
 import shlex
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
+from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
@@ -436,7 +436,7 @@ class Pipeline:
     ) -> Evidence:
         """Runs the checks on a temporary copy of both versions and fills in the verdict."""
         file_name = Path(name).name if name.endswith(".py") else SNIPPET_NAME
-        with tempfile.TemporaryDirectory(prefix="xlaport-validate-") as tmp:
+        with readable_scratch("xlaport-validate-") as tmp:
             original_path = Path(tmp, "original", file_name)
             migrated_path = Path(tmp, "migrated", file_name)
             for target, text in ((original_path, original), (migrated_path, migrated)):
@@ -465,7 +465,7 @@ class Pipeline:
                 raise ValueError(f"no such script: {path}")
             return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
         compile_or_raise(source, SNIPPET_NAME)
-        with tempfile.TemporaryDirectory(prefix="xlaport-check-") as tmp:
+        with readable_scratch("xlaport-check-") as tmp:
             script = Path(tmp, "script.py")
             script.write_text(source, encoding="utf-8")
             return CheckOutcome(script="script.py", check=run_xla_check(script, args or [], timeout_s, memory_mb))
