@@ -187,7 +187,7 @@ def _cgroup_path(controller: str) -> str | None:
 
 
 def sandbox_env(extra: dict[str, str] | None, home: Path, private_tmp: bool) -> dict[str, str]:
-    """The allowlisted part of this process's environment, HOME in the working directory, then `extra`."""
+    """The allowlisted part of this process's environment, HOME in the run's private folder, then `extra`."""
     env = {k: v for k, v in os.environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
     env.update({"HOME": str(home), "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"})
     if not private_tmp:
@@ -245,7 +245,7 @@ def run_sandboxed(
         proc = subprocess.Popen(
             full_argv,
             cwd=cwd,
-            env=sandbox_env(env, cwd, mech.namespaces),
+            env=sandbox_env(env, home, mech.namespaces),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -366,8 +366,11 @@ class _Cgroups:
         return cls([memory, pids])
 
     def join(self) -> None:
+        """Moves the calling process in (from the forked child: plain system calls, no Python-level locks)."""
         for folder in self.folders:
-            (folder / "cgroup.procs").write_text(str(os.getpid()))
+            fd = os.open(folder / "cgroup.procs", os.O_WRONLY)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
 
     def pids(self) -> list[int]:
         found: set[int] = set()
@@ -447,7 +450,10 @@ def _watch(
             return "memory", peak
         if time.monotonic() > deadline:
             return "timeout", peak
-        time.sleep(POLL_S)
+        try:
+            proc.wait(POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
     if cgroups and cgroups.oom_kills():
         return "memory", peak
     return None, peak
