@@ -467,7 +467,8 @@ def _tree(root: int) -> list[int]:
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                parents[int(entry)], groups[int(entry)] = int(fields[1]), int(fields[2])
+                if fields[0] != "Z":  # a zombie is dead already, only not yet reaped
+                    parents[int(entry)], groups[int(entry)] = int(fields[1]), int(fields[2])
             except (OSError, IndexError):
                 continue
     found = {root} | {pid for pid, group in groups.items() if group == root}

@@ -199,3 +199,25 @@ def test_handed_over_folder_receives_results(tmp_path):
     result = python(f"open('{scratch}/result.txt', 'w').write('done')", writable=[scratch])
     assert result.returncode == 0, result.stderr
     assert (scratch / "result.txt").read_text() == "done"
+
+
+def test_without_any_mechanism_the_run_works_and_is_not_called_sandboxed(monkeypatch):
+    from xlaport.eval import sandbox
+
+    bare = sandbox.Mechanisms(None, None, False, None, ("everything refused (test)",))
+    monkeypatch.setattr(sandbox, "sandbox_status", lambda: bare)
+    result = python("import os, time\nprint(os.getpid() > 2)\nos.fork()\ntime.sleep(3600)\n", timeout_s=3)
+    assert result.timed_out and result.stdout.strip().startswith("True")
+    assert not result.sandboxed and result.gaps == ["everything refused (test)"]
+    assert result.survivors == []  # the process group and its children were tracked and killed
+    assert not any("nobody" in g for g in result.guarantees)
+
+
+@needs_user
+def test_a_workdir_nobody_cannot_use_keeps_the_user_and_says_so(tmp_path):
+    workdir = tmp_path / "private"
+    workdir.mkdir(mode=0o700)
+    report = check_source("import os\nprint(os.getuid())\n", workdir=workdir)
+    assert report.exit_code == 0, report.error
+    assert report.stdout_tail == "0"
+    assert any(note.startswith("not sandboxed: runs as root") for note in report.notes), report.notes
