@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .sandbox import SandboxResult, readable_scratch, run_sandboxed
+from .sandbox import SandboxResult, read_child_file, readable_scratch, run_sandboxed
 
 RUNNER = Path(__file__).with_name("check_runner.py")
 TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
@@ -161,7 +161,8 @@ def run_check(
             writable=[tmp_path, *writable],
         )
         events = read_events(events_file)
-        compilations = parse_compilation_analysis(debug_file.read_text(errors="replace") if debug_file.exists() else "")
+        debug_text = (read_child_file(debug_file) or b"").decode("utf-8", errors="replace")
+        compilations = parse_compilation_analysis(debug_text)
     report = build_report(
         script=script,
         args=list(args),
@@ -196,10 +197,8 @@ def check_source(source: str, args: Sequence[str] = (), **kwargs) -> CheckReport
 
 def read_events(path: Path) -> list[dict]:
     """The runner's JSON lines; a last line cut short by a kill is dropped."""
-    if not path.exists():
-        return []
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in (read_child_file(path) or b"").decode("utf-8", errors="replace").splitlines():
         try:
             events.append(json.loads(line))
         except json.JSONDecodeError:

@@ -36,7 +36,7 @@ from typing import Any
 from xlaport.files import SKIP_DIRS
 
 from . import curves as cv
-from .sandbox import run_sandboxed
+from .sandbox import read_child_file, run_sandboxed
 
 LEVELS = ("none", "L0", "L2", "L3", "L4")
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 3
@@ -275,8 +275,8 @@ def _log_texts(paths: list[Path], work: Path) -> dict[str, str]:
     texts = {}
     for path in paths:
         try:
-            texts[str(path.relative_to(work))] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            texts[str(path.relative_to(work))] = (read_child_file(path) or b"").decode("utf-8")
+        except UnicodeDecodeError:
             continue
     return texts
 
@@ -326,7 +326,7 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    return (read_child_file(path) or b"").decode("utf-8", errors="replace")
 
 
 def cuda_present() -> bool:

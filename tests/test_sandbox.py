@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -221,3 +222,20 @@ def test_a_workdir_nobody_cannot_use_keeps_the_user_and_says_so(tmp_path):
     assert report.exit_code == 0, report.error
     assert report.stdout_tail == "0"
     assert any(note.startswith("not sandboxed: runs as root") for note in report.notes), report.notes
+
+
+def test_a_fifo_or_a_link_left_where_the_parent_reads_is_not_followed():
+    # the child owns its scratch folder: it can swap the files xlaport reads afterwards
+    code = (
+        "import os\n"
+        "events = os.environ['XLAPORT_CHECK_OUT']\n"
+        "os.path.exists(events) and os.remove(events)\n"
+        "os.mkfifo(events)\n"  # a plain read would never end
+        "os.symlink('/etc/shadow', os.environ['PT_XLA_DEBUG_FILE'])\n"
+    )
+    reports = []
+    worker = threading.Thread(target=lambda: reports.append(check_source(code)), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the check hung reading what the child left"
+    assert reports[0].exit_code == 0, reports[0].error
