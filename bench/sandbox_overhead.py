@@ -1,4 +1,4 @@
-"""What the sandbox costs per run: the same commands with a plain subprocess and through eval/sandbox.py.
+"""What the sandbox costs per run: the same commands with a plain subprocess and through eval/sandbox/.
 
     .venv/bin/python bench/sandbox_overhead.py [--runs 10] [--json out.json]
 

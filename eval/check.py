@@ -127,7 +127,7 @@ def run_check(
     writable: Sequence[Path] = (),
 ) -> CheckReport:
     """Runs `script` with `args` under torch_xla in a child process and grades what happened. `writable`:
-    the caller's scratch folders the child may write (handed over to the sandbox user, see eval/sandbox.py)."""
+    the caller's scratch folders the child may write (handed over to the sandbox user, see eval/sandbox/)."""
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"no such script: {script}")

@@ -1,4 +1,4 @@
-"""Hostile scripts against the sandbox (eval/sandbox.py): real processes, real cgroups and namespaces.
+"""Hostile scripts against the sandbox (eval/sandbox/): real processes, real cgroups and namespaces.
 
 Each test asserts its guarantee as far as this machine allows and skips, naming the refused mechanism,
 where it does not (`sandbox_status().refused`)."""
@@ -203,10 +203,10 @@ def test_handed_over_folder_receives_results(tmp_path):
 
 
 def test_without_any_mechanism_the_run_works_and_is_not_called_sandboxed(monkeypatch):
-    from xlaport.eval import sandbox
+    from xlaport.eval.sandbox import Mechanisms, run
 
-    bare = sandbox.Mechanisms(None, None, False, None, ("everything refused (test)",))
-    monkeypatch.setattr(sandbox, "sandbox_status", lambda: bare)
+    bare = Mechanisms(None, None, False, None, ("everything refused (test)",))
+    monkeypatch.setattr(run, "sandbox_status", lambda: bare)
     result = python("import os, time\nprint(os.getpid() > 2)\nos.fork()\ntime.sleep(3600)\n", timeout_s=3)
     assert result.timed_out and result.stdout.strip().startswith("True")
     assert not result.sandboxed and result.gaps == ["everything refused (test)"]

@@ -1,6 +1,6 @@
 """PID 1 of a sandboxed run: prepares the new namespaces as root, then runs the command as the sandbox user.
 
-eval/sandbox.py starts it as `unshare -p -f --kill-child --mount-proc -n -- python -I -S sandbox_init.py PLAN`,
+run.py starts it as `unshare -p -f --kill-child --mount-proc -n -- python -I -S init.py PLAN` (PLAN from view.py),
 so this process is the init of a fresh PID, mount and network namespace. PLAN is JSON:
 {"uid", "gid", "cover": [[folder, mode, [kept paths]]], "status_fd", "argv"}. It then
 - brings up the namespace's own loopback (the host's, and the server on it, stay out of reach);
