@@ -239,3 +239,25 @@ def test_a_fifo_or_a_link_left_where_the_parent_reads_is_not_followed():
     worker.join(120)
     assert not worker.is_alive(), "the check hung reading what the child left"
     assert reports[0].exit_code == 0, reports[0].error
+
+
+def test_http_healthz_states_the_sandbox_and_check_keeps_the_token_away(monkeypatch):
+    from fastapi.testclient import TestClient
+    from xlaport.serve.http import create_app
+    from xlaport.serve.pipeline import Pipeline
+
+    token = "server-token-789"
+    monkeypatch.setenv("XLAPORT_TOKEN", token)  # as the server is started
+    with TestClient(create_app(Pipeline(), token=token, warm_up=False)) as client:
+        health = client.get("/healthz").json()
+        assert health["sandbox"] == MECH.to_dict()
+        auth = {"Authorization": f"Bearer {token}"}
+        body = {"source": "import os\nprint(dict(os.environ))\n", "timeout_s": 60, "memory_mb": 1024}
+        answer = client.post("/v1/check", json=body, headers=auth)
+        assert answer.status_code == 200, answer.text
+        report = answer.json()["check"]["report"]
+        assert token not in answer.text and "PJRT_DEVICE" in report["stdout_tail"]
+        assert MECH.sandboxed == (not any(note.startswith("not sandboxed") for note in report["notes"]))
+        too_much = client.post("/v1/check", json={**body, "memory_mb": 65536}, headers=auth)
+        if host_memory_mb() < 65536:
+            assert too_much.status_code == 422 and "more than this machine has" in too_much.text
