@@ -28,7 +28,10 @@ def check(
         typer.Option("--steps-warmup", min=0, help="Steps allowed to compile (graph without/with optimizer state)."),
     ] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the run is killed.")] = 600,
-    memory_mb: Annotated[int, typer.Option("--memory-mb", min=64, help="Resident memory limit of the run.")] = 8192,
+    memory_mb: Annotated[
+        int,
+        typer.Option("--memory-mb", min=64, help="Memory limit of the run's whole process tree (at most the host's)."),
+    ] = 8192,
     format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
     workdir: Annotated[
         Path | None,
@@ -37,7 +40,8 @@ def check(
             file_okay=False,
             exists=True,
             help="Run in this folder (where relative data paths resolve; the script may write there) "
-            "instead of a fresh temporary one.",
+            "instead of a fresh temporary one. Run as root, the sandbox user must be able to write it, "
+            "else the run keeps your user and is reported as not sandboxed.",
         ),
     ] = None,
 ) -> None:

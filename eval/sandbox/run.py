@@ -21,7 +21,7 @@ from .view import namespace_argv, needed_paths, unreachable
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MEMORY_MB = 8192
-DEFAULT_MAX_TASKS = 1024  # processes + threads of one run (torch_xla alone starts ~100 threads)
+DEFAULT_MAX_TASKS = max(1024, 8 * (os.cpu_count() or 1))  # processes + threads (13 for torch_xla on 2 cores)
 DEFAULT_FILE_SIZE_MB = 4096
 OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024  # per stream; the tail is kept
 POLL_S = 0.1
