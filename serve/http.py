@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
+from xlaport.eval.sandbox import sandbox_status
 from xlaport.kb import SourceError
 from xlaport.kb.retrieval import FixHit
 
@@ -52,12 +53,19 @@ class CheckRequest(BaseModel):
     memory_mb: int = Field(4096, ge=256, le=65536)
 
 
+<<<<<<< HEAD
 class VerifyRequest(BaseModel):
     original: str = Field(description="The original (CUDA) script's text: the reference run.")
     migrated: str = Field(description="The migrated script's text.")
     name: str = Field("train.py", description="The script's file name (both are run under it).")
     args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '40'].")
     timeout_s: float = Field(1800.0, gt=0, le=7200, description="How long the request may take in all.")
+=======
+class SandboxStatus(BaseModel):
+    sandboxed: bool = Field(description="True only when every mechanism below holds on this machine.")
+    guarantees: list[str] = Field(description="What holds for code that the server executes.")
+    refused: list[str] = Field(description="Mechanisms this machine refused, and what that leaves open.")
+>>>>>>> sandbox
 
 
 class Health(BaseModel):
@@ -66,6 +74,7 @@ class Health(BaseModel):
     proposer: str
     execution_enabled: bool
     max_concurrency: int
+    sandbox: SandboxStatus
 
 
 class BodyLimit:
@@ -186,6 +195,7 @@ def create_app(
             proposer=p.proposer.name if p.proposer else "none (rules-only)",
             execution_enabled=server_token is not None,
             max_concurrency=max_concurrency,
+            sandbox=SandboxStatus(**sandbox_status().to_dict()),
         )
 
     @app.post("/v1/suggest")

@@ -28,6 +28,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
@@ -224,7 +225,7 @@ class Pipeline:
     ) -> Evidence:
         """Runs the checks on a temporary copy of both versions and fills in the verdict."""
         file_name = Path(name).name if name.endswith(".py") else SNIPPET_NAME
-        with tempfile.TemporaryDirectory(prefix="xlaport-validate-") as tmp:
+        with readable_scratch("xlaport-validate-") as tmp:
             original_path = Path(tmp, "original", file_name)
             migrated_path = Path(tmp, "migrated", file_name)
             for target, text in ((original_path, original), (migrated_path, migrated)):
@@ -253,7 +254,7 @@ class Pipeline:
                 raise ValueError(f"no such script: {path}")
             return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
         compile_or_raise(source, SNIPPET_NAME)
-        with tempfile.TemporaryDirectory(prefix="xlaport-check-") as tmp:
+        with readable_scratch("xlaport-check-") as tmp:
             script = Path(tmp, "script.py")
             script.write_text(source, encoding="utf-8")
             return CheckOutcome(script="script.py", check=run_xla_check(script, args or [], timeout_s, memory_mb))
@@ -272,7 +273,7 @@ class Pipeline:
             raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
         compile_or_raise(original, name)
         compile_or_raise(migrated, name)
-        with tempfile.TemporaryDirectory(prefix="xlaport-verify-") as tmp:
+        with readable_scratch("xlaport-verify-") as tmp:
             for folder, text in (("original", original), ("migrated", migrated)):
                 Path(tmp, folder).mkdir()
                 Path(tmp, folder, name).write_text(text, encoding="utf-8")
