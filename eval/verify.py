@@ -36,12 +36,8 @@ from typing import Any
 from xlaport.files import SKIP_DIRS
 
 from . import curves as cv
-<<<<<<< HEAD
 from .check import run_check
-from .sandbox import run_sandboxed
-=======
 from .sandbox import read_child_file, run_sandboxed
->>>>>>> sandbox
 
 LEVELS = ("none", "L0", "L2", "L3", "L4")
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 3

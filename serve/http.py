@@ -53,19 +53,18 @@ class CheckRequest(BaseModel):
     memory_mb: int = Field(4096, ge=256, le=65536)
 
 
-<<<<<<< HEAD
 class VerifyRequest(BaseModel):
     original: str = Field(description="The original (CUDA) script's text: the reference run.")
     migrated: str = Field(description="The migrated script's text.")
     name: str = Field("train.py", description="The script's file name (both are run under it).")
     args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '40'].")
     timeout_s: float = Field(1800.0, gt=0, le=7200, description="How long the request may take in all.")
-=======
+
+
 class SandboxStatus(BaseModel):
     sandboxed: bool = Field(description="True only when every mechanism below holds on this machine.")
     guarantees: list[str] = Field(description="What holds for code that the server executes.")
     refused: list[str] = Field(description="Mechanisms this machine refused, and what that leaves open.")
->>>>>>> sandbox
 
 
 class Health(BaseModel):
