@@ -36,6 +36,7 @@ from typing import Any
 from xlaport.files import SKIP_DIRS
 
 from . import curves as cv
+from .check import run_check
 from .sandbox import read_child_file, run_sandboxed
 
 LEVELS = ("none", "L0", "L2", "L3", "L4")
@@ -287,8 +288,6 @@ def _tail(text: str, lines: int = 20) -> str:
 
 def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path):
     """The migrated command under the XLA execution check; (RunRecord, CheckReport)."""
-    from .check import run_check
-
     run_dir = scratch / "migrated"
     work = run_dir / "work"
     copy_tree(migrated, work)
