@@ -13,6 +13,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
+from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.module import ModuleAnalysis
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -25,8 +26,6 @@ class SourceError(ValueError):
 
 
 def all_rules() -> list[type[Rule]]:
-    from . import rules  # noqa: F401  (registers every rule module)
-
     return sorted(REGISTRY.rules.values(), key=lambda r: r.code)
 
 
