@@ -27,7 +27,7 @@ def check(
         typer.Option(
             "--memory-mb",
             min=64,
-            help="Memory limit of the run's whole process tree; at most the host's. [default: 8192 or the host's]",
+            help="Memory limit of the run's whole process tree, at most the host's (default: 8192 or the host's if less).",
             show_default=False,
         ),
     ] = None,
