@@ -176,6 +176,10 @@ def run_check(
     )
     if not result.sandboxed:
         report.notes.append("not sandboxed: " + "; ".join(result.gaps))
+    if result.memory_limit_mb < memory_mb:
+        report.notes.append(
+            f"memory limit lowered to this machine's {result.memory_limit_mb} MB (asked {memory_mb} MB)"
+        )
     if workdir is None and report.error and ("FileNotFoundError" in report.error or "No such file" in report.error):
         report.notes.append(
             "the script ran in a fresh temporary working directory: if it reads files by relative path, "
