@@ -40,6 +40,7 @@ MAX_LISTED = 10
 # Fail fast: optimizer steps (or growing compilations) with no step barrier in between mean the graph
 # grows without end; a few are proof enough. Legit loops end one step per optimizer step.
 STALL_STEPS = 5
+OFF_XLA_STEPS = 50  # optimizer steps on the CPU with no XLA step yet (a small CPU warm-up model may take a few)
 STALL_COMPILES = 6  # compilations of ever-larger graphs with no barrier (host reads, no optimizer)
 WATCH_S = 0.2
 HEARTBEAT_S = 1.0
@@ -340,7 +341,7 @@ class Probe:
         sizes = self.graph_sizes_since_boundary()
         compiles = (self.met.counter_value("UncachedCompile") or 0) - self.boundary["compiles"]
         site = self.optimizer_site or "?"
-        if self.steps == 0 and self.off_xla_optimizer_steps >= STALL_STEPS:
+        if self.steps == 0 and self.off_xla_optimizer_steps >= OFF_XLA_STEPS:
             if self.off_xla_optimizer_steps == self.optimizer_steps:
                 return "off_xla", (
                     f"ran on the CPU, not on the XLA device: {self.optimizer_steps} optimizer steps (at {site}) "

@@ -227,8 +227,13 @@ def test_fault_cpu_device(runs):
 
 
 @pytest.mark.slow
-def test_short_cpu_run_that_exits_cleanly_is_l0():
-    report = run_check(PROGRAMS / "fault_cpu_device.py", ["3"], timeout_s=300)
+def test_short_cpu_run_that_exits_cleanly_is_l0_and_never_validated():
+    from xlaport.serve.pipeline import run_xla_check, verdict
+
+    # through the pipeline's validation adapter, as `migrate --validate` runs it
+    run = run_xla_check(PROGRAMS / "fault_cpu_device.py", ["3"], timeout_s=300, memory_mb=8192)
+    assert run.passed is False and verdict([run])[0] == "rejected"
+    report = CheckReport(**{**run.report, "per_step": [], "recompile_sources": []})
     assert report.exit_code == 0 and report.stopped is None
     assert report.level == "L0" and reason_kinds(report) == {"off_device"}, report.reasons
     assert report.reasons[0].startswith("ran on the CPU, not on the XLA device: 3 optimizer step(s)")
