@@ -433,8 +433,8 @@ def last_phase(events: list[dict], process: ProcessEvents, finished: bool) -> st
 
 
 def device_choice(events: list[dict]) -> str | None:
-    """`file:line: source` where the device of a module left off the XLA device was chosen: the assignment of the
-    name passed to `.to(...)` there, else the `.to(...)` call itself."""
+    """`file:line: source` of where the device of a module left off the XLA device was chosen: the (up to three
+    nearest) assignments of the name passed to `.to(...)` there, else the `.to(...)` call itself."""
     move = next((e for e in events if e["event"] == "off_xla_move" and e.get("site")), None)
     if move is None:
         return None
@@ -445,12 +445,16 @@ def device_choice(events: list[dict]) -> str | None:
     except (OSError, ValueError, IndexError):
         return move["site"]
     name = re.search(r"\.to\(\s*([A-Za-z_][\w.]*)\s*[,)]", call)
+    found = []
     if name is not None:
         assign = re.compile(rf"^\s*{re.escape(name.group(1))}\s*(?::[^=]*)?=(?!=)")
-        for number in range(int(line) - 1, 0, -1):
-            if assign.match(lines[number - 1]):
-                return f"{path}:{number}: {lines[number - 1].strip()}"
-    return f"{move['site']}: {call.strip()}"
+        found = [n for n in range(int(line) - 1, 0, -1) if assign.match(lines[n - 1])][:3]
+    if not found:
+        return f"{move['site']}: {call.strip()}"
+    where = "; ".join(f"{path}:{n}: {lines[n - 1].strip()}" for n in sorted(found))
+    if any("accelerator" in lines[n - 1] or "cuda" in lines[n - 1] for n in found):
+        where += " (torch.accelerator and torch.cuda know nothing of XLA: take the device from torch_xla.device())"
+    return where
 
 
 OUT_OF_MEMORY = re.compile(r"LLVM ERROR: out of memory|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED", re.I)

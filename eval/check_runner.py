@@ -40,7 +40,7 @@ MAX_LISTED = 10
 # Fail fast: optimizer steps (or growing compilations) with no step barrier in between mean the graph
 # grows without end; a few are proof enough. Legit loops end one step per optimizer step.
 STALL_STEPS = 5
-OFF_XLA_STEPS = 50  # optimizer steps on the CPU with no XLA step yet (a small CPU warm-up model may take a few)
+OFF_XLA_STEPS = 10  # optimizer steps on the CPU with no XLA step yet (a CPU warm-up model may take a few)
 STALL_COMPILES = 6  # compilations of ever-larger graphs with no barrier (host reads, no optimizer)
 WATCH_S = 0.2
 HEARTBEAT_S = 1.0
