@@ -17,6 +17,12 @@ How it measures without changing what the script computes:
   check of the parameters and of the last loss) runs once at exit, after the final counter snapshot.
 - Worker processes (`torch_xla.launch`, `xmp.spawn`, any Python child) get the same probe through a
   `sitecustomize.py` put first on their PYTHONPATH; every event carries its process id.
+- Fail fast: a watchdog thread reads the counters a few times a second (reads only) and kills the run's
+  process group as soon as the loop shows it can never end a step on the XLA device: STALL_STEPS
+  optimizer steps with no step barrier in between (the graph grows each iteration; typical when the step
+  goes through GradScaler.step), compilations of ever-larger graphs with no barrier, or OFF_XLA_STEPS
+  optimizer steps on parameters that are not on the XLA device. It writes a "stopped" event with the
+  reason first, and a heartbeat each second so a run killed from outside still says how far it got.
 """
 
 from __future__ import annotations
@@ -71,11 +77,13 @@ class Recorder:
 
     def __init__(self, path: str) -> None:
         self._file = open(path, "a", buffering=1, encoding="utf-8")
+        self._lock = threading.Lock()  # the watchdog thread writes too: whole lines only
 
     def emit(self, event: str, **fields) -> None:
         line = json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields})
-        self._file.write(line + "\n")
-        self._file.flush()
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
 
 
 def _in_stack(file_suffix: str, depth: int = 2) -> bool:
