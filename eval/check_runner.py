@@ -137,6 +137,7 @@ class Probe:
         self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": []}
         self.nonfinite_reads: list[dict] = []
         self.item_sites: dict[str | None, int] = {}  # where the script calls .item() on XLA tensors
+        self.last_read_site: str | None = None  # the latest of them
         self.last_loss_ref = None
         self.last_loss = None
         self.finished = False
@@ -267,6 +268,7 @@ class Probe:
             if tensor.device.type == "xla" and not probe.in_sync:  # closures run inside the sync: not counted
                 site = _user_site()
                 probe.item_sites[site] = probe.item_sites.get(site, 0) + 1
+                probe.last_read_site = site
             if isinstance(value, float) and not math.isfinite(value) and len(probe.nonfinite_reads) < MAX_LISTED:
                 probe.nonfinite_reads.append({"step": probe.steps, "value": repr(value), "site": _user_site()})
             return value
@@ -381,8 +383,8 @@ class Probe:
             return "no_barrier", (
                 f"no step barrier: {compiles} compilations since the last step, each of a bigger graph "
                 f"({recent[0]} to {recent[-1]} nodes): host reads (.item(), print of a tensor) run a graph that holds "
-                f"every iteration so far, last at {_main_thread_site() or '?'}. Call torch_xla.sync() once per "
-                "iteration of the loop"
+                f"every iteration so far, last at {self.last_read_site or _main_thread_site() or '?'}. Call "
+                "torch_xla.sync() once per iteration of the loop"
             )
         return None
 

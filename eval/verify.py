@@ -887,9 +887,10 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         undecided = False
         if level_at_least(level, "L3"):
             level = "L2"
-    for run in (ref, mig):
+    for run in (ref, report.fallback_run, mig):
         if run is not None:
-            reasons.extend(f"note ({run.role}): {note}" for note in run.notes)
+            role = "fallback reference" if run is report.fallback_run else run.role
+            reasons.extend(f"note ({role}): {note}" for note in run.notes)
     report.level, report.reasons, report.improvements = level, reasons, improvements
     report.loss, report.metrics, report.claim, report.performance = loss_cmp, metric_cmps, claim, perf
     report.status = "fail" if stops else _status(level, config.require, undecided)

@@ -35,6 +35,7 @@ TORCH_PROGRAMS = [
     "fault_nan",
     "fault_no_barrier",
     "fault_cpu_device",
+    "fault_growing_reads",
 ]
 JSON_KEYS = {
     "exit_code", "level", "reasons", "fallback_ops", "host_reads", "compiles_total", "compiles_after_warmup",
@@ -213,6 +214,16 @@ def test_fault_no_barrier(runs):
     assert f"fault_no_barrier.py:{line_of('fault_no_barrier', 'scaler.step(optimizer)')}" in report.reasons[0]
     assert "growing from" in report.reasons[0] and report.compiles_total >= 5
     assert report.wall_s <= 60 and not report.timed_out and report.error is None
+
+
+@pytest.mark.slow
+def test_fault_growing_reads(runs):
+    # no optimizer: the evidence is the host read compiling an ever-larger graph each iteration
+    report = runs["fault_growing_reads"].result()
+    assert report.level == "L0" and report.stopped == "no_barrier", report.reasons
+    assert reason_kinds(report) == {"no_barrier"} and "each of a bigger graph" in report.reasons[0]
+    assert f"fault_growing_reads.py:{line_of('fault_growing_reads', '.item()')}" in report.reasons[0]
+    assert report.wall_s <= 60
 
 
 @pytest.mark.slow
