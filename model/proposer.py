@@ -164,7 +164,10 @@ class CodeModel:
         return Proposal(
             function_name=function_name,
             source=new_source,
-            rationale=f"code model {self.name} rewrote {function_name} for {codes} (greedy, {candidate.new_tokens} tokens)",
+            rationale=(
+                f"code model {self.name} rewrote {function_name} for {codes} (greedy, {candidate.new_tokens} tokens, "
+                f"{candidate.new_tokens / max(candidate.seconds, 1e-9):.1f} tokens/s)"
+            ),
             model=self.name,
         )
 

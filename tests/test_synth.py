@@ -81,3 +81,16 @@ def test_synth_traces_are_deduplicated_split_by_file_and_carry_their_codes():
         assert trace.codes and set(trace.codes) <= _codes(trace.original)
         split_target(trace.target)  # parses
     assert len(synth_traces(functions, limit=3, seed=0)) == 3
+
+
+def test_held_out_fixtures_have_manual_findings_that_their_expected_form_resolves():
+    from pathlib import Path
+
+    root = Path(__file__).parent / "fixtures" / "model_heldout"
+    cases = sorted(p for p in root.iterdir() if p.is_dir())
+    assert len(cases) >= 8
+    for case in cases:
+        before = [f for f in lint_source((case / "input.py").read_text()) if not f.fixable]
+        after = {f.code for f in lint_source((case / "expected.py").read_text()) if not f.fixable}
+        assert before, f"{case.name}: no manual finding in input.py"
+        assert not ({f.code for f in before} & after), f"{case.name}: expected.py keeps {after}"

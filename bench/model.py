@@ -1,0 +1,335 @@
+"""Does the code model fix what the rules leave? Rules-only vs model-only vs rules+model, and training throughput.
+
+    .venv/bin/python bench/model.py --model DIR [--limit 24] [--validate 3] [--throughput-steps 4] [--json out.json]
+
+Held-out functions with manual findings (never trained on):
+  - the test split of the model's dataset (synthesized pairs, split by source file: no test file's
+    function is in training), up to `--limit`, the kinds taken in turn;
+  - tests/fixtures/model_heldout/*/ (input.py, expected.py): functions written here, modelled on
+    real training scripts (MNIST, DCGAN, ImageNet examples).
+Each is a file (imports + function). Arms, on the same files:
+  rules-only   Pipeline(proposer=None).suggest, unsafe fixes on;
+  model-only   the code model alone on the original function (greedy, bounded);
+  rules+model  Pipeline(proposer=model).suggest: rules first, the model on the findings left.
+Columns: manual findings resolved (multiset of kb codes: manual findings of the original no longer
+reported), candidates accepted by the model's checks (parse, one function, same signature), exact
+match with the target function (model-only), pipeline validation (XLA execution check + generated
+tests) on the first `--validate` files where rules+model changed something, latency per function,
+generation tokens/s.
+Throughput: LoRA training steps of the `cpu` configuration's shape (4x256) on the model's base,
+random tokens, through torch_xla (PJRT_DEVICE=CPU) and eagerly on the CPU, each in a child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+FIXTURES = HERE.parent.parent / "tests" / "fixtures" / "model_heldout"
+
+
+def _normalized(code: str) -> str:
+    return "\n".join(line.rstrip() for line in code.strip().splitlines())
+
+
+def _manual(findings) -> Counter:
+    return Counter(f.code for f in findings if not f.fixable)
+
+
+def held_out(model_dir: Path, limit: int) -> list[dict]:
+    """[{name, source, function, target_function, target_imports, origin}] of the held-out set."""
+    import ast
+
+    from xlaport.training.artifacts import read_meta
+    from xlaport.training.dataset import load_dataset
+    from xlaport.training.traces import module_text, split_target
+
+    items = []
+    dataset = (read_meta(model_dir) or {}).get("dataset")
+    if dataset and Path(dataset).is_dir():
+        by_kind: dict[str, list] = {}
+        for trace in load_dataset(Path(dataset)).split_traces("test"):
+            if trace.kind.startswith("synth:"):
+                by_kind.setdefault(trace.kind, []).append(trace)
+        chosen = []
+        while len(chosen) < limit and any(by_kind.values()):
+            for group in by_kind.values():
+                if group and len(chosen) < limit:
+                    chosen.append(group.pop(0))
+        for trace in chosen:
+            imports, function = split_target(trace.target)
+            name = ast.parse(trace.original).body[0].name
+            items.append(
+                {
+                    "name": f"{trace.file}:{trace.name}",
+                    "origin": trace.kind,
+                    "source": module_text(trace.imports, trace.original),
+                    "function": name,
+                    "target_function": function,
+                    "target_imports": imports,
+                }
+            )
+    for directory in sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []:
+        source = (directory / "input.py").read_text(encoding="utf-8")
+        expected = (directory / "expected.py").read_text(encoding="utf-8")
+        from xlaport.serve.pipeline import function_sources
+
+        changed = [n for n, text in function_sources(source).items() if function_sources(expected).get(n) != text]
+        target = function_sources(expected)[changed[0]]
+        before = {ast.dump(n) for n in ast.parse(source).body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        added = [
+            ast.unparse(n)
+            for n in ast.parse(expected).body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and ast.dump(n) not in before
+        ]
+        items.append(
+            {
+                "name": directory.name,
+                "origin": "fixture",
+                "source": source,
+                "function": changed[0],
+                "target_function": __import__("textwrap").dedent(target),
+                "target_imports": added,
+            }
+        )
+    return items
+
+
+def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
+    from xlaport.kb import lint_source
+    from xlaport.model.proposer import load_proposer
+    from xlaport.serve.pipeline import Pipeline, SuggestOptions
+
+    start = time.perf_counter()
+    model = load_proposer(model_dir)
+    load_s = time.perf_counter() - start
+    items = held_out(model_dir, limit)
+    log(f"{len(items)} held-out functions; model loaded in {load_s:.1f} s")
+    rules_pipeline, model_pipeline = Pipeline(proposer=None), Pipeline(proposer=model)
+    rows = []
+    validated_runs = 0
+    for n, item in enumerate(items):
+        source = item["source"]
+        original = lint_source(source)
+        manual = _manual(original)
+        row = {"name": item["name"], "origin": item["origin"], "manual": sum(manual.values())}
+
+        t = time.perf_counter()
+        patch = rules_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
+        row["rules_s"] = time.perf_counter() - t
+        row["rules_resolved"] = sum((manual - _manual(lint_source(patch.migrated))).values())
+
+        t = time.perf_counter()
+        findings = [f for f in original if not f.fixable]
+        candidate, new_source = model.rewrite_in_file(source, item["function"], findings, [])
+        row["model_s"] = time.perf_counter() - t
+        row["model_accepted"] = bool(candidate and candidate.accepted and new_source)
+        row["model_reason"] = (
+            None if row["model_accepted"] else (candidate.rejected_reason if candidate else "no such function")
+        )
+        row["model_tokens"] = candidate.new_tokens if candidate else 0
+        row["model_gen_s"] = candidate.seconds if candidate else 0.0
+        row["model_resolved"] = (
+            sum((manual - _manual(lint_source(new_source))).values()) if row["model_accepted"] else 0
+        )
+        row["model_exact"] = bool(
+            row["model_accepted"]
+            and _normalized(candidate.code) == _normalized(item["target_function"])
+            and sorted(candidate.imports) == sorted(item["target_imports"])
+        )
+
+        t = time.perf_counter()
+        do_validate = validated_runs < validate
+        options = SuggestOptions(unsafe_fixes=True, k=0, validate_patch=do_validate, timeout_s=600)
+        both = model_pipeline.suggest(source, "f.py", options)
+        row["both_s"] = time.perf_counter() - t
+        row["both_resolved"] = sum((manual - _manual(lint_source(both.migrated))).values())
+        row["both_proposals"] = len(both.evidence.rewritten_functions)
+        row["both_notes"] = [note for note in both.notes if "code model" in note or "proposal" in note]
+        if do_validate and both.changed:
+            validated_runs += 1
+            row["both_validation"] = both.evidence.status
+            row["both_validation_reason"] = both.evidence.reason
+        rows.append(row)
+        log(
+            f"[{n + 1}/{len(items)}] {item['name']}: manual {row['manual']}, resolved rules {row['rules_resolved']} "
+            f"model {row['model_resolved']} both {row['both_resolved']}; model {'ok' if row['model_accepted'] else row['model_reason']}"
+        )
+    return {"model": str(model_dir), "load_s": round(load_s, 1), "rows": rows, "summary": summarize(rows)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    manual = sum(r["manual"] for r in rows)
+    tokens = sum(r["model_tokens"] for r in rows)
+    gen_s = sum(r["model_gen_s"] for r in rows)
+    validated = [r for r in rows if "both_validation" in r]
+
+    def share(count: int, total: int) -> dict:
+        return {"count": count, "total": total, "share": round(count / total, 3) if total else None}
+
+    return {
+        "functions": len(rows),
+        "manual_findings": manual,
+        "resolved": {arm: share(sum(r[f"{arm}_resolved"] for r in rows), manual) for arm in ("rules", "model", "both")},
+        "model_accepted": share(sum(r["model_accepted"] for r in rows), len(rows)),
+        "model_exact": share(sum(r["model_exact"] for r in rows), len(rows)),
+        "rules_model_proposals": sum(r["both_proposals"] for r in rows),
+        "validation": dict(Counter(r["both_validation"] for r in validated)),
+        "median_s": {
+            arm: round(statistics.median(r[f"{arm}_s"] for r in rows), 2) for arm in ("rules", "model", "both")
+        }
+        if rows
+        else {},
+        "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
+        "rejections": dict(Counter((r["model_reason"] or "")[:50] for r in rows if not r["model_accepted"])),
+    }
+
+
+# --- throughput ------------------------------------------------------------------------------------------
+def throughput_child(device: str, base: str, steps: int) -> dict:
+    """LoRA training steps of the cpu configuration's shape on `base`, random tokens (runs in its own process)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from xlaport.training.configs import get_size
+    from xlaport.training.dataset import Batches
+    from xlaport.training.loop import LoopConfig, train
+
+    size = get_size("cpu")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    torch.manual_seed(0)
+    lora = LoraConfig(
+        task_type="CAUSAL_LM", r=size.lora_r, lora_alpha=size.lora_alpha, target_modules=list(size.lora_targets)
+    )
+    model = get_peft_model(model, lora)
+    shape = (size.batch_size, min(size.buckets))
+    vocab = model.config.vocab_size
+    batches = Batches([torch.randint(0, vocab, shape, dtype=torch.int32) for _ in range(steps)], [None] * steps, 2)
+    config = LoopConfig(steps=steps, lr=1e-4, warmup_steps=1, log_every=10**6, device=device)
+    result = train(model, batches, config, log=lambda m: None)
+    data = {k: v for k, v in result.to_dict().items() if k != "losses"}
+    data["shape"] = list(shape)
+    data["steady_step_s"] = round(result.steady_s / max(1, steps - result.compile_warmup_steps), 2)
+    return data
+
+
+def throughput(base: str, steps: int, log) -> dict:
+    results = {}
+    for device in ("xla", "eager"):
+        env = {**os.environ, "PJRT_DEVICE": "CPU"} if device == "xla" else {**os.environ, "USE_TORCH_XLA": "0"}
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, str(HERE), "--throughput-child", device, "--base", base, "--throughput-steps", str(steps)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"throughput run on {device} failed:\n{proc.stderr[-2000:]}")
+        results[device] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[device]["process_s"] = round(time.perf_counter() - start, 1)
+        log(f"throughput {device}: {results[device]['tokens_per_s']} tokens/s")
+    return results
+
+
+def training_record(model_dir: Path) -> dict:
+    """What the model's own training recorded, and the default configuration's time extrapolated from it."""
+    from xlaport.training.artifacts import read_meta
+    from xlaport.training.configs import get_size
+
+    meta = read_meta(model_dir) or {}
+    train = meta.get("train") or {}
+    if not train:
+        return {}
+    size = get_size(meta.get("size", "cpu"))
+    steady_steps = max(1, train["steps"] - train.get("start_step", 0) - train["compile_warmup_steps"])
+    step_s = train["steady_s"] / steady_steps
+    warmup_s = train["wall_s"] - train["steady_s"]
+    return {
+        "size": size.name,
+        "steps": train["steps"],
+        "wall_s": train["wall_s"],
+        "steady_step_s": round(step_s, 2),
+        "tokens_per_s": train.get("tokens_per_s"),
+        "compiles": train.get("compiles"),
+        "compiles_after_warmup": train.get("compiles_after_warmup"),
+        "fallback_ops": train.get("fallback_ops"),
+        "default_steps": size.lora_steps,
+        "default_wall_s_extrapolated": round(warmup_s + step_s * (size.lora_steps - train["compile_warmup_steps"]), 0),
+        "losses": train.get("losses"),
+    }
+
+
+def table(summary: dict) -> str:
+    res = summary["resolved"]
+
+    def cell(d: dict) -> str:
+        return f"{d['count']}/{d['total']} ({100 * (d['share'] or 0):.0f}%)"
+
+    med = summary.get("median_s", {})
+    lines = [
+        f"{'arm':<12} {'manual resolved':>18} {'accepted':>14} {'exact':>14} {'median s/fn':>12}",
+        f"{'rules-only':<12} {cell(res['rules']):>18} {'-':>14} {'-':>14} {med.get('rules', 0):>12}",
+        f"{'model-only':<12} {cell(res['model']):>18} {cell(summary['model_accepted']):>14} {cell(summary['model_exact']):>14} {med.get('model', 0):>12}",
+        f"{'rules+model':<12} {cell(res['both']):>18} {summary['rules_model_proposals']:>14} {'-':>14} {med.get('both', 0):>12}",
+        f"validation of rules+model patches: {summary['validation'] or 'none run'}",
+        f"generation: {summary['generation_tokens_per_s']} tokens/s; rejections: {summary['rejections']}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, help="LoRA model directory (default: the newest)")
+    parser.add_argument("--limit", type=int, default=24, help="test-split functions (the fixtures come on top)")
+    parser.add_argument("--validate", type=int, default=3, help="rules+model patches to validate")
+    parser.add_argument("--throughput-steps", type=int, default=4, help="0 skips the throughput runs")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--throughput-child", choices=["xla", "eager"], help=argparse.SUPPRESS)
+    parser.add_argument("--base", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.throughput_child:
+        print(json.dumps(throughput_child(args.throughput_child, args.base, args.throughput_steps)))
+        return 0
+    os.environ.setdefault("USE_TORCH_XLA", "0")  # serving and linting run eagerly; the XLA child sets its own
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    from xlaport.model.proposer import base_model_of, find_model_dir
+
+    model_dir = find_model_dir(args.model)
+    if model_dir is None:
+        raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
+    results = {"quality": run_quality(model_dir, args.limit, args.validate, log)}
+    results["training"] = training_record(model_dir)
+    if args.throughput_steps:
+        results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)
+    print(table(results["quality"]["summary"]))
+    if results["training"]:
+        tr = results["training"]
+        print(
+            f"training ({tr['size']}, {tr['steps']} steps): {tr['wall_s']} s wall, {tr['steady_step_s']} s/step steady, "
+            f"{tr['tokens_per_s']} tokens/s, compiles {tr['compiles']} (after warm-up {tr['compiles_after_warmup']}), "
+            f"fallbacks {tr['fallback_ops'] or 0}; default {tr['default_steps']} steps extrapolated: {tr['default_wall_s_extrapolated']} s"
+        )
+    for device, data in results.get("throughput", {}).items():
+        print(
+            f"throughput {device}: {data['tokens_per_s']} tokens/s, {data['steady_step_s']} s/step, compiles {data.get('compiles')}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
