@@ -56,3 +56,15 @@ def test_the_real_base_is_dequantized_once_then_loads_from_the_cache_and_generat
     text = tokenizer.decode(outputs[0][ids.shape[1] :])
     assert text.strip(), "a pretrained code model continues a function body"
     assert load_s < 60
+
+
+def test_pretrained_configurations_fine_tune_and_never_pretrain(tmp_path):
+    from xlaport.training.configs import DEFAULT_SIZE, get_size
+    from xlaport.training.workflow import TrainingError, lora_settings, prepare_base_job
+
+    assert DEFAULT_SIZE == "cpu" and get_size("cpu").pretrained and get_size("tpu").pretrained
+    assert not get_size("tiny").pretrained
+    with pytest.raises(TrainingError, match="xlaport train lora"):
+        prepare_base_job(get_size("cpu"), out=tmp_path / "base")
+    assert lora_settings(get_size("cpu"), "llama")["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert lora_settings(get_size("tiny"), "llama")["target_modules"] == "all-linear"
