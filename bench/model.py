@@ -1,6 +1,7 @@
 """Does the code model fix what the rules leave? Rules-only vs model-only vs rules+model, and training throughput.
 
     .venv/bin/python bench/model.py --model DIR [--limit 24] [--validate 3] [--throughput-steps 4] [--json out.json]
+    .venv/bin/python bench/model.py --throughput-only [--base DIR] [--json out.json]
 
 Held-out functions with manual findings (never trained on):
   - the test split of the model's dataset (synthesized pairs, split by source file: no test file's
@@ -15,7 +16,8 @@ Columns: manual findings resolved (multiset of kb codes: manual findings of the 
 reported), candidates accepted by the model's checks (parse, one function, same signature), exact
 match with the target function (model-only), pipeline validation (XLA execution check + generated
 tests) on the first `--validate` files where rules+model changed something, latency per function,
-generation tokens/s.
+generation tokens/s. Greedy generation is memoized per prompt (the same output either way), so
+rules+model latency leaves out generation where the rules did not change the function first.
 Throughput: LoRA training steps of the `cpu` configuration's shape (4x256) on the model's base,
 random tokens, through torch_xla (PJRT_DEVICE=CPU) and eagerly on the CPU, each in a child process.
 """
@@ -114,6 +116,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
     items = held_out(model_dir, limit)
     log(f"{len(items)} held-out functions; model loaded in {load_s:.1f} s")
     rules_pipeline, model_pipeline = Pipeline(proposer=None), Pipeline(proposer=model)
+    _memoize_generation(model)
     rows = []
     validated_runs = 0
     for n, item in enumerate(items):
@@ -164,6 +167,23 @@ def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
             f"model {row['model_resolved']} both {row['both_resolved']}; model {'ok' if row['model_accepted'] else row['model_reason']}"
         )
     return {"model": str(model_dir), "load_s": round(load_s, 1), "rows": rows, "summary": summarize(rows)}
+
+
+def _memoize_generation(model) -> None:
+    """Greedy generation is deterministic: the rules+model arm reuses model-only's output for the same prompt.
+
+    Its latency then leaves out generation wherever the rules did not change the function first.
+    """
+    cache: dict = {}
+    generate = model.generate_text
+
+    def cached(prompt_ids: list[int], budget: int):
+        key = (tuple(prompt_ids), budget)
+        if key not in cache:
+            cache[key] = generate(prompt_ids, budget)
+        return cache[key]
+
+    model.generate_text = cached
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -294,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", type=int, default=3, help="rules+model patches to validate")
     parser.add_argument("--throughput-steps", type=int, default=4, help="0 skips the throughput runs")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--throughput-only", action="store_true", help="only the training throughput runs")
     parser.add_argument("--throughput-child", choices=["xla", "eager"], help=argparse.SUPPRESS)
-    parser.add_argument("--base", help=argparse.SUPPRESS)
+    parser.add_argument("--base", help="base model directory for --throughput-only (default: SmolLM2-135M)")
     args = parser.parse_args(argv)
     if args.throughput_child:
         print(json.dumps(throughput_child(args.throughput_child, args.base, args.throughput_steps)))
@@ -307,15 +328,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from xlaport.model.proposer import base_model_of, find_model_dir
 
-    model_dir = find_model_dir(args.model)
-    if model_dir is None:
-        raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
-    results = {"quality": run_quality(model_dir, args.limit, args.validate, log)}
-    results["training"] = training_record(model_dir)
-    if args.throughput_steps:
-        results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)
-    print(table(results["quality"]["summary"]))
-    if results["training"]:
+    if args.throughput_only:
+        from xlaport.model.base import default_base_model
+
+        base = str(args.base or default_base_model(log=log))
+        results = {"throughput": throughput(base, args.throughput_steps or 4, log)}
+    else:
+        model_dir = find_model_dir(args.model)
+        if model_dir is None:
+            raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
+        results = {"quality": run_quality(model_dir, args.limit, args.validate, log)}
+        results["training"] = training_record(model_dir)
+        if args.throughput_steps:
+            results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)
+        print(table(results["quality"]["summary"]))
+    if results.get("training"):
         tr = results["training"]
         print(
             f"training ({tr['size']}, {tr['steps']} steps): {tr['wall_s']} s wall, {tr['steady_step_s']} s/step steady, "
