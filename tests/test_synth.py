@@ -5,10 +5,9 @@ import random
 
 import pytest
 from xlaport.kb import lint_source
+from xlaport.model.prompts import apply_edit_script, edit_script, split_target
 from xlaport.training.corpus import Function, split_of
-from xlaport.training.prompts import apply_edit_script, edit_script
 from xlaport.training.synth import KINDS, synth_edits, synth_traces
-from xlaport.training.traces import split_target
 
 IMPORTS = "import torch\nimport torch.nn.functional as F\n"
 

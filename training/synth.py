@@ -24,8 +24,10 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
+from xlaport.model.prompts import join_target
+
 from .corpus import Function, normalized_key, split_of
-from .traces import Trace, join_target, lint_many, module_text
+from .traces import Trace, lint_many, module_text
 
 XM = "import torch_xla.core.xla_model as xm"
 TORCH_XLA = "import torch_xla"
