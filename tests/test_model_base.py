@@ -68,3 +68,16 @@ def test_pretrained_configurations_fine_tune_and_never_pretrain(tmp_path):
         prepare_base_job(get_size("cpu"), out=tmp_path / "base")
     assert lora_settings(get_size("cpu"), "llama")["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert lora_settings(get_size("tiny"), "llama")["target_modules"] == "all-linear"
+
+
+def test_a_candidate_that_leaves_its_findings_in_place_is_recognised():
+    from xlaport.kb import lint_source
+    from xlaport.model.proposer import findings_left
+
+    before = "import torch\n\n\ndef report(x):\n    print(torch.cuda.max_memory_allocated())\n    return x\n"
+    after = "import torch\n\n\ndef report(x):\n    return x\n"
+    manual = [f for f in lint_source(before) if not f.fixable]
+    assert [f.code for f in manual] == ["XLA601"]
+    assert findings_left(before, "report", manual) == ["XLA601"]
+    assert findings_left(after, "report", manual) == []
+    assert findings_left(before, "missing", manual) == []
