@@ -54,6 +54,7 @@ class MissingStepBarrier(StepContextRule):
     )
     before = (
         "import torch\n\n"
+        "model.to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in loader:\n"
         "    optimizer.zero_grad()\n"
@@ -64,6 +65,7 @@ class MissingStepBarrier(StepContextRule):
     after = (
         "import torch\n"
         "import torch_xla\n\n"
+        "model.to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in loader:\n"
         "    optimizer.zero_grad()\n"
@@ -103,8 +105,8 @@ class MissingStepBarrier(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_optimizer_step(node):
-            return
+        if not self.is_optimizer_step(node) or self.facts().cpu_script:
+            return  # a script that names no device trains on the CPU: no lazy graph
         loop = self._innermost_loop(node)
         if loop is None or not self.contains_backward(loop.body) or self.contains_sync(loop.body):
             return
@@ -232,7 +234,7 @@ class PlainDataLoaderInStepLoop(StepContextRule):
         "from torch.utils.data import DataLoader\n\n"
         "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
         "for x, y in loader:\n"
-        "    loss = model(x, y)\n"
+        "    loss = model(x.to(device), y.to(device))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n"
     )
@@ -242,7 +244,7 @@ class PlainDataLoaderInStepLoop(StepContextRule):
         "import torch_xla.distributed.parallel_loader as pl\n\n"
         "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
         "for x, y in pl.MpDeviceLoader(loader, torch_xla.device()):\n"
-        "    loss = model(x, y)\n"
+        "    loss = model(x.to(device), y.to(device))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n"
     )
@@ -264,7 +266,7 @@ class PlainDataLoaderInStepLoop(StepContextRule):
     )
 
     def visit_For(self, node: cst.For) -> None:
-        if not self.runs_step(node) or self.iterates_device_loader(node):
+        if not self.runs_step(node) or self.iterates_device_loader(node) or self.facts().cpu_script:
             return
         name = self.plain_dataloader_name(node)
         if name is None:

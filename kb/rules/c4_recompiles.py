@@ -150,8 +150,8 @@ class DataLoaderWithoutDropLast(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, *DATALOADERS):
-            return
+        if not self.is_call_to(node, *DATALOADERS) or self.facts().cpu_script:
+            return  # a script that names no device feeds a CPU model: no graph to recompile
         if keyword_arg(node, "drop_last") is not None or keyword_arg(node, "batch_sampler") is not None:
             return
         batch_size = keyword_arg(node, "batch_size")
