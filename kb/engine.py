@@ -13,6 +13,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .analysis.devices import analyse as analyse_devices
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
@@ -108,11 +109,12 @@ def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_D
     wrapper.visit_batched(visitors)
     suppressed = suppressions(source)
     positions = wrapper.resolve(PositionProvider)
+    dead = [positions[n] for n in analyse_devices(module).facts.dead_regions() if n in positions]
     detections = []
     for visitor in visitors:
         for report in visitor.reports:
             pos = positions[report.node]
-            if _is_suppressed(pos.start.line, visitor.code, suppressed):
+            if _is_suppressed(pos.start.line, visitor.code, suppressed) or _inside(pos, dead):
                 continue
             span = positions[report.target] if report.target is not None else pos
             detections.append(
@@ -127,6 +129,12 @@ def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_D
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
     return detections
+
+
+def _inside(pos, regions) -> bool:
+    """Is `pos` within one of `regions` (code that a TPU host never runs: nothing there is reported)?"""
+    start, end = (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+    return any((r.start.line, r.start.column) <= start and end <= (r.end.line, r.end.column) for r in regions)
 
 
 def _finding(path: str, d: _Detection) -> Finding:

@@ -1,0 +1,280 @@
+"""Device values followed through a module (kb/analysis/devices.py), the rules built on it (XLA226–XLA231),
+and the scan for CUDA references left silent after a migration (kb/analysis/leftovers.py)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+import xlaport.kb.rules.c2_device_flow  # noqa: F401  (registers XLA226–XLA231)
+from xlaport.kb import fix_source, lint_source
+from xlaport.kb.analysis.devices import DeviceAnalysis, key_of
+from xlaport.kb.analysis.leftovers import silent_leftovers
+
+
+def analysis_of(source: str) -> DeviceAnalysis:
+    return DeviceAnalysis(cst.parse_module(textwrap.dedent(source)))
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def origins(source: str) -> list[str]:
+    return [code(n) for n in analysis_of(source).facts.string_origins]
+
+
+def fixed(source: str) -> str:
+    return fix_source(textwrap.dedent(source)).fixed  # the default: safe fixes only
+
+
+# --- origins -------------------------------------------------------------------------------------------
+def test_config_variable_is_a_device_origin_when_it_reaches_a_consumer():
+    src = """\
+        import torch
+        where = 'cuda'
+        note = 'cuda'
+        x = torch.zeros(2).to(where)
+        """
+    assert origins(src) == ["'cuda'"]  # `where` flows to .to(); `note` flows nowhere
+
+
+def test_device_named_values_are_origins_without_a_consumer_in_sight():
+    src = """\
+        eval_device = "cuda:1"
+        class Cfg:
+            device: str = "cuda"
+        def build(device="cuda:0"):
+            pass
+        opts = {"device": "cuda", "label": "cuda"}
+        """
+    assert origins(src) == ['"cuda:1"', '"cuda"', '"cuda:0"', '"cuda"']  # assignments, defaults, dicts
+
+
+def test_fstring_format_and_concatenation_origins():
+    src = """\
+        def pick(rank):
+            device = f"cuda:{rank}"
+            dev = "cuda:{}".format(rank)
+            device_name = "cuda:" + str(rank)
+            return device
+        """
+    assert origins(src) == ['f"cuda:{rank}"', '"cuda:{}".format(rank)', '"cuda:" + str(rank)']
+
+
+def test_argparse_default_and_choices_of_a_device_flag():
+    src = """\
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])
+        p.add_argument('--run-name', default='cuda')
+        """
+    assert origins(src) == ["'cuda'", "'cuda'"]
+
+
+def test_fallback_values_and_the_tests_around_them():
+    src = """\
+        import os
+        device = os.environ.get("DEV", "cuda") or "cpu"
+        device_type = "cuda" if "cuda" in device else "cpu"
+        """
+    # the `"cuda" in device` test is a guard, not an origin
+    assert origins(src) == ['"cuda"', '"cuda"']
+
+
+def test_key_of_reads_attributes_subscripts_and_str():
+    exprs = ["args.device", "self.cfg.device", "cfg['device']", "str(device)", "device"]
+    assert [key_of(cst.parse_expression(e)) for e in exprs] == ["device"] * 5
+
+
+# --- ints and backends ------------------------------------------------------------------------------------
+def test_ints_used_as_devices():
+    src = """\
+        import argparse, os, torch
+        p = argparse.ArgumentParser()
+        p.add_argument('--gpu', type=int)
+        args = p.parse_args()
+        class T:
+            def __init__(self, model, gpu_id: int):
+                self.model = model.to(gpu_id)
+        local_rank = int(os.environ["LOCAL_RANK"])
+        a = torch.zeros(1).to(args.gpu)
+        b = torch.device(local_rank)
+        c = torch.zeros(1).to(torch.float32)
+        d = torch.zeros(1).to(0)
+        """
+    assert [code(n) for n in analysis_of(src).facts.int_devices] == ["gpu_id", "args.gpu", "local_rank", "0"]
+
+
+def test_nccl_through_variables_defaults_and_flags():
+    src = """\
+        import argparse
+        import torch.distributed as dist
+        backend = 'nccl'
+        def setup(backend='nccl'):
+            dist.init_process_group(backend)
+        argparse.ArgumentParser().add_argument('--dist-backend', default='nccl')
+        """
+    assert len(analysis_of(src).facts.nccl_origins) == 3
+
+
+# --- guards ------------------------------------------------------------------------------------------------
+def guards(source: str) -> list[tuple[str, bool, bool]]:
+    return [(code(g.condition), g.flips, g.quiet) for g in analysis_of(source).facts.guards]
+
+
+def test_guard_through_a_variable_flips_when_it_protects_the_device_choice():
+    src = """\
+        import torch
+        use_cuda = not args.no_cuda and torch.cuda.is_available()
+        device = torch.device("cuda" if use_cuda else "cpu")
+        """
+    assert guards(src) == [("not args.no_cuda and torch.cuda.is_available()", True, False)]
+
+
+def test_guard_around_housekeeping_is_quiet():
+    src = """\
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed_all(1)
+        """
+    assert guards(src) == [("torch.cuda.is_available()", False, True)]
+
+
+def test_guard_around_plain_code_is_neither_flipped_nor_quiet():
+    src = """\
+        import torch
+        if torch.cuda.is_available():
+            print("on the GPU")
+        """
+    assert guards(src) == [("torch.cuda.is_available()", False, False)]
+
+
+def test_string_test_guards():
+    src = """\
+        device = 'cuda'
+        device_type = 'cuda' if 'cuda' in device else 'cpu'
+        def get(x):
+            if device_type == 'cuda':
+                return x.pin_memory().to(device, non_blocking=True)
+            return x.to(device)
+        """
+    assert guards(src) == [("'cuda' in device", True, False), ("device_type == 'cuda'", False, True)]
+
+
+def test_an_or_is_not_a_guard():
+    assert guards("import torch\nif torch.cuda.is_available() or force:\n    x.cuda()\n") == []
+
+
+# --- rules, default migrate (safe fixes only) ----------------------------------------------------------------
+def test_configurator_style_script_is_migrated_at_its_origins():
+    out = fixed(
+        """\
+        import torch
+        backend = 'nccl'
+        device = 'cuda'
+        dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float16'
+        exec(open('override.py').read())
+        device_type = 'cuda' if 'cuda' in device else 'cpu'
+        ctx = torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+        def get_batch(x):
+            if device_type == 'cuda':
+                x = x.pin_memory().to(device, non_blocking=True)
+            else:
+                x = x.to(device)
+            return x
+        """
+    )
+    assert "backend = 'xla'" in out and "device = 'xla'" in out
+    assert "dtype = 'bfloat16' if xr.is_bf16_supported() else 'float16'" in out
+    assert "device_type = 'xla' if 'xla' in device else 'cpu'" in out
+    # the pinned copy is CUDA-only and a TPU takes the other branch: left as written
+    assert "if device_type == 'cuda':\n        x = x.pin_memory()" in out
+    assert "import torch_xla\n" in out and "import torch_xla.distributed.xla_backend" in out
+
+
+def test_accelerator_script_keeps_its_switch():
+    out = fixed(
+        """\
+        import torch
+        use_accel = not args.no_accel and torch.accelerator.is_available()
+        if use_accel:
+            device = torch.accelerator.current_accelerator()
+        else:
+            device = torch.device("cpu")
+        """
+    )
+    assert "use_accel = not args.no_accel\n" in out
+    assert "device = torch_xla.device()" in out and 'device = torch.device("cpu")' in out
+
+
+def test_if_available_with_device_code_becomes_its_body():
+    out = fixed(
+        """\
+        import torch
+        # pick the device
+        if torch.cuda.is_available():
+            net = net.cuda()
+        else:
+            print("cpu only")
+        """
+    )
+    assert out.endswith("# pick the device\nnet = net.to(torch_xla.device())\n")
+
+
+def test_no_rewrite_and_no_finding_in_cuda_only_guarded_code():
+    src = textwrap.dedent(
+        """\
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed(0)
+            torch.cuda.synchronize()
+        """
+    )
+    assert lint_source(src) == []
+    assert fix_source(src, unsafe=True).fixed == src
+
+
+def test_rank_as_device_is_rewritten_at_the_use_and_the_rank_stays():
+    out = fixed(
+        """\
+        import torch
+        class Trainer:
+            def __init__(self, model, gpu_id: int):
+                self.gpu_id = gpu_id
+                self.model = model.to(gpu_id)
+            def save(self):
+                if self.gpu_id == 0:
+                    pass
+        """
+    )
+    assert "self.model = model.to(torch_xla.device())" in out and "if self.gpu_id == 0:" in out
+
+
+# --- silent leftovers -------------------------------------------------------------------------------------
+def test_leftover_scan_sees_unowned_references_and_skips_reported_and_dead_ones():
+    src = textwrap.dedent(
+        """\
+        import torch
+        x = torch.zeros(1).to(rank)
+        y = torch.cuda.memory_allocated()
+        z = torch.cuda.max_memory_allocated()
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed(0)
+        """
+    )
+    from xlaport.kb.rule import Finding
+
+    reported = [Finding("f.py", 4, 1, "XLA999", "C2", "t", "m", "manual")]
+    left = silent_leftovers(src, reported)
+    assert [(x.line, x.what) for x in left] == [(2, "int used as a device"), (3, "torch.cuda.memory_allocated")]
+
+
+@pytest.mark.parametrize("name", ["XLA226", "XLA227", "XLA228", "XLA229", "XLA230", "XLA231"])
+def test_fixture_has_no_silent_leftover_after_default_fix(name):
+    from pathlib import Path
+
+    source = (Path(__file__).parent / "fixtures" / "kb" / name / "input.py").read_text()
+    result = fix_source(source)
+    assert [str(x) for x in silent_leftovers(result.fixed, result.remaining)] == []
