@@ -3,7 +3,12 @@ and the scan for CUDA references left silent after a migration (kb/analysis/left
 
 from __future__ import annotations
 
+import ast
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -273,8 +278,70 @@ def test_leftover_scan_sees_unowned_references_and_skips_reported_and_dead_ones(
 
 @pytest.mark.parametrize("name", ["XLA226", "XLA227", "XLA228", "XLA229", "XLA230", "XLA231"])
 def test_fixture_has_no_silent_leftover_after_default_fix(name):
-    from pathlib import Path
-
     source = (Path(__file__).parent / "fixtures" / "kb" / name / "input.py").read_text()
     result = fix_source(source)
     assert [str(x) for x in silent_leftovers(result.fixed, result.remaining)] == []
+
+
+# --- end to end: migrated programs run on the XLA device (PJRT_DEVICE=CPU) --------------------------------
+PROGRAMS = Path(__file__).parent / "programs" / "devices"
+
+
+def run_migrated(tmp_path: Path, name: str, *args: str) -> dict[str, str]:
+    """Migrates programs/devices/NAME.py with the default (safe) fixes, runs it, returns its `key value` lines."""
+    result = fix_source((PROGRAMS / f"{name}.py").read_text())
+    assert silent_leftovers(result.fixed, result.remaining) == []
+    script = tmp_path / f"{name}.py"
+    script.write_text(result.fixed)
+    env = {**os.environ, "PJRT_DEVICE": "CPU"}
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+
+
+@pytest.mark.slow
+def test_config_variable_script_trains_on_xla_with_bf16_autocast_and_keeps_its_override(tmp_path):
+    out = run_migrated(tmp_path, "config_vars")
+    assert out["device"] == "xla:0 dtype bfloat16 autocast xla"
+    assert run_migrated(tmp_path, "config_vars", "--device=cpu")["device"] == "cpu dtype bfloat16 autocast cpu"
+
+
+@pytest.mark.slow
+def test_accelerator_script_trains_on_xla_and_its_switch_still_selects_the_cpu(tmp_path):
+    assert run_migrated(tmp_path, "accel_flag")["device"] == "xla:0"
+    assert run_migrated(tmp_path, "accel_flag", "--no-accel")["device"] == "cpu"
+
+
+@pytest.mark.slow
+def test_rank_as_device_trainer_and_its_device_flag(tmp_path):
+    out = run_migrated(tmp_path, "rank_device")
+    assert out["device"] == "xla:0" and out["eval"] == "xla:0"
+    assert run_migrated(tmp_path, "rank_device", "--eval-device", "cpu")["eval"] == "cpu"
+
+
+# --- no silent leftovers on real repositories (read-only checkouts; skipped where they are absent) ----------
+CORPUS = Path("/work/corpus")
+REAL_TREES = {
+    "nanoGPT": ["karpathy__nanoGPT"],
+    "minGPT": ["karpathy__minGPT"],
+    "examples": [
+        f"pytorch__examples/{d}"
+        for d in ("mnist", "word_language_model", "dcgan", "imagenet", "mnist_hogwild",
+                  "distributed/ddp-tutorial-series", "distributed/minGPT-ddp")
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("repo", sorted(REAL_TREES))
+def test_default_migration_of_real_repositories_leaves_no_silent_cuda_reference(repo):
+    roots = [CORPUS / r for r in REAL_TREES[repo]]
+    if not all(r.is_dir() for r in roots):
+        pytest.skip("public checkouts not present")
+    silent = []
+    for path in sorted(p for root in roots for p in root.rglob("*.py")):
+        result = fix_source(path.read_text(), str(path))
+        ast.parse(result.fixed)
+        assert fix_source(result.fixed, str(path)).fixed == result.fixed, f"not idempotent: {path}"
+        silent += [f"{path}:{x}" for x in silent_leftovers(result.fixed, result.remaining)]
+    assert silent == []

@@ -576,16 +576,9 @@ class _CudaReferenceFinder(cst.CSTVisitor):
             self.found.append((node, f".{func.attr.value}()"))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        module = dotted(node.module) if node.module is not None else None
-        if module and any(module == m or module.startswith(m + ".") for m in CUDA_MODULES):
-            self.found.append((node, f"from {module} import"))
-        return False
+        return False  # an import alone does nothing on a TPU host; its uses are references
 
     def visit_Import(self, node: cst.Import) -> bool:
-        for alias in node.names:
-            name = dotted(alias.name) or ""
-            if any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
-                self.found.append((node, f"import {name}"))
         return False
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
