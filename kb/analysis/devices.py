@@ -25,12 +25,20 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 CUDA_STRING = re.compile(r"cuda(:\d+)?$")
-DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$")
+DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
 AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
 # Probes that a rule rewrites for XLA: a guard that holds one of them in its test must flip with it.
 MIGRATED_PROBES = frozenset({"torch.cuda.is_bf16_supported"})
-DEVICE_OBJECTS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
+# Calls that choose the device or the process topology: code holding one is the path a TPU must take.
+DEVICE_CHOICES = frozenset(
+    {
+        "torch.device",
+        "torch.accelerator.current_accelerator",
+        "torch.cuda.device_count",
+        "torch.accelerator.device_count",
+    }
+)
 AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 
@@ -330,9 +338,10 @@ class DeviceAnalysis:
             if self._holds_cuda(arg):
                 facts.map_locations.append(arg)
             return
-        # literal strings here are XLA202's (`.to('cuda')`, `device='cuda'`); other forms are ours
-        if is_cuda_value(arg) and not isinstance(arg, cst.SimpleString):
-            facts.string_origins.append(arg)
+        # a literal string right here is XLA202's (`.to('cuda')`, `device='cuda'`); other forms are ours
+        if isinstance(arg, cst.SimpleString):
+            return
+        facts.string_origins.extend(self._value_strings(arg))
 
     def _holds_cuda(self, arg: cst.BaseExpression) -> bool:
         """Does this consumer argument hold a CUDA device value (literal, or a key with a CUDA origin)?"""
@@ -348,7 +357,7 @@ class DeviceAnalysis:
         """CUDA device strings in the value positions of an expression (not inside its tests)."""
         if is_cuda_value(value):
             yield value
-        elif isinstance(value, cst.IfExp):
+        elif isinstance(value, cst.IfExp) and not self.is_cuda_fallback(value):
             yield from self._value_strings(value.body)
             yield from self._value_strings(value.orelse)
         elif isinstance(value, cst.BooleanOperation):
@@ -415,6 +424,9 @@ class DeviceAnalysis:
         tests += [lit for comp in self.walker.comparisons if (lit := self._cuda_test_literal(comp)) is not None]
         for test in tests:
             guard = self._guard(test)
+            parent = self.parent(test)
+            if isinstance(parent, cst.IfExp) and parent.test is test and self.is_cuda_fallback(parent):
+                continue  # `'cuda' if torch.cuda.is_available() else 'cpu'` as a whole is XLA203's
             if guard is not None:
                 guard.flips = self._has_device_path(guard.condition) or any(
                     self._has_device_path(r) for r in guard.regions
@@ -423,15 +435,18 @@ class DeviceAnalysis:
                 self.facts.guards.append(guard)
 
     def _cuda_test_literal(self, comp: cst.Comparison) -> cst.SimpleString | None:
-        """The `'cuda'` literal of `'cuda' in device`, `device.type == 'cuda'`, `device_type != "cuda"`."""
+        """The `'cuda'` literal of `'cuda' in device`, `device.type == 'cuda'`, `device_type != "cuda"` (or the
+        `'nccl'` of `args.dist_backend == 'nccl'`)."""
         if len(comp.comparisons) != 1:
             return None
         target = comp.comparisons[0]
         sides = (comp.left, target.comparator)
-        literal = next((s for s in sides if isinstance(s, cst.SimpleString) and string_of(s) == "cuda"), None)
+        literal = next((s for s in sides if isinstance(s, cst.SimpleString) and string_of(s) in ("cuda", "nccl")), None)
         other = next((s for s in sides if s is not literal), None)
         if literal is None or other is None:
             return None
+        if string_of(literal) == "nccl":
+            return literal  # `backend == 'nccl'`: only a process-group backend is ever called that
         key = key_of(other)
         if self._is_device_key(key) or key == "type":
             return literal
@@ -508,6 +523,16 @@ class DeviceAnalysis:
         region.visit(finder)
         return bool(finder.found)
 
+    def is_cuda_fallback(self, node: cst.IfExp) -> bool:
+        """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
+        the whole expression, so neither its string nor its test is reported again here."""
+        test_is_probe = isinstance(node.test, cst.Call) and self.call_name(node.test) == "torch.cuda.is_available"
+        body = node.body
+        body_is_device = (isinstance(body, cst.SimpleString) and is_cuda_value(body)) or (
+            isinstance(body, cst.Call) and self.call_name(body) == "torch.device"
+        )
+        return test_is_probe and body_is_device
+
     def _has_device_path(self, region: cst.CSTNode) -> bool:
         """Does `region` select the device (what a TPU must run), not just CUDA housekeeping?"""
         finder = _DevicePathFinder(self)
@@ -524,14 +549,15 @@ class _DevicePathFinder(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> bool:
         name = self.analysis.call_name(node)
         func = node.func
-        if name in DEVICE_OBJECTS or name in MIGRATED_PROBES:
+        if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
             self.found = True
         elif name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self.found = True
         return not self.found
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if is_cuda_value(node) and not isinstance(self.analysis.parent(node), (cst.Comparison, cst.ComparisonTarget)):
+        in_test = isinstance(self.analysis.parent(node), (cst.Comparison, cst.ComparisonTarget))
+        if (is_cuda_value(node) or string_of(node) == "nccl") and not in_test:
             self.found = True
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
