@@ -1,0 +1,8 @@
+"""Facts about one module that several rules need, computed once per lint pass and shared by its rules.
+
+- `module`: the module's nodes by kind, its scopes and whole-module facts (`ModuleAnalysis`);
+- `steps`: the one definition of a training step and of the loop that runs it;
+- `context`: `StepContextRule`, the rule base class that reads these facts (tensors, scopes, loaders);
+- `devices`: where device values come from and flow to, and which code only runs with CUDA (guards);
+- `leftovers`: CUDA references that a migration left neither rewritten nor reported.
+"""
