@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
+
 CUDA_STRING = re.compile(r"cuda(:\d+)?$")
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
@@ -44,26 +46,21 @@ INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 
 
 # --- small expression helpers --------------------------------------------------------------------
-def string_of(node: cst.CSTNode | None) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def is_cuda_value(node: cst.CSTNode | None) -> bool:
     """`'cuda'`, `'cuda:1'`, `f'cuda:{rank}'`, `'cuda:{}'.format(i)`, `'cuda:' + str(i)`."""
-    text = string_of(node)
+    text = string_value(node)
     if text is not None:
         return bool(CUDA_STRING.match(text))
     if isinstance(node, cst.FormattedString):
         head = node.parts[0] if node.parts else None
         return isinstance(head, cst.FormattedStringText) and head.value.startswith("cuda:")
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-        text = string_of(node.func.value)
+        text = string_value(node.func.value)
         return text is not None and text.startswith("cuda:")
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        text = string_of(node.left)
+        text = string_value(node.left)
         return text is not None and text.startswith("cuda:")
     return False
 
@@ -79,16 +76,7 @@ def key_of(node: cst.CSTNode | None) -> str | None:
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         index = node.slice[0].slice
         if isinstance(index, cst.Index):
-            return string_of(index.value)
-    return None
-
-
-def dotted(node: cst.CSTNode | None) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
+            return string_value(index.value)
     return None
 
 
@@ -96,19 +84,11 @@ def argparse_dest(call: cst.Call) -> str | None:
     """`add_argument('--dist-backend', ...)` -> dist_backend (or its `dest=`)."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dest":
-            return string_of(arg.value)
-    flags = [string_of(a.value) for a in call.args if a.keyword is None]
+            return string_value(arg.value)
+    flags = [string_value(a.value) for a in call.args if a.keyword is None]
     longs = [f for f in flags if f and f.startswith("--")]
     name = longs[0] if longs else next((f for f in flags if f), None)
     return name.lstrip("-").replace("-", "_") if name else None
-
-
-def keyword(call: cst.Call, name: str) -> cst.Arg | None:
-    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
-
-
-def positional(call: cst.Call) -> list[cst.Arg]:
-    return [a for a in call.args if a.keyword is None and not a.star]
 
 
 # --- facts ---------------------------------------------------------------------------------------------
@@ -271,7 +251,7 @@ class DeviceAnalysis:
         out: list[tuple[cst.BaseExpression, str]] = []
         for call in self.walker.calls:
             name = self.call_name(call)
-            args = positional(call)
+            args = positional_args(call)
             func = call.func
             if isinstance(func, cst.Attribute) and func.attr.value == "to" and args and name is None:
                 out.append((args[0].value, "device"))
@@ -289,7 +269,7 @@ class DeviceAnalysis:
                 ("map_location", "map_location"),
                 ("backend", "backend"),
             ):
-                arg = keyword(call, kw)
+                arg = keyword_arg(call, kw)
                 if arg is not None and (kind != "backend" or name == INIT_PROCESS_GROUP):
                     out.append((arg.value, kind))
         return out
@@ -311,7 +291,7 @@ class DeviceAnalysis:
                 keys.add(key)
         for call in self.walker.calls:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
-                type_arg = keyword(call, "type")
+                type_arg = keyword_arg(call, "type")
                 dest = argparse_dest(call)
                 if dest and type_arg is not None and dotted(type_arg.value) == "int":
                     keys.add(dest)
@@ -328,7 +308,7 @@ class DeviceAnalysis:
     def _consumer(self, arg: cst.BaseExpression, kind: str) -> None:
         facts = self.facts
         if kind == "backend":
-            if string_of(arg) == "nccl":
+            if string_value(arg) == "nccl":
                 facts.nccl_origins.append(arg)
             return
         if kind in ("device", "map_location") and self._is_int(arg):
@@ -365,7 +345,7 @@ class DeviceAnalysis:
             yield from self._value_strings(value.right)
         elif isinstance(value, cst.Call):
             name = self.call_name(value)
-            args = positional(value)
+            args = positional_args(value)
             if name in ("os.environ.get", "os.getenv") and len(args) > 1:
                 yield from self._value_strings(args[1].value)
             elif name == "torch.device" and args and not isinstance(args[0].value, cst.SimpleString):
@@ -379,17 +359,17 @@ class DeviceAnalysis:
         for target, value in self.walker.assigns:
             if self._is_device_key(key_of(target)):
                 found.extend(self._value_strings(value))
-            found_nccl = string_of(value) == "nccl"
+            found_nccl = string_value(value) == "nccl"
             if found_nccl:
                 facts.nccl_origins.append(value)
         for param in self.walker.params:
             if param.default is not None:
                 if self._is_device_key(param.name.value):
                     found.extend(self._value_strings(param.default))
-                if string_of(param.default) == "nccl":
+                if string_value(param.default) == "nccl":
                     facts.nccl_origins.append(param.default)
         for entry in self.walker.dict_entries:
-            if self._is_device_key(string_of(entry.key)):
+            if self._is_device_key(string_value(entry.key)):
                 found.extend(self._value_strings(entry.value))
         for call in self.walker.calls:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
@@ -402,15 +382,15 @@ class DeviceAnalysis:
         facts.nccl_origins = list({id(n): n for n in facts.nccl_origins}.values())
 
     def _argparse(self, call: cst.Call, found: list[cst.BaseExpression]) -> None:
-        default = keyword(call, "default")
-        choices = keyword(call, "choices")
+        default = keyword_arg(call, "default")
+        choices = keyword_arg(call, "choices")
         values = [default.value] if default is not None else []
         if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
             values += [e.value for e in choices.value.elements]
         if self._is_device_key(argparse_dest(call)):
             for value in values:
                 found.extend(self._value_strings(value))
-        self.facts.nccl_origins.extend(v for v in values if string_of(v) == "nccl")
+        self.facts.nccl_origins.extend(v for v in values if string_value(v) == "nccl")
 
     def _accelerator(self) -> None:
         for call in self.walker.calls:
@@ -441,11 +421,13 @@ class DeviceAnalysis:
             return None
         target = comp.comparisons[0]
         sides = (comp.left, target.comparator)
-        literal = next((s for s in sides if isinstance(s, cst.SimpleString) and string_of(s) in ("cuda", "nccl")), None)
+        literal = next(
+            (s for s in sides if isinstance(s, cst.SimpleString) and string_value(s) in ("cuda", "nccl")), None
+        )
         other = next((s for s in sides if s is not literal), None)
         if literal is None or other is None:
             return None
-        if string_of(literal) == "nccl":
+        if string_value(literal) == "nccl":
             return literal  # `backend == 'nccl'`: only a process-group backend is ever called that
         key = key_of(other)
         if self._is_device_key(key) or key == "type":
@@ -557,7 +539,7 @@ class _DevicePathFinder(cst.CSTVisitor):
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         in_test = isinstance(self.analysis.parent(node), (cst.Comparison, cst.ComparisonTarget))
-        if (is_cuda_value(node) or string_of(node) == "nccl") and not in_test:
+        if (is_cuda_value(node) or string_value(node) == "nccl") and not in_test:
             self.found = True
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
@@ -608,8 +590,8 @@ class _CudaReferenceFinder(cst.CSTVisitor):
         return False
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if is_cuda_value(node) or string_of(node) == "nccl":
-            self.found.append((node, repr(string_of(node))))
+        if is_cuda_value(node) or string_value(node) == "nccl":
+            self.found.append((node, repr(string_value(node))))
 
     def visit_FormattedString(self, node: cst.FormattedString) -> bool:
         if is_cuda_value(node):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import DeviceAnalysis, Guard, analyse
-from ..rule import IMPORT_TORCH_XLA, IMPORT_XM, REMOVE, Rule, expr, register
+from ..cst_helpers import expr
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XM, REMOVE, Rule, register
 
 XLA_BACKEND: tuple[str, None, None] = ("torch_xla.distributed.xla_backend", None, None)
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-import xlaport.kb.rules.c2_device_flow  # noqa: F401  (registers XLA226–XLA231)
 from xlaport.kb import fix_source, lint_source
 from xlaport.kb.analysis.devices import DeviceAnalysis, key_of
 from xlaport.kb.analysis.leftovers import silent_leftovers
@@ -280,13 +279,13 @@ def test_leftover_scan_sees_unowned_references_and_skips_reported_and_dead_ones(
 
 @pytest.mark.parametrize("name", ["XLA226", "XLA227", "XLA228", "XLA229", "XLA230", "XLA231"])
 def test_fixture_has_no_silent_leftover_after_default_fix(name):
-    source = (Path(__file__).parent / "fixtures" / "kb" / name / "input.py").read_text()
+    source = (Path(__file__).parent.parent / "fixtures" / "kb" / name / "input.py").read_text()
     result = fix_source(source)
     assert [str(x) for x in silent_leftovers(result.fixed, result.remaining)] == []
 
 
 # --- end to end: migrated programs run on the XLA device (PJRT_DEVICE=CPU) --------------------------------
-PROGRAMS = Path(__file__).parent / "programs" / "devices"
+PROGRAMS = Path(__file__).parent.parent / "programs" / "devices"
 
 
 def run_migrated(tmp_path: Path, name: str, *args: str) -> dict[str, str]:

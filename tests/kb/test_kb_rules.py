@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from xlaport.kb import all_rules, fix_source, lint_source
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 RULES = all_rules()
 CODES = [r.code for r in RULES]
 
