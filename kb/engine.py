@@ -151,8 +151,8 @@ def _finding(path: str, d: _Detection) -> Finding:
         category=d.rule.category,
         title=d.rule.title,
         message=d.report.message,
-        fix=d.rule.fix,
-        fixable=d.report.replacement is not None and d.rule.fix != "manual",
+        fix=_applicability(d),
+        fixable=d.report.replacement is not None and _applicability(d) != "manual",
     )
 
 
@@ -175,8 +175,13 @@ class FixResult:
         return self.fixed != self.source
 
 
-def _allowed(rule: type[Rule], unsafe: bool) -> bool:
-    return rule.fix == "safe" or (rule.fix == "unsafe" and unsafe)
+def _applicability(d: _Detection) -> str:
+    return d.report.fix or d.rule.fix
+
+
+def _allowed(d: _Detection, unsafe: bool) -> bool:
+    fix = _applicability(d)
+    return fix == "safe" or (fix == "unsafe" and unsafe)
 
 
 def _non_overlapping(detections: list[_Detection]) -> list[_Detection]:
@@ -282,7 +287,7 @@ def fix_source(
     current_source = source
     for _ in range(MAX_FIX_PASSES):
         detections = _detect(module, rules, current_source)
-        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d.rule, unsafe)]
+        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
             remaining = [_finding(path, d) for d in detections]

@@ -116,7 +116,7 @@ class DeviceFacts:
     nccl_origins: list[cst.SimpleString] = field(default_factory=list)
     # Ints used as devices (`.to(rank)`, `torch.device(local_rank)`, `device=args.gpu`): CUDA indices.
     int_devices: list[cst.BaseExpression] = field(default_factory=list)
-    # `map_location=x` where x holds a CUDA device value: load on the CPU instead.
+    # `map_location=x` where the name x holds a CUDA or XLA device value: load on the CPU instead (XLA711).
     map_locations: list[cst.BaseExpression] = field(default_factory=list)
     accelerator_calls: list[cst.Call] = field(default_factory=list)
     guards: list[Guard] = field(default_factory=list)
@@ -315,7 +315,7 @@ class DeviceAnalysis:
             facts.int_devices.append(arg)
             return
         if kind == "map_location":
-            if self._holds_cuda(arg):
+            if self._holds_device(arg):
                 facts.map_locations.append(arg)
             return
         # a literal string right here is XLA202's (`.to('cuda')`, `device='cuda'`); other forms are ours
@@ -323,15 +323,24 @@ class DeviceAnalysis:
             return
         facts.string_origins.extend(self._value_strings(arg))
 
-    def _holds_cuda(self, arg: cst.BaseExpression) -> bool:
-        """Does this consumer argument hold a CUDA device value (literal, or a key with a CUDA origin)?"""
-        if is_cuda_value(arg):
-            return True
+    def _holds_device(self, arg: cst.BaseExpression) -> bool:
+        """Does this name hold a CUDA or an XLA device (a string, or `torch_xla.device()`) somewhere in the
+        module? Literals right at the consumer are the consumer rule's own."""
         key = key_of(arg)
-        return key is not None and any(
-            key_of(target) == key and any(True for _ in self._value_strings(value))
+        if key is None or not isinstance(arg, (cst.Name, cst.Attribute, cst.Subscript)):
+            return False
+        return any(
+            key_of(target) == key and (any(True for _ in self._value_strings(value)) or self._is_xla_value(value))
             for target, value in self.walker.assigns
         )
+
+    def _is_xla_value(self, value: cst.BaseExpression) -> bool:
+        text = string_value(value)
+        if text is not None:
+            return text == "xla" or text.startswith("xla:")
+        if isinstance(value, cst.IfExp):
+            return self._is_xla_value(value.body) or self._is_xla_value(value.orelse)
+        return isinstance(value, cst.Call) and self.call_name(value) == "torch_xla.device"
 
     def _value_strings(self, value: cst.BaseExpression):
         """CUDA device strings in the value positions of an expression (not inside its tests)."""
@@ -538,12 +547,17 @@ class _DevicePathFinder(cst.CSTVisitor):
         return not self.found
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        in_test = isinstance(self.analysis.parent(node), (cst.Comparison, cst.ComparisonTarget))
-        if (is_cuda_value(node) or string_value(node) == "nccl") and not in_test:
+        # a CUDA string that a rule rewrites: an origin, 'nccl', or one given right to a device consumer
+        parent = self.analysis.parent(node)
+        if (
+            any(node is o for o in self.analysis.facts.string_origins)
+            or any(node is o for o in self.analysis.facts.nccl_origins)
+            or (is_cuda_value(node) and isinstance(parent, cst.Arg))
+        ):
             self.found = True
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
-        if is_cuda_value(node):
+        if any(node is o for o in self.analysis.facts.string_origins):
             self.found = True
 
 

@@ -384,3 +384,59 @@ def test_pytorch_examples_mnist_migrated_by_default_trains_on_the_xla_device(tmp
     assert report["fallback_ops"] == {} and report["params_off_device"] == []
     # the step barrier is added by the barrier analysis (issue 9 item 3); until then it is the only gap
     assert report["level"] == "L2" or all("step" in r for r in report["reasons"]), report["reasons"]
+
+
+# --- distributed: certain where the module launches one process per device ---------------------------------
+def test_spawn_with_the_gpu_count_becomes_torch_xla_launch_by_default_with_the_xla_backend():
+    src = """\
+        import torch
+        import torch.multiprocessing as mp
+        from torch.distributed import init_process_group
+        def worker(rank, world_size):
+            init_process_group(backend="nccl", rank=rank, world_size=world_size)
+        if __name__ == "__main__":
+            world_size = torch.cuda.device_count()
+            mp.spawn(worker, args=(world_size,), nprocs=world_size)
+        """
+    out = fixed(src)
+    assert "torch_xla.launch(worker, args=(world_size,))" in out
+    assert 'init_process_group(backend="xla", rank=rank, world_size=world_size, init_method="xla://")' in out
+    # the count itself stays, reported: reading it before the launch would start the runtime too early
+    count_line = out.splitlines().index("    world_size = torch.cuda.device_count()") + 1
+    assert [f.code for f in lint_source(out) if f.line == count_line] == ["XLA211"]
+
+
+def test_spawn_with_a_user_count_stays_an_unsafe_fix():
+    src = """\
+        import torch.multiprocessing as mp
+        from torch.distributed import init_process_group
+        def worker(rank):
+            init_process_group("nccl")
+        mp.spawn(worker, nprocs=args.procs)
+        """
+    assert fixed(src) == textwrap.dedent(src)
+    assert {(f.code, f.fix, f.fixable) for f in lint_source(textwrap.dedent(src))} == {
+        ("XLA223", "unsafe", True),
+        ("XLA225", "unsafe", True),
+    }
+
+
+def test_checkpoint_loaded_onto_the_device_held_by_a_variable_is_reported():
+    src = """\
+        import torch
+        device = 'cuda'
+        state = torch.load('ckpt.pt', map_location=device)
+        """
+    out = fixed(src)
+    assert "device = 'xla'" in out
+    load_line = out.splitlines().index("state = torch.load('ckpt.pt', map_location=device)") + 1
+    assert [(f.line, f.code) for f in lint_source(out) if f.code == "XLA711"] == [(load_line, "XLA711")]
+    assert 'map_location="cpu"' in fix_source(out, unsafe=True).fixed
+
+
+def test_string_fallback_stays_a_string():
+    src = "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\nkind = 'cuda' if 'cuda' in device else 'cpu'\n"
+    # `kind` is no device name and flows to no consumer: its test keeps asking for CUDA (False on a TPU host)
+    assert "device = 'xla'\nkind = 'cuda' if 'cuda' in device else 'cpu'\n" in fixed(src)
+    src = src.replace("kind =", "device_type =")
+    assert "device = 'xla'\ndevice_type = 'xla' if 'xla' in device else 'cpu'\n" in fixed(src)
