@@ -51,6 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from xlaport.kb import SourceError
 from xlaport.kb.batch import FileResult, fix_file
+from xlaport.kb.configs import config_kind
 from xlaport.kb.retrieval import cache_dir
 from xlaport.kb.rule import Rule
 
@@ -318,6 +319,20 @@ def migrate_with_pipeline(
             )
         )
         notes += [n for n in file_notes if n == RULES_ONLY]
+    for rel in [rel for rel in other if config_kind(rel)]:  # configs and run scripts: rules only, no model
+        result = fix_file(src / rel, rules, display=str(rel))
+        if result.error:  # not text: copied as it is, like any other file
+            continue
+        by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
+        outcomes.append(
+            FileOutcome(
+                path=str(rel),
+                status="changed" if result.changed else "unchanged",
+                diff=unified_diff(result.source, result.fixed, str(rel)),
+                codes_applied=[f.code for f in result.applied],
+                manual=pipeline.manual_items(result.fixed, result.findings, options.k),
+            )
+        )
 
     validation = Validation(reason="validation was not requested (--validate)")
     if options.validate_cmd and not may_execute:
@@ -411,7 +426,7 @@ def trace_records(
                 "error": outcome.error,
             }
         )
-        if outcome.error:
+        if outcome.error or config_kind(rel):
             continue
         records += _function_records(base, outcome, original, migrated, results[rel], validation)
     return records
