@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class Format(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import EXIT_FAILED, EXIT_USAGE
+from xlaport.cliutil import OutputFormat as Format
 
 
 def render_result(result) -> str:
