@@ -25,7 +25,7 @@ class SourceError(ValueError):
 
 
 def all_rules() -> list[type[Rule]]:
-    from . import configs, rules  # noqa: F401  (registers every rule module)
+    from . import rules  # noqa: F401  (registers every rule module)
 
     return sorted(REGISTRY.rules.values(), key=lambda r: r.code)
 
