@@ -18,7 +18,6 @@ from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
 from ..cst_helpers import (
     DATALOADERS,
     code_of,
-    identifier,
     is_cuda_string,
     keyword_arg,
     method_name,
@@ -28,6 +27,7 @@ from ..cst_helpers import (
 from ..rule import Rule
 from . import steps
 from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, inside
+from .steps import SYNC_CALLS, is_optimizer_name
 
 # Tensor methods whose result is again a tensor.
 TENSOR_METHODS = frozenset(
@@ -56,16 +56,6 @@ TENSOR_ATTRS = frozenset({"loss", "logits", "grad"})  # `outputs.loss`, `outputs
 TENSOR_VIEW_ATTRS = frozenset({"data", "T", "mT", "real", "imag"})
 ORDER_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
-SYNC_CALLS = frozenset(
-    {
-        "torch_xla.sync",
-        "torch_xla.torch_xla.sync",
-        "torch_xla.step",
-        "torch_xla.torch_xla.step",
-        "torch_xla.core.xla_model.mark_step",
-        "torch_xla.core.xla_model.optimizer_step",
-    }
-)
 DEVICE_LOADERS = frozenset(
     {
         "torch_xla.distributed.parallel_loader.MpDeviceLoader",
@@ -93,13 +83,6 @@ AUTOCASTS = frozenset(
     }
 )
 DATA_FUNCTIONS = ("collate", "__getitem__", "__iter__", "preprocess", "tokenize")
-
-
-def is_optimizer_name(node: cst.CSTNode) -> bool:
-    name = (identifier(node) or "").lower()
-    if "sched" in name:
-        return False
-    return "optim" in name or name == "opt" or name.startswith("opt_") or name.endswith("_opt")
 
 
 FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
