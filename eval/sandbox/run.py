@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import os
@@ -26,6 +27,8 @@ DEFAULT_FILE_SIZE_MB = 4096
 OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024  # per stream; the tail is kept
 POLL_S = 0.1
 READER_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+LIBC = ctypes.CDLL(None, use_errno=True)
 ENV_NAMES = {"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USE_TORCH_XLA", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
 ENV_PREFIXES = ("LC_", "PJRT_", "XLA_", "TPU_", "PT_XLA_", "TF_CPP_", "PYTHON")
 
@@ -223,7 +226,12 @@ class _Cgroups:
 
 
 def _child_setup(cgroups: _Cgroups | None, timeout_s: float, max_tasks: int, file_size_mb: int, dropped: bool) -> None:
-    """In the forked child before exec: join the cgroups, set the rlimits (all inherited by every descendant)."""
+    """In the forked child before exec: die with the thread that started the run (then `unshare --kill-child`
+    takes the whole namespace along), join the cgroups, set the rlimits (inherited by every descendant)."""
+    parent = os.getppid()
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # xlaport died before the line above
+        os._exit(1)
     if cgroups:
         cgroups.join()
     cpu_s = math.ceil(timeout_s * (os.cpu_count() or 1)) + 10

@@ -9,7 +9,7 @@ import pytest
 from xlaport.kb import all_rules, fix_source, lint_source
 from xlaport.kb.configs import ConfigRule, config_kind, fix_config, lint_config
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 RULES = all_rules()
 CODES = [r.code for r in RULES]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from xlaport.kb import fix_source, lint_source
 
-STEPS = Path(__file__).parent / "fixtures" / "steps"
+STEPS = Path(__file__).parent.parent / "fixtures" / "steps"
 CASES = sorted(p for p in STEPS.iterdir() if p.is_dir())
 
 

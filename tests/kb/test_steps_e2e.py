@@ -10,7 +10,7 @@ import pytest
 from xlaport.eval.check import run_check
 from xlaport.kb import fix_source
 
-PROGRAMS = Path(__file__).parent / "programs" / "steps"
+PROGRAMS = Path(__file__).parent.parent / "programs" / "steps"
 
 
 def migrate_default(name: str, tmp_path: Path) -> Path:
