@@ -104,10 +104,10 @@ def rewrite_files(
 
 
 def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None) -> dict[Path, FileResult]:
-    """The fixed text of the config files and run scripts among `other` (kb/configs.py); files that are not
-    text are left out (they are copied as they are)."""
+    """The config files and run scripts among `other` that name a CUDA device or NCCL (kb/configs.py), fixed;
+    the others, and files that are not text, are copied as they are."""
     results = {rel: fix_file(src / rel, rules, display=str(rel)) for rel in other if config_kind(rel)}
-    return {rel: result for rel, result in results.items() if not result.error}
+    return {rel: r for rel, r in results.items() if not r.error and (r.applied or r.findings)}
 
 
 def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
