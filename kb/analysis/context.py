@@ -158,11 +158,26 @@ class StepContextRule(ScopedRule):
         if isinstance(node, cst.Name):
             if self.qualified_startswith(node, "numpy", "pandas"):
                 return True
+            if self.qualified_names(node) and not self.qualified_startswith(node, "torch", "torch_xla"):
+                return True  # an imported module or function that is not torch's: `statistics`, `math`
             values = self.assigned_values(node)
             return bool(values) and all(self.is_host_value(v, depth + 1) for v in values)
         if isinstance(node, (cst.List, cst.Tuple, cst.Dict, cst.Integer, cst.Float, cst.SimpleString)):
             return True
         return False
+
+    def is_cpu_tensor(self, node: cst.CSTNode) -> bool:
+        """A name only ever assigned a torch factory call without `device=`: `d = torch.tensor(list(values))`."""
+        if not isinstance(node, cst.Name):
+            return False
+        values = self.assigned_values(node)
+        return bool(values) and all(
+            isinstance(v, cst.Call)
+            and self._is_torch_function(v.func)
+            and self.call_name(v).rsplit(".", 1)[-1] in TENSOR_FACTORIES_ON_CPU
+            and keyword_arg(v, "device") is None
+            for v in values
+        )
 
     # --- loops (the one definition is in steps.py) ------------------------------------
     def runs_step(self, loop: cst.For | cst.While) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.guards import guarded_by_cuda
 from ..cst_helpers import block_of, expr, is_literal, keyword_arg, positional_args, string_value
 from ..rule import IMPORT_XLA_BACKENDS, IMPORT_XM, MATMUL_PRECISIONS, REMOVE, SET_MATMUL_PRECISION, Rule, register
 
@@ -48,6 +49,8 @@ class CudnnFlags(Rule):
     message = "cuDNN flag has no effect on XLA; remove it"
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if guarded_by_cuda(self, node):
+            return  # CUDA-only tuning behind a CUDA guard: nothing to carry to the TPU
         for target in node.targets:
             names = self.qualified_names(target.target) - TF32_FLAGS  # allow_tf32 is XLA210's
             if any(n.startswith("torch.backends.cudnn.") for n in names):

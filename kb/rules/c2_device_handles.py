@@ -5,7 +5,17 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
-from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, same_quotes, string_value, with_commas
+from ..analysis.guards import after_cuda_early_return, is_cuda_early_return
+from ..cst_helpers import (
+    expr,
+    identifier,
+    is_cuda_string,
+    keyword_arg,
+    positional_args,
+    same_quotes,
+    string_value,
+    with_commas,
+)
 from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
 
 
@@ -66,6 +76,8 @@ class CudaDeviceString(Rule):
     valid = ("print('cuda')\n", "# runs on cuda\nx = 1\n", "name = 'cuda'\n")
 
     def visit_Call(self, node: cst.Call) -> None:
+        if after_cuda_early_return(self, node):
+            return  # the function returned already on hosts without CUDA
         if self.is_call_to(node, "torch.device"):
             args = positional_args(node)
             type_arg = args[0].value if args else getattr(keyword_arg(node, "type"), "value", None)
@@ -116,8 +128,11 @@ class CudaIsAvailableFallback(Rule):
             parent = self.parent(node)
             if isinstance(parent, cst.IfExp) and self._is_fallback(parent):
                 return  # reported on the IfExp / torch.device call
-            if any(g.test is node and g.flips for g in analyse_devices(self.analysis.module).facts.guards):
-                return  # a guard around the device choice: XLA230 rewrites it
+            guards = analyse_devices(self.analysis.module).facts.guards
+            if any(g.test is node and (g.flips or g.quiet) for g in guards):
+                return  # a guard around the device choice (XLA230 rewrites it) or around CUDA-only housekeeping
+            if self._early_return(node) or self._unread_flag(node):
+                return
             self.report(
                 node,
                 "`torch.cuda.is_available()` is False on TPU; branch on the XLA device instead "
@@ -134,6 +149,23 @@ class CudaIsAvailableFallback(Rule):
             self.report(node, replacement=same_quotes(node.body, "xla"), imports=(IMPORT_TORCH_XLA,))
         else:
             self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+
+    def _early_return(self, node: cst.Call) -> bool:
+        """The test of `if not torch.cuda.is_available(): return` (it skips CUDA-only setup, no CPU path)."""
+        return any(isinstance(a, cst.If) and is_cuda_early_return(self, a) for a in self.ancestors(node))
+
+    def _unread_flag(self, node: cst.Call) -> bool:
+        """`self.use_cuda = torch.cuda.is_available()` with the flag never read in the module."""
+        assign = self.parent(node)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return False
+        name = identifier(assign.targets[0].target)
+        uses = [
+            n
+            for n in self.analysis.nodes.names
+            if identifier(n) == name and not (isinstance(n, cst.Name) and isinstance(self.parent(n), cst.Attribute))
+        ]
+        return name is not None and len(uses) == 1  # the assignment itself
 
     def _is_fallback(self, node: cst.CSTNode) -> bool:
         return (
@@ -187,10 +219,23 @@ class CudaDeviceCount(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.qualified_names(node.func)
-        if "torch.cuda.device_count" in names:
+        if "torch.cuda.device_count" in names and not self._multi_gpu_test(node):
             self.counts.append(node)
         elif names & LAUNCHERS:
             self.launches = True
+
+    def _multi_gpu_test(self, call: cst.Call) -> bool:
+        """`device_count() > 1` (or `>= 2`): it only chooses DataParallel, and 0 takes the single-device path."""
+        comp = self.parent(call)
+        if not (isinstance(comp, cst.Comparison) and comp.left is call and len(comp.comparisons) == 1):
+            return False
+        target = comp.comparisons[0]
+        bound = target.comparator
+        if not isinstance(bound, cst.Integer):
+            return False
+        return (isinstance(target.operator, cst.GreaterThan) and bound.value == "1") or (
+            isinstance(target.operator, cst.GreaterThanEqual) and bound.value == "2"
+        )
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for call in self.counts:

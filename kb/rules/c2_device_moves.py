@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, parameter_owners, related
 from ..analysis.scopes import ScopedRule
-from ..analysis.steps import training_loop
+from ..analysis.steps import step_loop, training_loop
 from ..cst_helpers import (
     DATALOADERS,
     SCOPES,
@@ -297,8 +297,8 @@ class HostTensorMovedInLoop(Rule):
         factory = func.value
         if not (isinstance(factory, cst.Call) and self.qualified_names(factory.func) & FACTORIES):
             return
-        if keyword_arg(factory, "device") is not None or training_loop(self, node) is None:
-            return
+        if keyword_arg(factory, "device") is not None or step_loop(self, node) is None:
+            return  # once per epoch (an initial state, a sample grid) is one small copy, not one per step
         device = self._device(node)
         if device is False:
             return

@@ -28,7 +28,8 @@ class _FallbackOp(StepContextRule):
                 return self.functions[name]
         method = method_name(node)
         if method in self.methods and not self._is_torch_function(node.func):
-            if not self.is_host_value(node.func.value):
+            receiver = node.func.value
+            if not self.is_host_value(receiver) and not self.is_cpu_tensor(receiver):
                 return self.methods[method]
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.guards import guarded_by_cuda
 from ..cst_helpers import DATALOADERS, keyword_arg
 from ..rule import Rule, register
 
@@ -75,6 +76,8 @@ class CudaMemoryStats(Rule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
+        if guarded_by_cuda(self, node, quiet_only=True):
+            return  # CUDA memory logging that a TPU host never runs
         for short, advice in MEMORY_READERS.items():
             if self.qualified_names(node.func) & cuda_names(short):
                 self.report(
@@ -193,6 +196,8 @@ class CudaCapacityCheck(Rule):
     valid = ("import torch\nname = torch.cuda.is_available()\n",)
 
     def visit_Call(self, node: cst.Call) -> None:
+        if guarded_by_cuda(self, node, quiet_only=True):
+            return  # CUDA-only setup that a TPU host never reaches
         if self.is_call_to(node, "torch.cuda.get_device_properties"):
             parent = self.parent(node)
             if isinstance(parent, cst.Attribute) and parent.attr.value == "total_memory":

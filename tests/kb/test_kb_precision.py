@@ -126,3 +126,80 @@ def test_bce_in_a_float32_program_behaves_as_on_a_gpu():
     assert "XLA505" in codes(
         "import torch\nimport torch.nn.functional as F\nF.binary_cross_entropy(torch.sigmoid(z), y)\n"
     )
+
+
+# --- cuda-guard: code that only runs with CUDA ------------------------------------------------------
+def test_code_after_an_early_return_without_cuda_is_never_reached_on_a_tpu_host():
+    source = (
+        "import torch\n"
+        "class Attend:\n"
+        "    def __init__(self, flash):\n"
+        "        self.config = None\n"
+        "        if not torch.cuda.is_available() or not flash:\n"
+        "            return\n"
+        "        props = torch.cuda.get_device_properties(torch.device('cuda'))\n"
+        "        self.config = props.major\n"
+    )
+    assert not codes(source) & {"XLA202", "XLA203", "XLA605"}
+    unguarded = source.replace("        if not torch.cuda.is_available() or not flash:\n            return\n", "")
+    assert {"XLA202", "XLA605"} <= codes(unguarded)
+
+
+def test_cuda_housekeeping_behind_a_guard_is_left_alone():
+    source = (
+        "import torch\nimport torch.backends.cudnn as cudnn\n"
+        "def log(msg):\n"
+        "    if torch.cuda.is_available():\n"
+        "        print(msg, torch.cuda.max_memory_allocated())\n"
+        "    else:\n"
+        "        print(msg)\n"
+        "def setup(model):\n"
+        "    if torch.cuda.is_available():\n"
+        "        model = model.cuda()\n"
+        "        cudnn.benchmark = True\n"
+        "    return model\n"
+    )
+    found = {(f.code, f.line) for f in lint_source(source)}
+    assert not {code for code, _ in found} & {"XLA203", "XLA601", "XLA205"}
+    assert "XLA205" in codes("import torch.backends.cudnn as cudnn\ncudnn.benchmark = True\n")
+
+
+def test_a_cuda_flag_nobody_reads_picks_nothing():
+    source = "import torch\nclass Loop:\n    def __init__(self):\n        self.sync_cuda = torch.cuda.is_available()\n"
+    assert "XLA203" not in codes(source)
+    assert "XLA203" in codes(source + "    def run(self):\n        if self.sync_cuda:\n            pass\n")
+
+
+# --- not-a-tensor / not-on-device: a fallback op needs a device tensor ----------------------------
+def test_median_of_python_numbers_or_a_cpu_tensor_is_no_xla_fallback():
+    source = (
+        "import statistics\nimport torch\n"
+        "class Meter(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        a = statistics.median([1.0, 2.0])\n"
+        "        d = torch.tensor(list(self.values))\n"
+        "        b = d.median().item()\n"
+        "        return x.median()\n"
+    )
+    assert [f.line for f in lint_source(source) if f.code == "XLA514"] == [8]
+
+
+# --- gpu-only-branch / message-wrong: what the code does on a TPU host --------------------------------
+def test_a_multi_gpu_test_on_the_device_count_takes_the_single_device_path_on_tpu():
+    source = "import torch\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\n"
+    assert "XLA211" not in codes(source)
+    assert "XLA211" in codes("import torch\nworld_size = torch.cuda.device_count()\n")
+
+
+def test_a_tensor_built_once_per_epoch_is_not_copied_every_step():
+    source = (
+        "import torch\n"
+        "for epoch in range(3):\n"
+        "    state = torch.zeros(2, 8).to(device)\n"
+        "    for x in loader:\n"
+        "        noise = torch.randn(8).to(device)\n"
+        "        loss = model(x, state, noise)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    assert [f.line for f in lint_source(source) if f.code == "XLA222"] == [5]
