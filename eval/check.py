@@ -183,7 +183,7 @@ def run_check(
         compilations=compilations,
         launched_at=launched_at,
         pjrt_device=child_env["PJRT_DEVICE"],
-        memory_mb=memory_mb,
+        memory_mb=result.memory_limit_mb,  # the limit that applied (the sandbox may clamp it)
     )
     if not result.sandboxed:
         report.notes.append("not sandboxed: " + "; ".join(result.gaps))

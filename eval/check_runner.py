@@ -401,22 +401,25 @@ class Probe:
                 return
             if problem is not None and not self.finished:
                 kind, reason = problem
+                self.beat()  # the counters as they are when the run is stopped
                 self.recorder.emit(
                     "stopped", kind=kind, reason=reason, site=self.optimizer_site, rss_mb=round(_rss_mb(), 1)
                 )
                 os.killpg(os.getpgid(0), signal.SIGKILL)
-            now = time.time()
-            if now - last_beat >= HEARTBEAT_S:
-                last_beat = now
-                sizes = self.graph_sizes_since_boundary()
-                self.recorder.emit(
-                    "heartbeat",
-                    steps=self.steps,
-                    optimizer_steps=self.optimizer_steps,
-                    compiles=self.met.counter_value("UncachedCompile") or 0,
-                    graph_nodes=sizes[-1] if sizes else None,
-                    rss_mb=round(_rss_mb(), 1),
-                )
+            if time.time() - last_beat >= HEARTBEAT_S:
+                last_beat = time.time()
+                self.beat()
+
+    def beat(self) -> None:
+        sizes = self.graph_sizes_since_boundary()
+        self.recorder.emit(
+            "heartbeat",
+            steps=self.steps,
+            optimizer_steps=self.optimizer_steps,
+            compiles=self.met.counter_value("UncachedCompile") or 0,
+            graph_nodes=sizes[-1] if sizes else None,
+            rss_mb=round(_rss_mb(), 1),
+        )
 
     # --- exit -----------------------------------------------------------------------------------
 
