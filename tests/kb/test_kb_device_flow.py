@@ -320,6 +320,12 @@ def test_rank_as_device_trainer_and_its_device_flag(tmp_path):
     assert run_migrated(tmp_path, "rank_device", "--eval-device", "cpu")["eval"] == "cpu"
 
 
+@pytest.mark.slow
+def test_spawned_nccl_program_runs_under_torch_xla_launch_with_the_xla_process_group(tmp_path):
+    out = run_migrated(tmp_path, "spawn_ddp")
+    assert out["device"] == "xla:0" and out["world"] == "1"
+
+
 # --- no silent leftovers on real repositories (read-only checkouts; skipped where they are absent) ----------
 CORPUS = Path("/work/corpus")
 REAL_TREES = {
