@@ -13,6 +13,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
+from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
@@ -26,8 +27,6 @@ class SourceError(ValueError):
 
 
 def all_rules() -> list[type[Rule]]:
-    from . import rules  # noqa: F401  (registers every rule module)
-
     return sorted(REGISTRY.rules.values(), key=lambda r: r.code)
 
 
@@ -185,13 +184,17 @@ def _allowed(d: _Detection, unsafe: bool) -> bool:
 
 
 def _non_overlapping(detections: list[_Detection]) -> list[_Detection]:
-    """Outermost first; a replacement inside another one waits for the next pass."""
+    """Outermost first; a replacement inside another one waits for the next pass, and so do the other
+    replacements of its rule: a rule's edits of one pass belong together (XLA502 removes the scaler and
+    rewrites each of its uses; removing it without rewriting one use would leave a dangling name)."""
     chosen: list[_Detection] = []
+    waiting: set[type[Rule]] = set()
     for d in sorted(detections, key=lambda d: (d.start, (-d.end[0], -d.end[1]))):
         if any(c.start <= d.start and d.end <= c.end or d.start <= c.start and c.end <= d.end for c in chosen):
+            waiting.add(d.rule)
             continue
         chosen.append(d)
-    return chosen
+    return [d for d in chosen if d.rule not in waiting] or chosen[:1]
 
 
 class _Replacer(cst.CSTTransformer):
