@@ -43,6 +43,7 @@ class SandboxResult:
     memory_exceeded: bool = False
     peak_rss_mb: float = 0.0  # whole tree, polled every POLL_S; on a memory kill at least the cgroup's high-water mark
     kill_reason: str | None = None  # "timeout", "memory" or None (ended by itself)
+    memory_limit_mb: int = 0  # the limit applied: the one asked for, at most the host's memory
     survivors: list[int] = field(default_factory=list)  # host PIDs still alive after the end (should be none)
     guarantees: list[str] = field(default_factory=list)  # what held for this run
     gaps: list[str] = field(default_factory=list)  # what did not, and why
@@ -97,8 +98,7 @@ def run_sandboxed(
     /tmp nothing else.
     Where the sandbox user could not use one of them the run stays with xlaport's user, and says so in `gaps`.
     The environment is the allowlist plus `env`."""
-    if memory_mb > host_memory_mb():
-        raise ValueError(f"memory_mb={memory_mb} is more than this machine has ({host_memory_mb()} MB)")
+    memory_mb = min(memory_mb, host_memory_mb())  # fronts refuse explicit requests above it; defaults are clamped
     mech = sandbox_status()
     gaps = list(mech.refused)
     python_path = (env or {}).get("PYTHONPATH", "")
@@ -168,6 +168,7 @@ def run_sandboxed(
         memory_exceeded=kill_reason == "memory",
         peak_rss_mb=peak,
         kill_reason=kill_reason,
+        memory_limit_mb=memory_mb,
         survivors=survivors,
         guarantees=mech.guarantees(dropped=user is not None),
         gaps=gaps,

@@ -14,7 +14,7 @@ import pytest
 from xlaport.eval.sandbox import run_sandboxed
 from xlaport.kb import fix_source
 
-CUDA_STYLE_SCRIPT = '''
+CUDA_STYLE_SCRIPT = """
 import json
 import torch
 import torch.nn.functional as F
@@ -72,7 +72,7 @@ print(json.dumps({
     "bce": float(bce.cpu()),
     "reference_bce": float(reference),
 }))
-'''
+"""
 
 
 def run(source: str, tmp_path, name: str) -> dict:
