@@ -124,7 +124,10 @@ class Pipeline:
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         rules = self.rules(options.select, options.ignore)
-        fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+        try:
+            fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+        except RecursionError:  # kb's parse limits should prevent it; every front gets the reason if not
+            raise SourceError("cannot parse: nested too deeply to analyse safely") from None
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
         evidence = Evidence(
             codes_applied=[f.code for f in fixed.applied],

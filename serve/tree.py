@@ -63,10 +63,9 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
 def _fix_task(task: tuple[str, str, list[str] | None, bool]) -> FileResult:
     path, display, codes, unsafe = task
     rules = None if codes is None else [get_rule(c) for c in codes]
-    try:  # reads the file once; kb's parse refuses what would crash libcst (see xlaport.kb.engine.parse)
-        return fix_file(Path(path), rules, unsafe=unsafe, display=display)
-    except Exception as exc:  # one broken file must not end the run; it is reported and copied as is
-        return FileResult(display, error=f"{display}: internal error while fixing ({type(exc).__name__}: {exc})")
+    # one broken file must not end the run: fix_file reports it (and it is copied as is); kb's parse refuses
+    # what would crash libcst (see xlaport.kb.engine.parse)
+    return fix_file(Path(path), rules, unsafe=unsafe, display=display)
 
 
 def rewrite_files(
