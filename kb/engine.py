@@ -46,10 +46,10 @@ def select_rules(select: list[str] | None = None, ignore: list[str] | None = Non
     def matches(rule: type[Rule], patterns: list[str]) -> bool:
         return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)
 
+    unknown = [p for p in (select or []) + (ignore or []) if not any(matches(r, [p]) for r in chosen)]
+    if unknown:  # a typo in --ignore is as much a mistake as one in --select
+        raise KeyError(f"no rule matches {', '.join(unknown)}")
     if select:
-        unknown = [p for p in select if not any(matches(r, [p]) for r in chosen)]
-        if unknown:
-            raise KeyError(f"no rule matches {', '.join(unknown)}")
         chosen = [r for r in chosen if matches(r, select)]
     if ignore:
         chosen = [r for r in chosen if not matches(r, ignore)]

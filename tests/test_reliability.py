@@ -286,3 +286,22 @@ def test_stray_temporaries_are_never_copied_and_are_cleaned(tmp_path: Path):
     assert done.returncode == 0 and not (tmp_path / "out" / ".a.py.k3j9x0qa.tmp").exists()
     assert run("fix", str(src / "a.py")).exit_code == 0
     assert not (src / ".a.py.k3j9x0qa.tmp").exists()
+
+
+# --- 13: an unknown code is a usage error in --ignore as in --select ------------------------------------------------
+@pytest.mark.parametrize("command", ["lint", "fix"])
+def test_unknown_ignore_code_is_a_usage_error(tmp_path: Path, command):
+    path = tmp_path / "a.py"
+    path.write_text(CUDA_SOURCE)
+    for option in ("--select", "--ignore"):
+        result = run(command, option, "NOPE", str(path))
+        assert result.exit_code == 2 and "no rule matches NOPE" in result.output
+    assert path.read_text() == CUDA_SOURCE
+
+
+def test_unknown_ignore_code_is_refused_by_migrate_and_http(tmp_path: Path):
+    (tmp_path / "a.py").write_text(CUDA_SOURCE)
+    assert run("migrate", str(tmp_path), "--out", str(tmp_path.parent / "o"), "--ignore", "NOPE").exit_code == 2
+    with TestClient(create_app(Pipeline(), token=None, warm_up=False)) as c:
+        refused = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0, "ignore": ["NOPE"]}})
+        assert refused.status_code == 422 and "NOPE" in str(refused.json()["detail"])
