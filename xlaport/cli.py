@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -12,11 +13,20 @@ from typing import Annotated
 import typer
 
 from xlaport.cliutil import LintFormat, OutputFormat, fail_usage, split_codes
-from xlaport.files import DirtyTree, atomic_write, backup_path, check_in_place_allowed, iter_python_files
+from xlaport.files import (
+    DirtyTree,
+    WriteFailed,
+    atomic_write,
+    in_place_backups,
+    iter_python_files,
+    keep_backup,
+    remove_stale_temporaries,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 kb_app = typer.Typer(no_args_is_help=True, help="Browse the fix knowledge base.")
 app.add_typer(kb_app, name="kb")
+
 
 def _rules(select: list[str] | None, ignore: list[str] | None = None):
     from xlaport.kb import select_rules
@@ -79,10 +89,14 @@ def lint(
 def fix(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to rewrite in place.")],
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
-    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")] = False,
+    unsafe_fixes: Annotated[
+        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
+    ] = False,
     select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories.")] = None,
     ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
+    ] = False,
 ) -> None:
     """Apply the knowledge base's fixes in place (or show them with --diff)."""
     from xlaport.kb.batch import fix_file
@@ -100,13 +114,19 @@ def fix(
             )
     else:
         try:
-            needs_backup = check_in_place_allowed([p for p, _ in changed], force)
+            needs_backup = in_place_backups([p for p, _ in changed], force)
         except DirtyTree as exc:
             fail_usage(str(exc))
-        for path, r in changed:
-            if needs_backup:
-                atomic_write(backup_path(path), r.source)
-            atomic_write(path, r.fixed)
+        for path, r in list(changed):
+            try:
+                if path in needs_backup:
+                    keep_backup(path)
+                atomic_write(path, r.fixed)
+            except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
+                r.error = str(exc)
+                changed.remove((path, r))
+        for folder in {Path(os.path.realpath(p)).parent for p, _ in changed}:
+            remove_stale_temporaries(folder)
     applied = Counter(f.code for r in results for f in r.applied)
     remaining = sum(len(r.findings) for r in results)
     verb = "would apply" if diff else "applied"
