@@ -351,7 +351,7 @@ class MpSpawn(ScopedRule):
         "that is exactly one process per device, what `torch_xla.launch` starts."
     )
     before = "import torch.multiprocessing as mp\n\nmp.spawn(train, args=(world_size,), nprocs=world_size, join=True)\n"
-    after = "import torch.multiprocessing as mp\nimport torch_xla\n\ntorch_xla.launch(train, args=(world_size,))\n"
+    after = "import torch_xla\n\ntorch_xla.launch(train, args=(world_size,))\n"
     message = "`mp.spawn` with a GPU count; use `torch_xla.launch(fn, args=...)` (one process per chip)"
     symptoms = (
         "ValueError: Unsupported nprocs",

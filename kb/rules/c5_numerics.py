@@ -30,7 +30,7 @@ class Float32MatmulPrecision(StepContextRule):
         "matmul throughput, hence unsafe."
     )
     before = 'import torch\n\ntorch.set_float32_matmul_precision("high")\n'
-    after = 'import torch\nimport torch_xla.backends\n\ntorch_xla.backends.set_mat_mul_precision("high")\n'
+    after = 'import torch_xla.backends\n\ntorch_xla.backends.set_mat_mul_precision("high")\n'
     message = "the float32 matmul precision of XLA is set by `torch_xla.backends.set_mat_mul_precision`"
     symptoms = ("loss/activation drift vs the CUDA run", "allclose failures")
     references = ("torch_xla/backends/__init__.py", "pytorch/xla#8811")
@@ -72,9 +72,7 @@ class BceOnSigmoid(StepContextRule):
         "import torch\nimport torch.nn.functional as F\n\n"
         "loss = F.binary_cross_entropy(torch.sigmoid(logits), target)\n"
     )
-    after = (
-        "import torch\nimport torch.nn.functional as F\n\nloss = F.binary_cross_entropy_with_logits(logits, target)\n"
-    )
+    after = "import torch.nn.functional as F\n\nloss = F.binary_cross_entropy_with_logits(logits, target)\n"
     message = "BCE on sigmoid probabilities saturates in bfloat16; use `BCEWithLogitsLoss` on the logits"
     symptoms = ("loss is 100.0", "loss is nan", "NaN in BCE under bfloat16")
     references = ("pytorch/xla PR #4311",)

@@ -39,7 +39,7 @@ class TorchSaveDeviceTensors(ScopedRule):
         "`master_only=False`. Prefer `.state_dict()`: `xm.save` converts plain tensors, not `nn.Parameter`s."
     )
     before = "import torch\n\ntorch.save(model.state_dict(), 'model.pt')\n"
-    after = "import torch\nimport torch_xla.core.xla_model as xm\n\nxm.save(model.state_dict(), 'model.pt')\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.save(model.state_dict(), 'model.pt')\n"
     message = "`torch.save` of device tensors reloads onto xla:0; use `xm.save` (CPU copy, master process writes)"
     symptoms = (
         "don't know how to restore data location of torch.FloatStorage (tagged with xla:0)",

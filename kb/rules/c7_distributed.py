@@ -117,7 +117,7 @@ class DistBarrierNoop(Rule):
         "for host coordination the original barrier worked; keep it there."
     )
     before = "import torch.distributed as dist\n\ndist.barrier()\n"
-    after = "import torch.distributed as dist\nimport torch_xla.core.xla_model as xm\n\nxm.rendezvous('barrier')\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.rendezvous('barrier')\n"
     message = "`dist.barrier()` is a no-op on the xla process group; use `xm.rendezvous('tag')` on all replicas"
     symptoms = ("race after dist.barrier()", "hang at xm.rendezvous")
     references = ("torch_xla/distributed/xla_backend.py ProcessGroupXla.barrier", "docs/source/learn/_pjrt.md")
@@ -156,7 +156,7 @@ class RankZeroPrint(ScopedRule):
         "group. Unsafe: it also prints when no group exists, and `file=` becomes `fd=`."
     )
     before = "import torch.distributed as dist\n\nif dist.get_rank() == 0:\n    print('epoch', epoch, loss)\n"
-    after = "import torch.distributed as dist\nimport torch_xla.core.xla_model as xm\n\nxm.master_print('epoch', epoch, loss)\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.master_print('epoch', epoch, loss)\n"
     message = "rank-0 print through torch.distributed; use `xm.master_print(...)` (no process group needed)"
     symptoms = (
         "ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
@@ -243,8 +243,9 @@ class SamplerRankFromDist(ScopedRule):
         "sampler = DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=True)\n"
     )
     after = (
-        "import torch.distributed as dist\nfrom torch.utils.data import DistributedSampler\n"
-        "import torch_xla.runtime as xr\n\n"
+        "from torch.utils.data import DistributedSampler\n"
+        "import torch_xla.runtime as xr\n"
+        "\n"
         "sampler = DistributedSampler(ds, num_replicas=xr.world_size(), rank=xr.global_ordinal(), shuffle=True)\n"
     )
     message = "sampler shards by torch.distributed; use `num_replicas=xr.world_size(), rank=xr.global_ordinal()`"
