@@ -354,6 +354,8 @@ class CudaTypeCheck(Rule):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "is_cuda" and not self.qualified_names(node):
+            if self._and_multi_gpu(node):
+                return  # `x.is_cuda and ngpu > 1` only picks data_parallel; False takes the plain forward
             self.report(
                 node, "`.is_cuda` is False for XLA tensors; use `t.device.type == 'xla'` or `xm.is_xla_tensor(t)`"
             )
@@ -369,6 +371,23 @@ class CudaTypeCheck(Rule):
                     f"`{name}` is a CUDA tensor type; XLA tensors are `torch.xla.*Tensor`: use dtype/device checks",
                 )
                 return
+
+    def _and_multi_gpu(self, node: cst.CSTNode) -> bool:
+        """Is `node` part of a test and-ed with `n > 1` (a multi-GPU count)?"""
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.BooleanOperation) and isinstance(anc.operator, cst.And):
+                for side in (anc.left, anc.right):
+                    if (
+                        isinstance(side, cst.Comparison)
+                        and len(side.comparisons) == 1
+                        and isinstance(side.comparisons[0].operator, cst.GreaterThan)
+                        and isinstance(side.comparisons[0].comparator, cst.Integer)
+                        and side.comparisons[0].comparator.value == "1"
+                    ):
+                        return True
+            elif not isinstance(anc, (cst.BooleanOperation, cst.UnaryOperation)):
+                return False
+        return False
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(c.comparator for c in node.comparisons)]

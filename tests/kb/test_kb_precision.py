@@ -203,3 +203,27 @@ def test_a_tensor_built_once_per_epoch_is_not_copied_every_step():
         "        optimizer.step()\n"
     )
     assert [f.line for f in lint_source(source) if f.code == "XLA222"] == [5]
+
+
+def test_is_cuda_and_a_multi_gpu_count_only_pick_data_parallel():
+    source = (
+        "import torch.nn as nn\n"
+        "class G(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if (x.is_cuda or x.is_xpu) and self.ngpu > 1:\n"
+        "            return nn.parallel.data_parallel(self.main, x, range(self.ngpu))\n"
+        "        return self.main(x)\n"
+    )
+    assert "XLA220" not in codes(source)
+    assert "XLA220" in codes(source.replace(" and self.ngpu > 1", ""))
+
+
+def test_a_state_dict_saved_after_moving_the_model_to_the_cpu_holds_cpu_tensors():
+    source = (
+        "import torch\n"
+        "def save(model, path):\n"
+        "    model.eval().cpu()\n"
+        "    torch.save(model.state_dict(), path)\n"
+    )
+    assert "XLA701" not in codes(source)
+    assert "XLA701" in codes(source.replace("    model.eval().cpu()\n", "    model.eval()\n"))
