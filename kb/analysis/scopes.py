@@ -30,7 +30,8 @@ AUTOCASTS = frozenset(
     }
 )
 
-DEVICE_WORDS = re.compile(r"cuda|xla|mps|tpu|gpu|device|accelerator", re.IGNORECASE)
+# Device words at the start of a word (`use_cuda`, `ngpu`-style names aside): `output` names no TPU.
+DEVICE_WORDS = re.compile(r"(?<![a-z])n?(cuda|xla|mps|tpu|gpu|device|accelerator|dev\b)", re.IGNORECASE)
 FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
 
 
@@ -49,7 +50,7 @@ def _names_device(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.SimpleString):
         return bool(DEVICE_WORDS.search(node.value))
     word = node.attr.value if isinstance(node, cst.Attribute) else node.value
-    return bool(DEVICE_WORDS.search(word))
+    return bool(DEVICE_WORDS.search(word.replace("_", " ")))
 
 
 class ScopedRule(Rule):

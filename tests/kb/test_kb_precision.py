@@ -19,7 +19,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
 for epoch in range(3):
     for x, y in loader:
-        loss = ((model(x) - y) ** 2).mean()
+        output = model(x)
+        loss = ((output - y) ** 2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -219,11 +220,6 @@ def test_is_cuda_and_a_multi_gpu_count_only_pick_data_parallel():
 
 
 def test_a_state_dict_saved_after_moving_the_model_to_the_cpu_holds_cpu_tensors():
-    source = (
-        "import torch\n"
-        "def save(model, path):\n"
-        "    model.eval().cpu()\n"
-        "    torch.save(model.state_dict(), path)\n"
-    )
+    source = "import torch\ndef save(model, path):\n    model.eval().cpu()\n    torch.save(model.state_dict(), path)\n"
     assert "XLA701" not in codes(source)
     assert "XLA701" in codes(source.replace("    model.eval().cpu()\n", "    model.eval()\n"))
