@@ -156,11 +156,10 @@ class BceOnSigmoid(StepContextRule):
             or any(method_name(c) == "half" for c in self.module_nodes().calls)
             or facts.uses("torch.float16", "torch.half")
         )
-        return (
-            low_precision
-            and bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"}))
-            or any(method_name(c) == "sigmoid" for c in self.module_nodes().calls)
+        sigmoid = bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"})) or any(
+            method_name(c) == "sigmoid" for c in self.module_nodes().calls
         )
+        return low_precision and sigmoid
 
 
 TIGHT_TOLERANCE = 1e-3
