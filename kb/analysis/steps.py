@@ -233,6 +233,8 @@ def _site(rule: StepContextRule, call: cst.Call, loop: Loop, helper: str | None)
     for anc in [loop, *rule.ancestors(loop)]:
         if isinstance(anc, cst.For) and (rule.iterates_device_loader(anc) or prepared_by_accelerate(rule, anc)):
             return None
+    if draws_from_prepared(rule, loop):
+        return None
     after = rule.statement_of(call)
     if after is None or after is loop:
         return None
@@ -301,6 +303,26 @@ def prepared_by_accelerate(rule: StepContextRule, loop: cst.For) -> bool:
                 else [e.value for e in getattr(target.target, "elements", ())]
             )
             if any(isinstance(n, cst.Name) and n.value == name.value for n in names):
+                return True
+    return False
+
+
+def draws_from_prepared(rule: StepContextRule, loop: Loop) -> bool:
+    """Does `loop` take its batches with `next(self.dl)` from a loader accelerate prepared (`self.dl =
+    cycle(dl)` after `dl = accelerator.prepare(dl)`)? Its device loader marks a step per batch."""
+    for call in rule.nodes_in(loop.body, False).calls:
+        if not (rule.is_builtin(call.func, "next") and call.args):
+            continue
+        key = identifier(call.args[0].value)
+        for assign in rule.analysis.nodes.assigns:
+            if not (isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)):
+                continue
+            if not any(identifier(t.target) == key for t in assign.targets):
+                continue
+            value = assign.value
+            if method_name(value) in PREPARE_METHODS or any(
+                isinstance(a.value, cst.Name) and passed_to_accelerate(rule, a.value.value) for a in value.args
+            ):
                 return True
     return False
 

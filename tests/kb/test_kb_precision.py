@@ -224,3 +224,25 @@ def test_a_state_dict_saved_after_moving_the_model_to_the_cpu_holds_cpu_tensors(
     source = "import torch\ndef save(model, path):\n    model.eval().cpu()\n    torch.save(model.state_dict(), path)\n"
     assert "XLA701" not in codes(source)
     assert "XLA701" in codes(source.replace("    model.eval().cpu()\n", "    model.eval()\n"))
+
+
+# --- framework-managed: accelerate's prepared loader marks the step ----------------------------------
+def test_a_loop_drawing_batches_from_a_prepared_loader_needs_no_barrier():
+    source = (
+        "from accelerate import Accelerator\n"
+        "from itertools import cycle\n"
+        "class Trainer:\n"
+        "    def __init__(self, ds):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        dl = DataLoader(ds, batch_size=16, shuffle=True, drop_last=True)\n"
+        "        dl = self.accelerator.prepare(dl)\n"
+        "        self.dl = cycle(dl)\n"
+        "    def train(self):\n"
+        "        while self.step < 100:\n"
+        "            data = next(self.dl).to(self.device)\n"
+        "            loss = self.model(data)\n"
+        "            self.accelerator.backward(loss)\n"
+        "            self.opt.step()\n"
+    )
+    assert "XLA406" not in codes(source)
+    assert "XLA406" in codes(source.replace("        dl = self.accelerator.prepare(dl)\n", ""))
