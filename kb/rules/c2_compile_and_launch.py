@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
     add_kwarg,
     bound_arguments,
@@ -333,7 +334,7 @@ class DdpDeviceIds(Rule):
 
 
 @register
-class MpSpawn(Rule):
+class MpSpawn(ScopedRule):
     code = "XLA225"
     title = "`torch.multiprocessing.spawn(fn, nprocs=N)`: launch with `torch_xla.launch`"
     category = "C2"
@@ -357,11 +358,18 @@ class MpSpawn(Rule):
         "Runtime is already initialized. Do not use the XLA device before calling xmp.spawn.",
     )
     references = ("torch_xla/torch_xla.py launch", "torch_xla/_internal/pjrt.py spawn", "huggingface/accelerate #2999")
-    valid = ("import torch_xla\ntorch_xla.launch(train, args=(1,))\n",)
+    valid = (
+        "import torch_xla\ntorch_xla.launch(train, args=(1,))\n",
+        "import torch.multiprocessing as mp\nimport torch.distributed.rpc as rpc\n"
+        "def run_role(rank, world):\n    rpc.init_rpc(str(rank), rank=rank, world_size=world)\n"
+        "mp.spawn(run_role, args=(3,), nprocs=3, join=True)\n",
+    )
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.is_call_to(node, "torch.multiprocessing.spawn"):
             return
+        if self.facts().uses("torch.distributed.rpc"):
+            return  # the processes are RPC roles (parameter server, agent, observers), not one per GPU
         given = bound_arguments(node, SPAWN_POSITIONS)
         join = given.get("join")
         if has_star_args(node) or "fn" not in given:

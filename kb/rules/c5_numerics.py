@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
+from ..analysis.scopes import AUTOCASTS
 from ..cst_helpers import expr, keyword_arg, method_name, parenthesized, positional_args, string_value
 from ..rule import IMPORT_TORCH, IMPORT_XLA_BACKENDS, MATMUL_PRECISIONS, ImportSpec, register
 
@@ -146,9 +147,19 @@ class BceOnSigmoid(StepContextRule):
         )
 
     def _uses_sigmoid(self, node: cst.CSTNode) -> bool:
+        """Weak evidence (a sigmoid somewhere in the module), so only where the module computes in low
+        precision (bfloat16, half or autocast): a float32 program's BCE behaves as on a GPU."""
         facts = self.facts()
-        return bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"})) or any(
-            method_name(c) == "sigmoid" for c in self.module_nodes().calls
+        low_precision = (
+            facts.uses_bf16
+            or bool(facts.qnames & AUTOCASTS)
+            or any(method_name(c) == "half" for c in self.module_nodes().calls)
+            or facts.uses("torch.float16", "torch.half")
+        )
+        return (
+            low_precision
+            and bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"}))
+            or any(method_name(c) == "sigmoid" for c in self.module_nodes().calls)
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
 from ..rule import IMPORT_XM, IMPORT_XR, Rule, register
 
@@ -131,8 +132,13 @@ class DistBarrierNoop(Rule):
             self.report(node, replacement=expr("xm.rendezvous('barrier')"), imports=(IMPORT_XM,))
 
 
+def creates_process_group(rule: ScopedRule) -> bool:
+    """Does the module call `init_process_group` (then `dist.get_rank()` has a group to ask, on XLA too)?"""
+    return rule.facts().uses("torch.distributed.init_process_group")
+
+
 @register
-class RankZeroPrint(Rule):
+class RankZeroPrint(ScopedRule):
     code = "XLA706"
     title = "`if dist.get_rank() == 0: print(...)`: use `xm.master_print`"
     category = "C7"
@@ -166,7 +172,7 @@ class RankZeroPrint(Rule):
     KEYWORDS = {"file": "fd", "flush": "flush"}
 
     def visit_If(self, node: cst.If) -> None:
-        if node.orelse is not None or not self._is_rank_zero(node.test):
+        if node.orelse is not None or not self._is_rank_zero(node.test) or creates_process_group(self):
             return
         lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
         prints: list[cst.Call] = []
@@ -215,7 +221,7 @@ SAMPLERS = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed
 
 
 @register
-class SamplerRankFromDist(Rule):
+class SamplerRankFromDist(ScopedRule):
     code = "XLA707"
     title = "`DistributedSampler` rank/world from torch.distributed: use `xr.world_size()` / `xr.global_ordinal()`"
     category = "C7"
@@ -262,6 +268,8 @@ class SamplerRankFromDist(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.qualified_names(node.func) & SAMPLERS or any(a.star for a in node.args):
             return
+        if creates_process_group(self):
+            return  # the group exists (migrated to the xla backend): the sampler's lookup works
         positional = positional_args(node)
         new_args = list(node.args)
         added = []
