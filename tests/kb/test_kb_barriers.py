@@ -103,3 +103,8 @@ def test_gradscaler_removal_follows_the_device_type():
     unsafe = fix_source(SCALER_ON_DEVICE_VARIABLE, unsafe=True).fixed
     assert "scaler" not in unsafe
     assert "model(x).backward()\n    opt.step()\n    torch_xla.sync()\n" in unsafe
+
+
+def test_optimizer_wrapper_step_method_gets_a_barrier():
+    source = "for batch in loader:\n    loss = model(batch)\n    loss.backward()\n    optimizer.step_and_update_lr()\n"
+    assert barrier_lines(source) == [4]
