@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from xlaport.eval.sandbox import run_sandboxed
+from xlaport.eval.tied_weights import describe
 
 from xlaport.files import atomic_write, backup_path, iter_python_files, read_source
 
@@ -749,13 +750,22 @@ class DifferentialResult:
         for side, data in (("ORIGINAL", self.original), ("MIGRATED", self.migrated)):
             if data.get("error"):
                 return [f"{side} raised {data['error'].rstrip()}"]  # the original's error comes first
+        sharing = self.original.get("sharing", []), self.migrated.get("sharing", [])
+        tie_note = ""
+        if sharing[0] != sharing[1]:
+            tie_note = " — parameter sharing differs (tied weights?)"
+            problems.append(
+                f"parameter sharing differs (tied weights?): the original shares {describe(sharing[0])}, "
+                f"the migrated code {describe(sharing[1])} (kb XLA314: tie them again after the move)"
+            )
         for group in ("outputs", "grads"):
             a, b = self.original[group], self.migrated[group]
+            note = tie_note if group == "grads" else ""
             for key in list(a) + [k for k in b if k not in a]:
                 if key not in b:
-                    problems.append(f"{key}: only the original produced it")
+                    problems.append(f"{key}: only the original produced it{note}")
                 elif key not in a:
-                    problems.append(f"{key}: only the migrated code produced it")
+                    problems.append(f"{key}: only the migrated code produced it{note}")
                 else:
                     problem = compare_values(a[key], b[key], tolerances, precision)
                     if problem:

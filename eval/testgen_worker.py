@@ -177,8 +177,9 @@ def run_case(side: str, module, case: dict, seed: int, device, device_arg) -> di
     """One target on this side: a module is built under `seed` (the migrated one then gets the
     original's weights), run in eval(), and back-propagated once through `weighted_sum`."""
     import torch
+    from xlaport.eval.tied_weights import shared_groups
 
-    result: dict[str, Any] = {"outputs": {}, "grads": {}, "error": None}
+    result: dict[str, Any] = {"outputs": {}, "grads": {}, "error": None, "sharing": []}
     try:
         target = getattr(module, case["target"])
         inputs = load_inputs(case["inputs"], seed)
@@ -193,6 +194,7 @@ def run_case(side: str, module, case: dict, seed: int, device, device_arg) -> di
                 state = torch.load(case["weights"], map_location="cpu", weights_only=True)
                 model.load_state_dict(state, strict=True)  # names must match: the migration kept the module
             model = model.to(device).eval()  # eval(): dropout would make the comparison random
+            result["sharing"] = shared_groups(model)  # a move to XLA may untie weights (kb XLA314)
             args = to_side(inputs["args"], device, device_arg)
             kwargs = to_side(inputs["kwargs"], device, device_arg)
             outputs = flatten(model(*args, **kwargs), "output", {})
