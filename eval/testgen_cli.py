@@ -63,6 +63,12 @@ def register(app: typer.Typer) -> None:
         all_public: Annotated[
             bool, typer.Option("--all", help="Test every public function and module, not only the changed ones.")
         ] = False,
+        changed_files: Annotated[
+            bool,
+            typer.Option(
+                "--changed-files", help="Test every public function and module of each file the migration changed."
+            ),
+        ] = False,
         run: Annotated[
             bool, typer.Option("--run", help="Run the generated tests afterwards; exit 1 if any fails.")
         ] = False,
@@ -72,7 +78,9 @@ def register(app: typer.Typer) -> None:
         from xlaport.eval.testgen import TestgenError, generate_tests, run_generated_tests
 
         try:
-            result = generate_tests(original, migrated, out, record=record, all_public=all_public)
+            result = generate_tests(
+                original, migrated, out, record=record, all_public=all_public, changed_files=changed_files
+            )
         except TestgenError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(EXIT_USAGE) from None

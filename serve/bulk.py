@@ -78,6 +78,7 @@ from .pipeline import (
 TRACE_SCHEMA = "xlaport.trace/1"
 TRACE_FILE = "xlaport-trace.jsonl"
 IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
+GENERATED_TESTS_DIR = "tests_xla"  # the differential tests that validation generated, inside the migrated tree
 REPORT_FILES = ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html", TRACE_FILE)
 
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
@@ -255,11 +256,10 @@ def validate_tree(original_root: Path, migrated_root: Path, command: str, option
     script, args = parse_command(command)
     checks = [run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb)]
     record = shlex.join(["python", script, *args])
-    with tempfile.TemporaryDirectory(prefix="xlaport-tests-") as tests_dir:
-        # tests for every changed function of the tree; inputs recorded from the same command on the original
-        checks.append(
-            run_generated_tests(original_root, migrated_root, Path(tests_dir), record=record, timeout_s=options.timeout_s)
-        )
+    # tests for every changed function of the tree, inputs recorded from the same command on the original;
+    # kept in the migrated tree so they can be run again on a TPU host
+    tests_dir = migrated_root / GENERATED_TESTS_DIR
+    checks.append(run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s))
     status, reason, level = verdict(checks)
     return Validation(
         command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason

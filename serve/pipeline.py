@@ -247,7 +247,8 @@ def run_generated_tests(
     from xlaport.eval import testgen
 
     try:
-        generated = testgen.generate_tests(original, migrated, out, record=record)
+        # every public function and module of a changed file: a change also affects what calls into it
+        generated = testgen.generate_tests(original, migrated, out, record=record, changed_files=True)
     except testgen.TestgenError as exc:
         return CheckRun(name="generated_tests", passed=None, reasons=[f"no tests generated: {exc}"])
     if not generated.tests:
@@ -264,11 +265,15 @@ def run_generated_tests(
         reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
     elif not run.ok and not reasons:
         reasons.append(f"pytest exited with code {run.returncode}")
+    reasons = reasons[:10] + [
+        f"{run.passed} of {len(generated.tests)} generated test(s) passed; kept in {out} "
+        f"(README.md there lists them and what was not tested; run them again with `pytest {out}`)"
+    ]
     return CheckRun(
         name="generated_tests",
         passed=run.ok,
         level=None,
-        reasons=reasons[:10],
+        reasons=reasons,
         report={"generated": generated.to_dict(), "run": run.to_dict()},
     )
 
