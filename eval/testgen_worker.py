@@ -77,7 +77,8 @@ def to_side(value: Any, device, device_arg: Any) -> Any:
 
     if isinstance(value, dict) and value.get(MARK) == "device":
         return device_arg
-    if isinstance(value, torch.device) and value.type == "cuda":  # recorded under the shim
+    if isinstance(value, torch.device) and value.type in ("cuda", "cpu"):
+        # a device recorded under the shim, where the CPU stands for CUDA: the side's device
         return device_arg if isinstance(device_arg, torch.device) else torch.device(device_arg)
     if isinstance(value, torch.Tensor | torch.nn.Module):
         return value.to(device)

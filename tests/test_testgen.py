@@ -244,3 +244,22 @@ def test_planted_faults_fail_and_say_which_value_differed(tmp_path, monkeypatch)
     assert "grad[fc2.weight]" in messages["test_MLP"]
     assert "output: 1 of 1 values outside rtol=0.0001" in messages["test_loss_fn"]  # the dropped term
     assert "args[0] after the call" in messages["test_scale_"]  # the changed constant of an in-place update
+
+
+@pytest.mark.slow
+def test_script_objects_are_recorded_and_replayed_from_the_project_root(tmp_path, monkeypatch):
+    """The model and step function of a script run as __main__ (its model and optimizer are arguments),
+    a module-level file read relative to the project root, and a module that downloads while imported."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "generated"
+    original, migrated = PROGRAMS / "testgen_script_original", PROGRAMS / "testgen_script_migrated"
+    result = generate_tests(original, migrated, out, record="python run.py --steps 2", changed_files=True)
+    assert {t.target: t.inputs_from for t in result.tests} == {"Net": "recorded", "train_step": "recorded"}
+    reasons = {u.target: u.reason for u in result.undrivable}
+    assert "network access is blocked" in reasons["normalize"]
+    assert any(n.startswith("module fetch_data could not be imported") for n in result.notes), result.notes
+    text = (out / "test_xlaport_run.py").read_text()
+    assert "argv=('run.py', '--steps', '2')" in text
+    run = run_generated_tests(out)
+    assert (run.passed, run.failed, run.errors) == (2, 0, 0), run.output_tail
+    assert sorted(p.name for p in original.iterdir()) == ["fetch_data.py", "run.py", "scale.txt"]  # nothing written
