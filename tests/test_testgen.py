@@ -117,7 +117,11 @@ def test_compare_values_is_dtype_aware_and_says_what_differs():
 
 
 def test_differential_result_names_each_differing_value():
-    original = {"outputs": {"output[0]": torch.ones(3), "output[1]": 2.0}, "grads": {"grad[w]": torch.ones(2)}, "error": None}
+    original = {
+        "outputs": {"output[0]": torch.ones(3), "output[1]": 2.0},
+        "grads": {"grad[w]": torch.ones(2)},
+        "error": None,
+    }
     migrated = {"outputs": {"output[0]": torch.ones(3), "output[1]": 2.5}, "grads": {}, "error": None}
     result = DifferentialResult("f", original, migrated)
     problems = result.mismatches()
@@ -132,8 +136,11 @@ def test_differential_result_names_each_differing_value():
 def test_rendered_test_file_is_valid_python_with_inputs_and_tolerances_visible(tmp_path):
     pair = SourcePair("model.py", ORIGINAL / "model.py", MIGRATED / "model.py", ORIGINAL, MIGRATED, "model", "model")
     text = render_test_file(
-        pair, tmp_path, [("test_MLP", Target("MLP", "module", precision="bfloat16"), {"args": [randn(4, 16)]}, "first layer")],
-        [], seed=0,
+        pair,
+        tmp_path,
+        [("test_MLP", Target("MLP", "module", precision="bfloat16"), {"args": [randn(4, 16)]}, "first layer")],
+        [],
+        seed=0,
     )
     compile(text, "test_generated.py", "exec")
     assert "Inputs(args=[randn(4, 16)])" in text and "TOLERANCES = {" in text
@@ -161,7 +168,8 @@ def test_probe_synthesizes_module_inputs_from_the_first_layer():
 
     found = probe_module(Tagger, 0)
     assert [(a["__xlaport__"], a["high"], a["shape"]) for a in found["inputs"]["args"]] == [
-        ("randint", 50, [2, 8]), ("randint", 3, [2, 8])
+        ("randint", 50, [2, 8]),
+        ("randint", 3, [2, 8]),
     ]
 
 
@@ -189,7 +197,9 @@ def test_bad_input_gets_a_clear_error(tmp_path):
         generate_tests(tmp_path / "missing.py", MIGRATED, tmp_path / "out")
     with pytest.raises(TestgenError, match="--record must be"):
         generate_tests(ORIGINAL, MIGRATED, tmp_path / "out", record="bash train.sh")
-    result = CliRunner().invoke(app, ["testgen", str(tmp_path / "missing"), str(MIGRATED), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app, ["testgen", str(tmp_path / "missing"), str(MIGRATED), "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 2 and "no such file" in result.output
 
 
@@ -205,7 +215,8 @@ def test_rewriting_a_generated_file_keeps_a_backup(tmp_path):
 def test_shim_runs_a_cuda_script_on_the_cpu():
     run = run_sandboxed(
         [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(PROGRAMS / "testgen_cuda_script.py"), "--steps", "2"],
-        timeout_s=300, env={"USE_TORCH_XLA": "0", "OMP_NUM_THREADS": "1"},
+        timeout_s=300,
+        env={"USE_TORCH_XLA": "0", "OMP_NUM_THREADS": "1"},
     )
     assert run.ok, run.describe_failure()
     assert "step 1 loss" in run.stdout and "step 2" not in run.stdout  # sys.argv reached the script

@@ -9,4 +9,5 @@ urllib.request.urlopen("http://192.0.2.1/data.txt", timeout=5)  # TEST-NET-1: ne
 
 
 def normalize(x):
+    x = torch.as_tensor(x)
     return (x - x.mean()) / x.std()
