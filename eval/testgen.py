@@ -306,8 +306,7 @@ def _record(
     root = pairs[0].original_root
     notes = []
     with tempfile.TemporaryDirectory(prefix="xlaport-record-") as tmp:
-        copy = Path(tmp) / "tree"
-        _copy_tree(root, copy)
+        copy = copy_tree(root, Path(tmp) / "tree")
         targets = [
             {
                 "module": p.original_module,
@@ -354,8 +353,9 @@ def record_argv(command: str) -> list[str]:
     return argv
 
 
-def _copy_tree(src: Path, dst: Path) -> None:
-    """Copies `src` so the recorded run cannot overwrite the user's files; big files are symlinked."""
+def copy_tree(src: Path, parent: Path) -> Path:
+    """Copies `src` to `parent/<its name>` so a run cannot change the user's files (big files are symlinked),
+    with links to the folders and files beside `src`, so paths like `../data` still resolve. The copy."""
 
     def ignore(directory: str, names: list[str]) -> list[str]:
         return [n for n in names if n in (".git", ".venv", "venv", "__pycache__", "node_modules")]
@@ -366,7 +366,14 @@ def _copy_tree(src: Path, dst: Path) -> None:
         else:
             shutil.copy2(source, destination)
 
+    parent.mkdir(parents=True, exist_ok=True)
+    dst = parent / src.name
     shutil.copytree(src, dst, ignore=ignore, copy_function=copy, symlinks=True)
+    if src.parent != src:
+        for sibling in src.parent.iterdir():
+            if sibling.name != src.name and not (parent / sibling.name).exists():
+                os.symlink(sibling, parent / sibling.name)
+    return dst
 
 
 def _probe(
@@ -383,8 +390,7 @@ def _probe(
             )
     for root, targets in by_root.items():
         with tempfile.TemporaryDirectory(prefix="xlaport-probe-") as tmp:
-            copy = Path(tmp) / "tree"
-            _copy_tree(root, copy)
+            copy = copy_tree(root, Path(tmp) / "tree")
             job, result = Path(tmp) / "probe.json", Path(tmp) / "found.json"
             job.write_text(
                 json.dumps({"root": str(copy), "argv": argv, "targets": targets, "seed": seed, "result": str(result)})
@@ -905,8 +911,7 @@ def run_cases(
         ]
         results = {}
         for name, side in (("original", original), ("migrated", migrated)):
-            copy = Path(tmp) / f"{name}_tree"
-            _copy_tree(Path(side.root).resolve(), copy)
+            copy = copy_tree(Path(side.root).resolve(), Path(tmp) / f"{name}_tree")
             job = {
                 "side": name,
                 "root": str(copy),

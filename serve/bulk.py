@@ -254,7 +254,8 @@ def write_in_place(src: Path, originals: dict[Path, str], texts: dict[Path, str]
 def validate_tree(original_root: Path, migrated_root: Path, command: str, options: MigrateOptions) -> Validation:
     """The execution check of the migrated entry script, then the generated original-vs-migrated tests."""
     script, args = parse_command(command)
-    checks = [run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb)]
+    # run from the tree root, as the command is written (the recorded run and the tests do the same)
+    checks = [run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb, migrated_root)]
     record = shlex.join(["python", script, *args])
     # tests for every changed function of the tree, inputs recorded from the same command on the original;
     # kept in the migrated tree so they can be run again on a TPU host

@@ -227,11 +227,14 @@ def _level(checks: list[CheckRun]) -> str | None:
 
 
 # --- validation: thin adapters over xlaport.eval ----------------------------------------------------------
-def run_xla_check(script: Path, args: list[str], timeout_s: float, memory_mb: int) -> CheckRun:
-    """The execution check on `script` (in a sandboxed child, by xlaport.eval.check): passed means L2."""
+def run_xla_check(
+    script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
+) -> CheckRun:
+    """The execution check on `script` (in a sandboxed child, by xlaport.eval.check): passed means L2.
+    `workdir`: the directory the command runs from (a project reading files by relative path needs it)."""
     from xlaport.eval.check import run_check
 
-    report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+    report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=workdir)
     return CheckRun(
         name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )
