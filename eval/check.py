@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .sandbox import SandboxResult, run_sandboxed
+from .sandbox import SandboxResult, read_child_file, readable_scratch, run_sandboxed
 
 RUNNER = Path(__file__).with_name("check_runner.py")
 TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
@@ -125,8 +125,10 @@ def run_check(
     memory_mb: int = 8192,
     env: Mapping[str, str] | None = None,
     workdir: Path | None = None,
+    writable: Sequence[Path] = (),
 ) -> CheckReport:
-    """Runs `script` with `args` under torch_xla in a child process and grades what happened."""
+    """Runs `script` with `args` under torch_xla in a child process and grades what happened. `writable`:
+    the caller's scratch folders the child may write (handed over to the sandbox user, see eval/sandbox/)."""
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"no such script: {script}")
@@ -157,9 +159,11 @@ def run_check(
             timeout_s=timeout_s,
             memory_mb=memory_mb,
             env=child_env,
+            writable=[tmp_path, *writable],
         )
         events = read_events(events_file)
-        compilations = parse_compilation_analysis(debug_file.read_text(errors="replace") if debug_file.exists() else "")
+        debug_text = (read_child_file(debug_file) or b"").decode("utf-8", errors="replace")
+        compilations = parse_compilation_analysis(debug_text)
     report = build_report(
         script=script,
         args=list(args),
@@ -171,6 +175,8 @@ def run_check(
         launched_at=launched_at,
         pjrt_device=child_env["PJRT_DEVICE"],
     )
+    if not result.sandboxed:
+        report.notes.append("not sandboxed: " + "; ".join(result.gaps))
     if workdir is None and report.error and ("FileNotFoundError" in report.error or "No such file" in report.error):
         report.notes.append(
             "the script ran in a fresh temporary working directory: if it reads files by relative path, "
@@ -181,7 +187,7 @@ def run_check(
 
 def check_source(source: str, args: Sequence[str] = (), **kwargs) -> CheckReport:
     """Writes `source` to a temporary `script.py` and checks it (for the HTTP service and the MCP tool)."""
-    with tempfile.TemporaryDirectory(prefix="xlaport-source-") as tmp:
+    with readable_scratch("xlaport-source-") as tmp:
         script = Path(tmp) / "script.py"
         script.write_text(source, encoding="utf-8")
         return run_check(script, args, **kwargs)
@@ -192,10 +198,8 @@ def check_source(source: str, args: Sequence[str] = (), **kwargs) -> CheckReport
 
 def read_events(path: Path) -> list[dict]:
     """The runner's JSON lines; a last line cut short by a kill is dropped."""
-    if not path.exists():
-        return []
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in (read_child_file(path) or b"").decode("utf-8", errors="replace").splitlines():
         try:
             events.append(json.loads(line))
         except json.JSONDecodeError:

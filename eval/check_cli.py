@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
-EXIT_USAGE = 2
-
-
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import EXIT_USAGE, OutputFormat
 
 
 def check(
@@ -27,7 +22,10 @@ def check(
         typer.Option("--steps-warmup", min=0, help="Steps allowed to compile (graph without/with optimizer state)."),
     ] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the run is killed.")] = 600,
-    memory_mb: Annotated[int, typer.Option("--memory-mb", min=64, help="Resident memory limit of the run.")] = 8192,
+    memory_mb: Annotated[
+        int,
+        typer.Option("--memory-mb", min=64, help="Memory limit of the run's whole process tree (at most the host's)."),
+    ] = 8192,
     format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
     workdir: Annotated[
         Path | None,
@@ -36,7 +34,8 @@ def check(
             file_okay=False,
             exists=True,
             help="Run in this folder (where relative data paths resolve; the script may write there) "
-            "instead of a fresh temporary one.",
+            "instead of a fresh temporary one. Run as root, the sandbox user must be able to write it, "
+            "else the run keeps your user and is reported as not sandboxed.",
         ),
     ] = None,
 ) -> None:
@@ -46,9 +45,13 @@ def check(
 
     Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors."""
     from .check import render_text, run_check
+    from .sandbox import host_memory_mb
 
     if not script.is_file():
         typer.echo(f"error: no such script: {script}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    if memory_mb > host_memory_mb():
+        typer.echo(f"error: --memory-mb {memory_mb} is more than this machine has ({host_memory_mb()} MB)", err=True)
         raise typer.Exit(EXIT_USAGE)
     report = run_check(
         script,
@@ -65,6 +68,21 @@ def check(
     raise typer.Exit(0 if report.ok else 1)
 
 
+class _CheckCommand(TyperCommand):
+    """Appends what the sandbox guarantees on this machine, probed when the help is shown."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from .sandbox import sandbox_status
+
+        super().format_help(ctx, formatter)
+        status = sandbox_status()
+        title = "Sandbox (all mechanisms hold)" if status.sandboxed else "NOT sandboxed (mechanisms refused here)"
+        lines = [f"- {line}" for line in status.guarantees()] + [f"- refused: {line}" for line in status.refused]
+        with formatter.section(title):
+            for line in lines:
+                formatter.write_text(line)
+
+
 def register(app: typer.Typer) -> None:
     """Adds the command to the root app."""
-    app.command("check")(check)
+    app.command("check", cls=_CheckCommand)(check)

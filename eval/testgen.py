@@ -13,6 +13,7 @@ Targets that cannot be driven are listed with their reason, in the result, the R
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xlaport.eval.sandbox import run_sandboxed
+from xlaport.eval.sandbox import read_child_file, run_sandboxed
 from xlaport.eval.tied_weights import describe
 
 from xlaport.files import atomic_write, backup_path, iter_python_files, read_source
@@ -326,18 +327,26 @@ def _record(
             cwd=copy,
             timeout_s=timeout_s,
             env={"USE_TORCH_XLA": "0"},
+            writable=[Path(tmp)],
+            readable=[root.parent],  # what the copy's links to its siblings point at
         )
         if not run.ok:
             notes.append(
                 f"the recorded run did not finish cleanly ({run.describe_failure()}); calls seen before that were kept"
             )
-        index_file = record_dir / "index.json"
-        index = json.loads(index_file.read_text()) if index_file.exists() else {}
+        index_text = read_child_file(record_dir / "index.json")
+        index = json.loads(index_text) if index_text is not None else {}
         for entry in index.values():
             if "path" in entry:
+                # the recorded program wrote this index: only regular files in record_dir are taken
+                recorded = read_child_file(record_dir / Path(entry["path"]).name, limit_bytes=None)
+                if recorded is None:
+                    entry.pop("path")
+                    entry.setdefault("reason", "the recorded inputs file is missing")
+                    continue
                 inputs_dir.mkdir(parents=True, exist_ok=True)
                 destination = inputs_dir / Path(entry["path"]).name
-                shutil.copyfile(entry["path"], destination)
+                destination.write_bytes(recorded)
                 entry["path"] = str(destination)
     return index, notes
 
@@ -399,9 +408,11 @@ def _probe(
                 [sys.executable, "-m", "xlaport.eval.testgen_worker", "probe", str(job)],
                 timeout_s=timeout_s,
                 env={"USE_TORCH_XLA": "0", "PYTHONDONTWRITEBYTECODE": "1"},
+                writable=[Path(tmp)],
+                readable=[Path(root).parent],  # the tree and its siblings
             )
-            if result.exists():
-                found.update(json.loads(result.read_text()))
+            if (found_text := read_child_file(result)) is not None:
+                found.update(json.loads(found_text))
             else:
                 for t in targets:
                     found[f"{t['module']}:{t['target']}"] = {
@@ -931,9 +942,11 @@ def run_cases(
                 [sys.executable, "-m", "xlaport.eval.testgen_worker", "run", str(job_path)],
                 timeout_s=timeout_s * max(1, len(jobs)),
                 env=env,
+                writable=[Path(tmp)],
+                readable=[Path(original.root).resolve().parent, Path(migrated.root).resolve().parent],
             )
-            if Path(job["result"]).exists():
-                results[name] = torch.load(job["result"], weights_only=True)
+            if (saved := read_child_file(Path(job["result"]), limit_bytes=None)) is not None:
+                results[name] = torch.load(io.BytesIO(saved), weights_only=True)
             else:
                 error = f"the {name} child process failed: {run.describe_failure()}"
                 results[name] = {n: {"outputs": {}, "grads": {}, "error": error} for n in cases}
@@ -956,8 +969,11 @@ def run_differential(
 # ---------------------------------------------------------------- running the generated tests
 
 
-def run_generated_tests(out: Path, timeout_s: float = 1800.0) -> TestRunResult:
-    """Runs pytest on the generated folder in a sandboxed child; counts and failure messages."""
+def run_generated_tests(
+    out: Path, timeout_s: float = 1800.0, trees: list[Path] | tuple[Path, ...] = ()
+) -> TestRunResult:
+    """Runs pytest on the generated folder in a sandboxed child; counts and failure messages.
+    `trees`: the original and migrated roots the tests read (with the folders beside them)."""
     out = Path(out).resolve()
     if not out.is_dir():
         raise TestgenError(f"no such folder: {out}")
@@ -977,6 +993,8 @@ def run_generated_tests(out: Path, timeout_s: float = 1800.0) -> TestRunResult:
             ],
             cwd=out,
             timeout_s=timeout_s,
+            writable=[Path(tmp)],
+            readable=[Path(t).resolve().parent for t in trees],
         )
         counts, failures = _read_junit(junit)
     tail = (run.stdout + run.stderr)[-4000:]
@@ -996,9 +1014,10 @@ def run_generated_tests(out: Path, timeout_s: float = 1800.0) -> TestRunResult:
 def _read_junit(path: Path) -> tuple[dict[str, int], list[TestFailure]]:
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     failures: list[TestFailure] = []
-    if not path.exists():
+    text = read_child_file(path)
+    if text is None:
         return counts, failures
-    for case in ElementTree.parse(path).iter("testcase"):
+    for case in ElementTree.fromstring(text).iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
         if failure is not None:

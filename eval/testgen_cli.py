@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class Format(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import EXIT_FAILED, EXIT_USAGE
+from xlaport.cliutil import OutputFormat as Format
 
 
 def render_result(result) -> str:
@@ -84,7 +78,7 @@ def register(app: typer.Typer) -> None:
         except TestgenError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
-        test_run = run_generated_tests(out) if run and result.tests else None
+        test_run = run_generated_tests(out, trees=[original, migrated]) if run and result.tests else None
         if format is Format.json:
             data = {"generation": result.to_dict(), "run": test_run.to_dict() if test_run else None}
             typer.echo(json.dumps(data, indent=2))

@@ -36,7 +36,8 @@ from typing import Any
 from xlaport.files import SKIP_DIRS
 
 from . import curves as cv
-from .sandbox import run_sandboxed
+from .check import run_check
+from .sandbox import read_child_file, run_sandboxed
 
 LEVELS = ("none", "L0", "L2", "L3", "L4")
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 3
@@ -275,8 +276,8 @@ def _log_texts(paths: list[Path], work: Path) -> dict[str, str]:
     texts = {}
     for path in paths:
         try:
-            texts[str(path.relative_to(work))] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            texts[str(path.relative_to(work))] = (read_child_file(path) or b"").decode("utf-8")
+        except UnicodeDecodeError:
             continue
     return texts
 
@@ -287,8 +288,6 @@ def _tail(text: str, lines: int = 20) -> str:
 
 def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path):
     """The migrated command under the XLA execution check; (RunRecord, CheckReport)."""
-    from .check import run_check
-
     run_dir = scratch / "migrated"
     work = run_dir / "work"
     copy_tree(migrated, work)
@@ -302,6 +301,7 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
         memory_mb=config.memory_mb,
         env=env,
         workdir=work,
+        writable=[run_dir],
     )
     stdout, timing = cv.parse_stamps(_read(stamps), config.loss_pattern, config.warmup_steps)
     steady = [s.wall_s for s in report.per_step[config.warmup_steps :]]
@@ -325,7 +325,7 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    return (read_child_file(path) or b"").decode("utf-8", errors="replace")
 
 
 def cuda_present() -> bool:
@@ -384,7 +384,9 @@ def run_reference(original: Path, script: str, args: list[str], config: VerifyCo
     else:
         argv = [sys.executable, str(work / script), *args]
     before = _files_of(work)
-    result = run_sandboxed(argv, cwd=work, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env)
+    result = run_sandboxed(
+        argv, cwd=work, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env, writable=[run_dir]
+    )
     saved = {
         "returncode": None if result.timed_out or result.memory_exceeded else result.returncode,
         "error": result.describe_failure(),

@@ -8,12 +8,7 @@ from typing import Annotated
 
 import typer
 
-EXIT_USAGE = 2
-
-
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import EXIT_USAGE, OutputFormat
 
 
 class ReferenceMode(StrEnum):

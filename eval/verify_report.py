@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from xlaport.files import atomic_write
 
+from .curves import parse_claim
 from .verify import VerifyReport
 
 REFERENCE_COLOR = "#1f77b4"
@@ -107,8 +108,6 @@ def plot_metric(data: dict) -> bytes:
 
 
 def _claim_value(text: str) -> float | None:
-    from .curves import parse_claim
-
     try:
         return parse_claim(text).value
     except ValueError:

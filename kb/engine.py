@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
+from .analysis.module import ModuleAnalysis
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
@@ -84,8 +85,9 @@ def parse(source: str) -> cst.Module:
         compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         line = getattr(exc, "lineno", None)
-        raise SourceError(f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
-                          + (f" (line {line})" if line else "")) from None
+        raise SourceError(
+            f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
+        ) from None
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -104,7 +106,10 @@ class _Detection:
 
 def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    analysis = ModuleAnalysis.of(module, wrapper.resolve(ParentNodeProvider))
     visitors = [rule() for rule in rules]
+    for visitor in visitors:
+        visitor.analysis = analysis
     wrapper.visit_batched(visitors)
     suppressed = suppressions(source)
     positions = wrapper.resolve(PositionProvider)
@@ -214,9 +219,7 @@ _MARKER = "__xlaport_removed__"
 
 def _removal_marker(stmt: cst.BaseStatement) -> cst.SimpleStatementLine:
     """A placeholder that carries the removed statement's comments until the block is rebuilt."""
-    return cst.SimpleStatementLine(
-        body=[cst.Expr(cst.Name(_MARKER))], leading_lines=getattr(stmt, "leading_lines", ())
-    )
+    return cst.SimpleStatementLine(body=[cst.Expr(cst.Name(_MARKER))], leading_lines=getattr(stmt, "leading_lines", ()))
 
 
 def _is_marker(stmt: cst.CSTNode) -> bool:

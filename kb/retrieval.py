@@ -26,6 +26,8 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel
 
+from xlaport.paths import cache_root as cache_dir
+
 from .docs import entry_dict
 from .engine import all_rules
 from .rule import Finding, Rule
@@ -88,11 +90,6 @@ class MiniLMEncoder:
 @lru_cache(maxsize=1)
 def default_encoder() -> MiniLMEncoder:
     return MiniLMEncoder()
-
-
-def cache_dir() -> Path:
-    """`XLAPORT_CACHE_DIR`, else ~/.cache/xlaport."""
-    return Path(os.environ.get("XLAPORT_CACHE_DIR") or Path.home() / ".cache" / "xlaport")
 
 
 def entry_passages(entry: dict) -> list[tuple[str, str]]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import ClassVar, Literal
 
 import libcst as cst
@@ -13,6 +15,11 @@ from libcst.metadata import (
     QualifiedNameProvider,
     QualifiedNameSource,
 )
+
+from .analysis.module import ModuleAnalysis
+
+# Node helpers the rule modules import from here (their one copy is in cst_helpers).
+from .cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, statements, string_value  # noqa: F401
 
 Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
 Applicability = Literal["safe", "unsafe", "manual"]
@@ -40,8 +47,6 @@ IMPORT_TORCH: ImportSpec = ("torch", None, None)
 
 # Removes the reported statement; the engine keeps its leading comments.
 REMOVE = cst.RemovalSentinel.REMOVE
-
-STEP_CALLS = frozenset({"backward", "step", "optimizer_step", "sync", "mark_step"})
 
 
 @dataclass
@@ -85,29 +90,6 @@ class Finding:
         }
 
 
-_VISITOR_NAMES: dict[type, list[str]] = {}
-
-
-def _cached_get_visitors(self: cst.BatchableCSTVisitor):
-    """Same result as libcst's `get_visitors`, which inspects ~1,700 attributes per instance on every
-    traversal (90% of lint time with 100 rules). The visitor names only depend on the class."""
-    cls = type(self)
-    names = _VISITOR_NAMES.get(cls)
-    if names is None:
-        names = []
-        for name in dir(cls):
-            if name.startswith(("visit_", "leave_")):
-                attr = getattr(cls, name)
-                if callable(attr) and not getattr(attr, "_is_no_op", False):
-                    names.append(name)
-        _VISITOR_NAMES[cls] = names
-    return {name: getattr(self, name) for name in names}
-
-
-# Applies to the metadata providers too (they are batchable visitors).
-cst.BatchableCSTVisitor.get_visitors = _cached_get_visitors  # type: ignore[method-assign]
-
-
 class Rule(cst.BatchableCSTVisitor):
     """Base class of every kb rule. Subclasses set the entry fields and visit nodes.
 
@@ -134,10 +116,18 @@ class Rule(cst.BatchableCSTVisitor):
     # Does the rule rewrite code (for the occurrences it can handle)?
     autofix: ClassVar[bool] = False
 
+    # Set by the engine before the visit: the facts about the module that its rules share.
+    analysis: ModuleAnalysis
+
     def __init__(self) -> None:
         super().__init__()
         self.reports: list[Report] = []
-        self._step_loop_cache: dict[int, bool] = {}
+
+    def get_visitors(self) -> dict[str, Callable[[cst.CSTNode], object]]:
+        """Same result as libcst's `get_visitors`, which inspects ~1,700 attributes per instance on every
+        traversal (90% of lint time with 100 rules). The visitor names only depend on the class."""
+        names = _visitor_names(type(self))
+        return {name: getattr(self, name) for name in names}
 
     # --- reporting -----------------------------------------------------------------
     def report(
@@ -183,67 +173,16 @@ class Rule(cst.BatchableCSTVisitor):
     def position(self, node: cst.CSTNode) -> CodeRange:
         return self.get_metadata(PositionProvider, node)
 
-    def enclosing_step_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
-        """The innermost enclosing loop whose body runs a training step (backward/step/sync)."""
-        for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                return None
-            if isinstance(anc, (cst.For, cst.While)) and self._is_step_loop(anc):
-                return anc
-        return None
 
-    def _is_step_loop(self, loop: cst.For | cst.While) -> bool:
-        key = id(loop)
-        if key not in self._step_loop_cache:
-            finder = _StepCallFinder()
-            loop.body.visit(finder)
-            self._step_loop_cache[key] = finder.found
-        return self._step_loop_cache[key]
-
-
-class _StepCallFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if name in STEP_CALLS:
-            self.found = True
-        return not self.found
-
-
-# --- small node helpers shared by rules ----------------------------------------------
-def string_value(node: cst.CSTNode | None) -> str | None:
-    """The value of a plain string literal, else None."""
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
-
-
-def is_cuda_string(node: cst.CSTNode | None) -> bool:
-    value = string_value(node)
-    return value is not None and (value == "cuda" or value.startswith("cuda:"))
-
-
-def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg
-    return None
-
-
-def positional_args(call: cst.Call) -> list[cst.Arg]:
-    return [a for a in call.args if a.keyword is None and not a.star]
-
-
-def expr(code: str) -> cst.BaseExpression:
-    return cst.parse_expression(code)
-
-
-def statements(code: str) -> list[cst.BaseStatement]:
-    return list(cst.parse_module(code).body)
+@cache
+def _visitor_names(cls: type) -> list[str]:
+    names = []
+    for name in dir(cls):
+        if name.startswith(("visit_", "leave_")):
+            attr = getattr(cls, name)
+            if callable(attr) and not getattr(attr, "_is_no_op", False):
+                names.append(name)
+    return names
 
 
 @dataclass

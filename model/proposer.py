@@ -5,7 +5,7 @@ naming its base model) or any peft adapter directory. Base + adapter are loaded 
 (`load_proposer` caches them) and run eagerly (CPU, or CUDA when present): generation grows the
 sequence token by token, which XLA would compile at every length.
 
-The model writes an edit script (training/prompts.py: added imports, `-old`/`+new` lines), which
+The model writes an edit script (model/prompts.py: added imports, `-old`/`+new` lines), which
 is applied to the function. Generation is greedy (deterministic) and bounded. A candidate is
 rejected, with the reason, when it does not end within the bound, its edits do not apply, the
 result does not parse, is not one function, changes the function's signature, or changes nothing;
@@ -24,10 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xlaport.kb import Finding
-from xlaport.training.artifacts import models_dir, newest, read_meta
-from xlaport.training.corpus import imports_used
-from xlaport.training.prompts import PROMPT_FORMAT, EditError, apply_edit_script, kb_entries, prompt_variants
-from xlaport.training.traces import join_target, split_target
+
+from xlaport.paths import models_dir
+
+from .artifacts import newest, read_meta
+from .prompts import PROMPT_FORMAT, EditError, apply_edit_script, join_target, kb_entries, prompt_variants, split_target
+from .proposal import Proposal
+from .spans import function_spans, imports_used
 
 MIN_NEW_TOKENS = 16
 MODEL_ENV = "XLAPORT_MODEL"
@@ -122,7 +125,7 @@ def no_model_message() -> str:
 
 # --- the model --------------------------------------------------------------------------------------
 class CodeModel:
-    """Base + LoRA adapter. Implements the pipeline's `Proposer` protocol (serve/pipeline.py)."""
+    """Base + LoRA adapter. Implements `xlaport.model.proposal.Proposer`."""
 
     def __init__(self, model_dir: Path, device: str | None = None) -> None:
         os.environ.setdefault("USE_TORCH_XLA", "0")  # serving runs eagerly; keeps accelerate from importing XLA
@@ -153,8 +156,6 @@ class CodeModel:
 
         Raises ProposalRejected (the pipeline records it as a note) when the candidate is rejected.
         """
-        from xlaport.serve.pipeline import Proposal
-
         candidate, new_source = self.rewrite_in_file(source, function_name, findings, retrieved)
         if candidate is None:
             return None
@@ -172,8 +173,6 @@ class CodeModel:
         self, source: str, function_name: str, findings: list[Finding], retrieved: list[dict]
     ) -> tuple[Candidate | None, str | None]:
         """(candidate, the file with it spliced in); (None, None) when `function_name` is not a function in `source`."""
-        from xlaport.serve.pipeline import function_spans
-
         span = next(((s, e) for name, s, e in function_spans(source) if name == function_name), None)
         if span is None:
             return None, None
@@ -230,8 +229,6 @@ class CodeModel:
     def generate_text(self, prompt_ids: list[int], budget: int) -> tuple[str, bool, int]:
         """(decoded continuation up to EOS, whether EOS came within `budget` tokens, tokens generated). Greedy."""
         import torch
-        from xlaport.training.loop import cpu_threads
-
         input_ids = torch.tensor([prompt_ids], device=self.device)
         with self._lock, torch.no_grad():
             previous_threads = torch.get_num_threads()
@@ -259,6 +256,16 @@ class CodeModel:
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
+
+
+def cpu_threads(requested: int | None) -> int:
+    """Threads for CPU math: as requested, else all cores but one (at least one).
+
+    On a small shared machine, torch's default (all cores) is the worst choice: its worker threads
+    spin at every barrier while the scheduler runs other processes; measured on 2 busy cores, one
+    thread trained 3x faster than two.
+    """
+    return requested if requested else max(1, (os.cpu_count() or 2) - 1)
 
 
 # --- checks and splicing ----------------------------------------------------------------------------

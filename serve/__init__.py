@@ -1,2 +1,2 @@
-"""The migration pipeline (detect → fix → retrieve → propose → validate → patch) and its fronts:
-bulk repo rewriting (CLI), the HTTP patch service (FastAPI) and the agent tool (MCP)."""
+"""The migration pipeline (results, checks, tree, reports: one orchestrator in pipeline.py) and its fronts
+that parse, call the pipeline and render: the CLI (cli.py), the HTTP service (http.py), the MCP tool (mcp.py)."""

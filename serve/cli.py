@@ -1,8 +1,14 @@
-"""`xlaport` commands of this area: `migrate`, `serve`, `mcp` and `kb search`; `register` adds them."""
+"""The command-line front of the pipeline: `migrate`, `suggest`, `serve`, `mcp` and `kb search`; `register`
+adds them to the root app. Commands parse, call the pipeline and render; nothing else.
+
+Each command imports what it runs inside its function: every `xlaport` invocation imports this module,
+and the pipeline (libcst, matplotlib, the kb) would make `xlaport --help` take 5 s instead of 0.4 s.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -10,12 +16,7 @@ from typing import Annotated
 
 import typer
 
-EXIT_USAGE = 2
-
-
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
+from xlaport.cliutil import OutputFormat, fail_usage, split_codes
 
 
 class Transport(StrEnum):
@@ -23,62 +24,61 @@ class Transport(StrEnum):
     http = "http"
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
-
-
-def _codes(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    return [c.strip() for v in values for c in v.split(",") if c.strip()]
-
-
 def migrate(
     src: Annotated[Path, typer.Argument(help="The project to migrate (only read, unless --in-place).")],
     out: Annotated[
         Path | None, typer.Option("--out", help="Where the migrated copy (and the reports) are written.")
     ] = None,
-    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")] = False,
+    unsafe_fixes: Annotated[
+        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
+    ] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a non-empty destination; with --in-place: rewrite dirty files.")
     ] = False,
     format: Annotated[OutputFormat, typer.Option("--format", help="Summary format.")] = OutputFormat.text,
     validate: Annotated[
         str | None,
-        typer.Option("--validate", help='Entry command to check on the migrated tree, e.g. "python train.py --steps 20".'),
+        typer.Option(
+            "--validate", help='Entry command to check on the migrated tree, e.g. "python train.py --steps 20".'
+        ),
     ] = None,
     verify: Annotated[
         str | None,
         typer.Option(
             "--verify",
-            help='Command for the L0–L4 assessment of the migrated tree against the original, run from the tree '
+            help="Command for the L0–L4 assessment of the migrated tree against the original, run from the tree "
             'root, e.g. "python train.py --steps 40" (see `xlaport verify`).',
         ),
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files rewritten in parallel.")] = 1,
     in_place: Annotated[
-        bool, typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport).")
+        bool,
+        typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport)."),
     ] = False,
     select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories (C1..C7).")] = None,
     ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
 ) -> None:
     """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
 
-    Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors."""
+    Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
+    exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
+
+    from xlaport.eval.verify_cli import render_text as render_verify_text
+
     from xlaport.files import DirtyTree
 
-    from .bulk import DestinationNotEmpty
     from .pipeline import MigrateOptions, get_pipeline
+    from .tree import DestinationNotEmpty
 
     if out is None and not in_place:
-        _fail("give --out DST (or --in-place to rewrite SRC itself)")
+        fail_usage("give --out DST (or --in-place to rewrite SRC itself)")
     options = MigrateOptions(
         unsafe_fixes=unsafe_fixes,
-        select=_codes(select),
-        ignore=_codes(ignore),
+        select=split_codes(select),
+        ignore=split_codes(ignore),
         jobs=jobs,
         validate_cmd=validate,
+        verify_cmd=verify,
         in_place=in_place,
         force=force,
     )
@@ -86,33 +86,19 @@ def migrate(
         with ProgressBar() as progress:
             result = get_pipeline().migrate(src, out, options, progress)
     except (DestinationNotEmpty, NotADirectoryError, DirtyTree, ValueError) as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     if format is OutputFormat.json:
         typer.echo(json.dumps(result.summary(), indent=2))
     else:
         typer.echo(render_summary(result))
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
+    if format is OutputFormat.text and result.verification is not None:
+        typer.echo(render_verify_text(result.verification))
+        typer.echo(f"  verify report: {result.verification.reports.get('html')} (also .json)")
     rejected = result.validation.status == "rejected"
-    if verify and not in_place:
-        exit_code = _verify_migration(src, out, verify)
-        raise typer.Exit(1 if rejected else exit_code)
-    raise typer.Exit(1 if rejected else 0)
-
-
-def _verify_migration(src: Path, out: Path, command: str) -> int:
-    """`migrate --verify`: the assessment of `xlaport verify`, its reports written beside the migration's."""
-    import shlex
-
-    from xlaport.eval.verify import verify_tree
-    from xlaport.eval.verify_cli import render_text
-    from xlaport.eval.verify_report import write_report
-
-    report = verify_tree(src, out, shlex.split(command))
-    write_report(report, html_path=out / "xlaport-verify.html", json_path=out / "xlaport-verify.json")
-    typer.echo(render_text(report))
-    typer.echo(f"  verify report: {out / 'xlaport-verify.html'} (also .json)")
-    return report.exit_code
+    verify_exit = result.verification.exit_code if result.verification is not None else 0
+    raise typer.Exit(1 if rejected else verify_exit)
 
 
 class ProgressBar:
@@ -155,11 +141,80 @@ def render_summary(result) -> str:
     for item in data["left_for_human"]:
         lines.append(f"    {item['path']}:{item['line']}: {item['code']} {item['message']}")
     lines.append(
-        f"  validation: {v['status']}" + (f" (level {v['level']})" if v["level"] else "") + (f": {v['reason']}" if v["reason"] else "")
+        f"  validation: {v['status']}"
+        + (f" (level {v['level']})" if v["level"] else "")
+        + (f": {v['reason']}" if v["reason"] else "")
     )
     lines += [f"  note: {n}" for n in data["notes"]]
     if data["reports"].get("html"):
         lines.append(f"  report: {data['reports']['html']} (also .json, .md; trace {data['reports'].get('trace')})")
+    return "\n".join(lines)
+
+
+def suggest(
+    file: Annotated[Path, typer.Argument(help="A Python file (only read).")],
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", help="Model directory (default: $XLAPORT_MODEL, else the newest LoRA model)."),
+    ] = None,
+    validate: Annotated[
+        bool, typer.Option("--validate", help="Run the XLA execution check and generated tests on the result.")
+    ] = False,
+    unsafe_fixes: Annotated[
+        bool, typer.Option("--unsafe-fixes", help="Also apply rule fixes that may change behaviour.")
+    ] = False,
+    args: Annotated[
+        list[str] | None, typer.Option("--arg", help="An argument of FILE for the execution check (repeatable).")
+    ] = None,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = OutputFormat.text,
+) -> None:
+    """Rules first, then the code model on the functions they left; every proposal goes through the pipeline."""
+
+    from xlaport.kb import SourceError
+    from xlaport.model.proposer import ModelNotUsable, load_proposer, no_model_message
+
+    from xlaport.files import UnreadableSource, read_source
+
+    from .pipeline import Pipeline, SuggestOptions
+
+    try:
+        source = read_source(file)
+    except (OSError, UnreadableSource) as exc:
+        fail_usage(str(exc))
+    try:
+        proposer = load_proposer(model)
+    except ModelNotUsable as exc:
+        fail_usage(str(exc))
+    if proposer is None:
+        typer.echo(no_model_message(), err=True)
+    options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [])
+    try:
+        patch = Pipeline(proposer=proposer).suggest(source, str(file), options)
+    except (SourceError, ValueError) as exc:
+        fail_usage(str(exc))
+    if format is OutputFormat.json:
+        typer.echo(json.dumps({"model": proposer.name if proposer else None, **patch.model_dump()}, indent=2))
+        return
+    typer.echo(render_patch(patch, proposer.name if proposer else None))
+
+
+def render_patch(patch, model_name: str | None) -> str:
+    evidence = patch.evidence
+    lines = [f"{patch.path}: model {model_name or 'none (rules-only)'}"]
+    lines.append("  rules applied: " + (", ".join(evidence.codes_applied) or "none"))
+    lines.append("  rewritten by the model: " + (", ".join(evidence.rewritten_functions) or "none"))
+    for note in patch.notes:
+        lines.append(f"  note: {note}")
+    for item in patch.manual:
+        f = item.finding
+        lines.append(f"  left: {f.path}:{f.line}: {f.code} {f.message} (in {item.function})")
+    lines.append(f"  validation: {evidence.status}" + (f" ({evidence.reason})" if evidence.reason else ""))
+    for check in evidence.checks:
+        result = {True: "passed", False: "failed", None: "did not run"}[check.passed]
+        lines.append(f"    {check.name}: {result}" + (f" level {check.level}" if check.level else ""))
+        lines.extend(f"      - {reason}" for reason in check.reasons)
+    if patch.diff:
+        lines.append(patch.diff.rstrip("\n"))
     return "\n".join(lines)
 
 
@@ -168,28 +223,33 @@ def serve(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
 ) -> None:
     """Run the HTTP patch service (OpenAPI docs at /docs). Set XLAPORT_TOKEN to allow running code."""
-    import os
-
     import uvicorn
 
     from .http import create_app
 
     if not os.environ.get("XLAPORT_TOKEN"):
-        typer.echo("note: XLAPORT_TOKEN is not set: /v1/check is disabled and suggestions are not validated", err=True)
+        typer.echo(
+            "note: XLAPORT_TOKEN is not set: /v1/check and /v1/verify are disabled and suggestions are not validated",
+            err=True,
+        )
     uvicorn.run(create_app(), host=host, port=port)
 
 
 def mcp(
-    transport: Annotated[Transport, typer.Option(help="stdio (for a local agent) or streamable HTTP.")] = Transport.stdio,
+    transport: Annotated[
+        Transport, typer.Option(help="stdio (for a local agent) or streamable HTTP.")
+    ] = Transport.stdio,
     host: Annotated[str, typer.Option(help="Interface (http transport).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (http transport).")] = 8765,
     allow_exec: Annotated[
         bool | None,
-        typer.Option("--exec/--no-exec", help="Let tools run code in the sandbox (default: on for stdio, off for http)."),
+        typer.Option(
+            "--exec/--no-exec", help="Let tools run code in the sandbox (default: on for stdio, off for http)."
+        ),
     ] = None,
 ) -> None:
-    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo)."""
-    from .mcp_tool import run_server
+    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo, verify_migration)."""
+    from .mcp import run_server
 
     run_server(transport.value, host, port, allow_exec)
 
@@ -200,11 +260,12 @@ def kb_search(
     format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
 ) -> None:
     """The kb entries closest to TEXT (semantic search over the fix knowledge base)."""
+
     from xlaport.kb.retrieval import search_fixes
 
     query = sys.stdin.read() if text == "-" else text
     if not query.strip():
-        _fail("the search text is empty")
+        fail_usage("the search text is empty")
     hits = search_fixes(query, k)
     if format is OutputFormat.json:
         typer.echo(json.dumps([h.model_dump() for h in hits], indent=2))
@@ -217,6 +278,7 @@ def kb_search(
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the root app (see xlaport/cli.py); `kb search` joins the `kb` group."""
     app.command()(migrate)
+    app.command()(suggest)
     app.command()(serve)
     app.command()(mcp)
     kb_app = next(group.typer_instance for group in app.registered_groups if group.name == "kb")

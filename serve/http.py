@@ -1,8 +1,9 @@
 """The HTTP patch service (FastAPI; OpenAPI docs at /docs): a thin front over `Pipeline`.
 
-Running submitted code (validation of a suggestion, `/v1/check`) happens only in the sandboxed child
+Running submitted code (validation of a suggestion, `/v1/check`, `/v1/verify`) happens only in the sandboxed child
 process of the execution check, and only when the server was started with a token (`XLAPORT_TOKEN`)
-and the request carries it (`Authorization: Bearer …`). Without a server token `/v1/check` answers 403
+and the request carries it (`Authorization: Bearer …`). Without a server token `/v1/check` and
+`/v1/verify` answer 403
 and suggestions come back unvalidated, saying why. Requests are size-limited (413), time-limited (504)
 and the heavy endpoints run at most `max_concurrency` at a time (more: 429).
 """
@@ -20,10 +21,12 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
+from xlaport.eval.sandbox import sandbox_status
 from xlaport.kb import SourceError
 from xlaport.kb.retrieval import FixHit
 
-from .pipeline import CheckOutcome, FixEntry, Patch, Pipeline, SuggestOptions, get_pipeline
+from .pipeline import Pipeline, get_pipeline
+from .results import CheckOutcome, FixEntry, Patch, SuggestOptions, VerifyOutcome
 
 MAX_BODY_BYTES = 1_000_000
 MAX_CONCURRENCY = 4
@@ -50,12 +53,27 @@ class CheckRequest(BaseModel):
     memory_mb: int = Field(4096, ge=256, le=65536)
 
 
+class VerifyRequest(BaseModel):
+    original: str = Field(description="The original (CUDA) script's text: the reference run.")
+    migrated: str = Field(description="The migrated script's text.")
+    name: str = Field("train.py", description="The script's file name (both are run under it).")
+    args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '40'].")
+    timeout_s: float = Field(1800.0, gt=0, le=7200, description="How long the request may take in all.")
+
+
+class SandboxStatus(BaseModel):
+    sandboxed: bool = Field(description="True only when every mechanism below holds on this machine.")
+    guarantees: list[str] = Field(description="What holds for code that the server executes.")
+    refused: list[str] = Field(description="Mechanisms this machine refused, and what that leaves open.")
+
+
 class Health(BaseModel):
     status: str
     fixes: int
     proposer: str
     execution_enabled: bool
     max_concurrency: int
+    sandbox: SandboxStatus
 
 
 class BodyLimit:
@@ -176,6 +194,7 @@ def create_app(
             proposer=p.proposer.name if p.proposer else "none (rules-only)",
             execution_enabled=server_token is not None,
             max_concurrency=max_concurrency,
+            sandbox=SandboxStatus(**sandbox_status().to_dict()),
         )
 
     @app.post("/v1/suggest")
@@ -183,7 +202,9 @@ def create_app(
         """Patch + evidence for one file. Validation runs only with the server's token."""
         execute = body.options.validate_patch and may_execute(authorization)
         seconds = timeout_s + (2 * body.options.timeout_s if execute else 0)
-        return await limited(lambda: state["pipeline"].suggest(body.source, body.path, body.options, may_execute=execute), seconds)
+        return await limited(
+            lambda: state["pipeline"].suggest(body.source, body.path, body.options, may_execute=execute), seconds
+        )
 
     @app.post("/v1/search")
     async def search(body: SearchRequest) -> list[FixHit]:
@@ -199,6 +220,16 @@ def create_app(
         run = lambda: state["pipeline"].check(  # noqa: E731
             source=body.source, args=body.args, timeout_s=body.timeout_s, memory_mb=body.memory_mb
         )
+        return await limited(run, timeout_s + body.timeout_s)
+
+    @app.post("/v1/verify")
+    async def verify(body: VerifyRequest, authorization: str | None = Header(None)) -> VerifyOutcome:
+        """L0–L4 of a migrated script against a reference run of the original (both run, sandboxed).
+        Needs the server's token."""
+        if server_token is None:
+            raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
+        may_execute(authorization)
+        run = lambda: state["pipeline"].verify_sources(body.original, body.migrated, body.args, body.name)  # noqa: E731
         return await limited(run, timeout_s + body.timeout_s)
 
     @app.get("/v1/fixes")

@@ -1,299 +1,83 @@
-"""The one migration pipeline behind every front (CLI `migrate`, HTTP service, MCP tool).
+"""The one migration pipeline behind every front (CLI, HTTP service, MCP tool): one file, a tree, verify.
 
 Steps, in order:
 
 1. detect   — the kb rules find migration problems (`xlaport.kb.lint_source`);
 2. fix      — rewrites are applied by applicability: safe always, unsafe only when asked (`fix_source`);
 3. retrieve — every finding left is searched in the FAISS-indexed kb (`xlaport.kb.retrieval`);
-4. propose  — a code model (any `Proposer`) may rewrite the functions the rules could not fix; without
-              one, what is left comes back as manual items with the retrieved fixes attached;
-5. validate — the XLA execution check (`xlaport.eval.check.run_check`) on the migrated script and the
-              generated original-vs-migrated tests (`xlaport.eval.testgen`), both in sandboxed children;
-6. patch    — a unified diff plus evidence: codes applied, checks run, their results, the level reached.
+4. propose  — a code model (any `xlaport.model.proposal.Proposer`) may rewrite the functions the rules
+              could not fix; without one, what is left comes back as manual items with the retrieved fixes;
+5. validate — the XLA execution check on the migrated script and the generated original-vs-migrated
+              tests, both in sandboxed children (serve/checks.py); for a tree also `verify` (L0–L4 against
+              a reference run of the original). When validation and verify are given the same command, the
+              program runs once: validation reuses verify's execution check;
+6. patch    — a unified diff plus evidence: codes applied, checks run, their results, the level reached;
+              for a tree, the migrated copy (serve/tree.py), the reports (serve/report.py) and the trace.
 
-A patch is "validated" only when every check ran and passed. A check that fails makes it "rejected"
-(with the reason); a patch whose checks were not asked for, not allowed or not available says
-"unvalidated" and why. One `Pipeline` per process: the kb index is loaded once, on first use.
-
-A code model plugs in by providing `xlaport.model.proposer.load_proposer() -> Proposer | None`.
+A patch is "validated" only when every check ran and passed (serve/results.py `verdict`). One `Pipeline`
+per process: the kb index is loaded once, on first use.
 """
 
 from __future__ import annotations
 
-import ast
-import difflib
 import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections import Counter
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
+from xlaport.model.proposal import Proposal, Proposer
+from xlaport.model.proposer import load_proposer
+from xlaport.model.spans import enclosing_function, function_spans
+
+from xlaport.files import check_in_place_allowed
+from xlaport.paths import traces_path
+from xlaport.trace import TRACE_FILE, append_records
+
+from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check
+from .report import write_reports, write_verify_reports
+from .results import (
+    CheckOutcome,
+    CheckRun,
+    Evidence,
+    FileOutcome,
+    FindingOut,
+    FixEntry,
+    ManualItem,
+    MigrateOptions,
+    MigrationResult,
+    Patch,
+    SuggestOptions,
+    Validation,
+    VerifyOutcome,
+    verdict,
+    with_verdict,
+)
+from .source import compile_or_raise, unified_diff
+from .tree import (
+    GENERATED_TESTS_DIR,
+    IN_PLACE_REPORT_DIR,
+    Progress,
+    check_destination,
+    plan_tree,
+    rewrite_files,
+    trace_records,
+    write_in_place,
+    write_tree,
+)
 
 RULES_ONLY = "rules-only: no code model configured"
-MODULE_LEVEL = "<module>"
 SNIPPET_NAME = "snippet.py"
-Status = Literal["validated", "rejected", "unvalidated"]
 
 
-# --- typed results ----------------------------------------------------------------------------------
-class FindingOut(BaseModel):
-    path: str
-    line: int
-    column: int
-    code: str
-    category: str
-    title: str
-    message: str
-    fix: str
-    fixable: bool
-
-    @classmethod
-    def of(cls, finding: Finding) -> FindingOut:
-        return cls(**finding.to_dict())
-
-
-class ManualItem(BaseModel):
-    """A finding no rule (and no model) fixed, with the kb entries that fit it best."""
-
-    finding: FindingOut
-    function: str = Field(description="Qualified name of the enclosing function, or <module>.")
-    retrieved: list[FixHit]
-
-
-class Proposal(BaseModel):
-    """A code model's rewrite of one function."""
-
-    function_name: str
-    source: str = Field(description="The whole file, with the function rewritten.")
-    rationale: str = ""
-    model: str = ""
-
-
-@runtime_checkable
-class Proposer(Protocol):
-    """What the code model implements. `retrieved` holds FixHit dicts for the function's findings."""
-
-    name: str
-
-    def propose(
-        self, source: str, function_name: str, findings: list[Finding], retrieved: list[dict]
-    ) -> Proposal | None: ...
-
-
-class CheckRun(BaseModel):
-    """One validation step and what it found."""
-
-    name: Literal["xla_check", "generated_tests"]
-    passed: bool | None = Field(description="None: the check could not run (tool missing, nothing to test).")
-    level: str | None = None
-    reasons: list[str] = []
-    report: dict[str, Any] = {}
-
-
-class Evidence(BaseModel):
-    codes_applied: list[str]
-    codes_left: list[str]
-    rewritten_functions: list[str] = Field([], description="Functions the code model rewrote.")
-    checks: list[CheckRun] = []
-    level: str | None = None
-    validated: bool = False
-    status: Status = "unvalidated"
-    reason: str | None = Field(None, description="Why the patch is rejected or unvalidated.")
-
-
-class Patch(BaseModel):
-    path: str
-    changed: bool
-    diff: str
-    migrated: str
-    applied: list[FindingOut]
-    manual: list[ManualItem]
-    evidence: Evidence
-    notes: list[str] = []
-
-
-class SuggestOptions(BaseModel):
-    unsafe_fixes: bool = Field(False, description="Also apply fixes that may change behaviour.")
-    select: list[str] | None = Field(None, description="Codes, prefixes or categories (C1..C7) to use.")
-    ignore: list[str] | None = Field(None, description="Codes, prefixes or categories to skip.")
-    k: int = Field(3, ge=0, le=20, description="Fixes retrieved per finding left for a human.")
-    validate_patch: bool = Field(False, description="Run the XLA execution check and generated tests.")
-    args: list[str] = Field([], description="Arguments of the script for the execution check.")
-    timeout_s: float = Field(300.0, gt=0, le=3600)
-    memory_mb: int = Field(4096, ge=256, le=65536)
-
-
-class MigrateOptions(BaseModel):
-    unsafe_fixes: bool = False
-    select: list[str] | None = None
-    ignore: list[str] | None = None
-    k: int = Field(3, ge=0, le=20)
-    jobs: int = Field(1, ge=1, le=64)
-    validate_cmd: str | None = Field(None, description='Entry command in the migrated tree, e.g. "python train.py --steps 20".')
-    in_place: bool = False
-    force: bool = False
-    timeout_s: float = Field(600.0, gt=0, le=7200)
-    memory_mb: int = Field(8192, ge=256, le=131072)
-
-
-class CheckOutcome(BaseModel):
-    script: str
-    check: CheckRun
-
-
-class FixEntry(BaseModel):
-    entry: dict[str, Any]
-    markdown: str
-
-
-# --- helpers ------------------------------------------------------------------------------------------
-def unified_diff(original: str, migrated: str, path: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            original.splitlines(keepends=True), migrated.splitlines(keepends=True), f"a/{path}", f"b/{path}"
-        )
-    )
-
-
-def function_spans(source: str) -> list[tuple[str, int, int]]:
-    """(qualified name, first line incl. decorators, last line) of every function and method."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    spans: list[tuple[str, int, int]] = []
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                    spans.append((name, first, child.end_lineno or child.lineno))
-                walk(child, name + ".")
-            else:
-                walk(child, prefix)
-
-    walk(tree, "")
-    return spans
-
-
-def enclosing_function(spans: list[tuple[str, int, int]], line: int) -> str:
-    inside = [(end - start, name) for name, start, end in spans if start <= line <= end]
-    return min(inside)[1] if inside else MODULE_LEVEL
-
-
-def function_sources(source: str) -> dict[str, str]:
-    lines = source.splitlines(keepends=True)
-    return {name: "".join(lines[start - 1 : end]) for name, start, end in function_spans(source)}
-
-
-def parse_command(command: str) -> tuple[str, list[str]]:
-    """`python train.py --steps 20` -> ("train.py", ["--steps", "20"]); the interpreter word is optional."""
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise ValueError(f"cannot parse the command {command!r}: {exc}") from None
-    if words and Path(words[0]).name.startswith("python") and not words[0].endswith(".py"):
-        words = words[1:]
-    if not words or words[0].startswith("-"):
-        raise ValueError(f"the command must name a Python script, e.g. 'python train.py --steps 20': {command!r}")
-    return words[0], words[1:]
-
-
-def verdict(checks: list[CheckRun]) -> tuple[Status, str | None, str | None]:
-    """(status, reason, level) of a list of check runs."""
-    if not checks:
-        return "unvalidated", "validation was not requested", None
-    failed = [c for c in checks if c.passed is False]
-    if failed:
-        reasons = "; ".join(f"{c.name}: {', '.join(c.reasons) or 'failed'}" for c in failed)
-        return "rejected", reasons, _level(checks)
-    missing = [c for c in checks if c.passed is None]
-    if missing:
-        reasons = "; ".join(f"{c.name}: {', '.join(c.reasons) or 'did not run'}" for c in missing)
-        return "unvalidated", reasons, _level(checks)
-    return "validated", None, _level(checks)
-
-
-def _level(checks: list[CheckRun]) -> str | None:
-    return next((c.level for c in checks if c.name == "xla_check" and c.level), None)
-
-
-# --- validation: thin adapters over xlaport.eval ----------------------------------------------------------
-def run_xla_check(
-    script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
-) -> CheckRun:
-    """The execution check on `script` (in a sandboxed child, by xlaport.eval.check): passed means L2.
-    `workdir`: the directory the command runs from (a project reading files by relative path needs it)."""
-    from xlaport.eval.check import run_check
-
-    report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=workdir)
-    return CheckRun(
-        name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
-    )
-
-
-def run_generated_tests(
-    original: Path, migrated: Path, out: Path, record: str | None = None, timeout_s: float = 600.0
-) -> CheckRun:
-    """Differential tests generated from the original, run against the migration (xlaport.eval.testgen).
-
-    `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
-    """
-    from xlaport.eval import testgen
-
-    try:
-        # every public function and module of a changed file: a change also affects what calls into it
-        generated = testgen.generate_tests(original, migrated, out, record=record, changed_files=True)
-    except testgen.TestgenError as exc:
-        return CheckRun(name="generated_tests", passed=None, reasons=[f"no tests generated: {exc}"])
-    if not generated.tests:
-        why = generated.notes + [f"{u.source}:{u.target}: {u.reason}" for u in generated.undrivable]
-        return CheckRun(
-            name="generated_tests",
-            passed=None,
-            reasons=["no test could be generated" + (f" ({'; '.join(why[:3])})" if why else "")],
-            report={"generated": generated.to_dict()},
-        )
-    run = testgen.run_generated_tests(out, timeout_s=timeout_s)
-    reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
-    if run.timed_out:
-        reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
-    elif not run.ok and not reasons:
-        reasons.append(f"pytest exited with code {run.returncode}")
-    reasons = reasons[:10] + [
-        f"{run.passed} of {len(generated.tests)} generated test(s) passed; kept in {out} "
-        f"(README.md there lists them and what was not tested; run them again with `pytest {out}`)"
-    ]
-    return CheckRun(
-        name="generated_tests",
-        passed=run.ok,
-        level=None,
-        reasons=reasons,
-        report={"generated": generated.to_dict(), "run": run.to_dict()},
-    )
-
-
-def _first_lines(message: str, lines: int = 2, limit: int = 400) -> str:
-    """The head of a failure message (what differed, and how), on one line."""
-    head = " / ".join(line.strip() for line in message.strip().splitlines()[:lines] if line.strip())
-    return (head[: limit - 1] + "…" if len(head) > limit else head) or "failed"
-
-
-# --- the pipeline -----------------------------------------------------------------------------------------
 def load_default_proposer() -> Proposer | None:
-    """The code model, when xlaport.model provides one and has a trained adapter; else None."""
-    try:
-        from xlaport.model.proposer import load_proposer  # type: ignore[import-not-found]
-    except ImportError:
-        return None
+    """The code model, when one is trained (or configured); else None (rules-only)."""
     return load_proposer()
 
 
@@ -341,9 +125,7 @@ class Pipeline:
         rules = self.rules(options.select, options.ignore)
         compile_or_raise(source, name)
         fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
-        migrated, manual, proposals, notes = self.finish_file(
-            fixed.fixed, name, fixed.remaining, rules, options.k
-        )
+        migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
         evidence = Evidence(
             codes_applied=[f.code for f in fixed.applied],
             codes_left=[m.finding.code for m in manual],
@@ -444,7 +226,7 @@ class Pipeline:
     ) -> Evidence:
         """Runs the checks on a temporary copy of both versions and fills in the verdict."""
         file_name = Path(name).name if name.endswith(".py") else SNIPPET_NAME
-        with tempfile.TemporaryDirectory(prefix="xlaport-validate-") as tmp:
+        with readable_scratch("xlaport-validate-") as tmp:
             original_path = Path(tmp, "original", file_name)
             migrated_path = Path(tmp, "migrated", file_name)
             for target, text in ((original_path, original), (migrated_path, migrated)):
@@ -473,10 +255,30 @@ class Pipeline:
                 raise ValueError(f"no such script: {path}")
             return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
         compile_or_raise(source, SNIPPET_NAME)
-        with tempfile.TemporaryDirectory(prefix="xlaport-check-") as tmp:
+        with readable_scratch("xlaport-check-") as tmp:
             script = Path(tmp, "script.py")
             script.write_text(source, encoding="utf-8")
             return CheckOutcome(script="script.py", check=run_xla_check(script, args or [], timeout_s, memory_mb))
+
+    # -- verify ------------------------------------------------------------------------------------------
+    def verify(self, original: Path, migrated: Path, command: str) -> VerifyOutcome:
+        """L0–L4 of the migrated tree against a reference run of the original (xlaport.eval.verify)."""
+        for folder in (original, migrated):
+            if not Path(folder).is_dir():
+                raise ValueError(f"not a directory: {folder}")
+        return verify_outcome(run_verify(Path(original), Path(migrated), command), command)
+
+    def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
+        """`verify` of a one-file program given as two texts (the HTTP service's form)."""
+        if not name.endswith(".py") or Path(name).name != name:
+            raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
+        compile_or_raise(original, name)
+        compile_or_raise(migrated, name)
+        with readable_scratch("xlaport-verify-") as tmp:
+            for folder, text in (("original", original), ("migrated", migrated)):
+                Path(tmp, folder).mkdir()
+                Path(tmp, folder, name).write_text(text, encoding="utf-8")
+            return self.verify(Path(tmp, "original"), Path(tmp, "migrated"), shlex.join(["python", name, *args]))
 
     # -- a whole tree ------------------------------------------------------------------------------------
     def migrate(
@@ -484,37 +286,181 @@ class Pipeline:
         src: Path,
         dst: Path | None,
         options: MigrateOptions | None = None,
-        progress: Callable[[str], None] | None = None,
+        progress: Progress | None = None,
         *,
         may_execute: bool = True,
-    ):
-        """Migrates a tree (see serve/bulk.py); returns a bulk.MigrationResult and writes its reports."""
-        from .bulk import migrate_with_pipeline
+    ) -> MigrationResult:
+        """Migrates a tree into `dst` (or in place), validates and verifies it, writes the reports and the trace.
 
-        return migrate_with_pipeline(self, src, dst, options or MigrateOptions(), progress, may_execute=may_execute)
+        With `in_place`, a migration that validation or verify rejects is not written at all.
+        """
+        start = time.perf_counter()
+        options = options or MigrateOptions()
+        src = Path(src).resolve()
+        if not src.is_dir():
+            raise NotADirectoryError(f"source is not a directory: {src}")
+        python, other = plan_tree(src)
+        if options.in_place:
+            report_dir = dst.resolve() if dst else src / IN_PLACE_REPORT_DIR
+            check_in_place_allowed([src / rel for rel in python], options.force)  # fail before any work
+        else:
+            if dst is None:
+                raise ValueError("a destination (--out) is needed unless migrating in place")
+            dst = Path(dst).resolve()
+            check_destination(src, dst, options.force)
+            report_dir = dst
+        for command in filter(None, (options.validate_cmd, options.verify_cmd)):
+            script, _ = parse_command(command)
+            if not (src / script).is_file():
+                raise ValueError(f"the command's script is not in the source tree: {script}")
+        rules = self.rules(options.select, options.ignore)
+
+        results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, progress)
+        by_rel = dict(zip(python, results, strict=True))
+        outcomes, texts, originals, notes = [], {}, {}, []
+        for rel, result in by_rel.items():
+            if result.error:
+                outcomes.append(FileOutcome(path=str(rel), status="error", error=result.error))
+                continue
+            text, manual, proposals, file_notes = self.finish_file(
+                result.fixed, str(rel), result.findings, rules, options.k
+            )
+            texts[rel], originals[rel] = text, result.source
+            outcomes.append(
+                FileOutcome(
+                    path=str(rel),
+                    status="changed" if text != result.source else "unchanged",
+                    diff=unified_diff(result.source, text, str(rel)),
+                    codes_applied=[f.code for f in result.applied],
+                    manual=manual,
+                    rewritten_functions=[p.function_name for p in proposals],
+                    model=proposals[0].model if proposals else None,
+                    notes=[n for n in file_notes if n != RULES_ONLY],
+                )
+            )
+            notes += [n for n in file_notes if n == RULES_ONLY]
+
+        validation = Validation(reason="validation was not requested (--validate)")
+        verification = None
+        if options.validate_cmd and not may_execute:
+            validation = Validation(
+                command=options.validate_cmd, reason="validation not allowed: running code needs permission"
+            )
+        if options.verify_cmd and not may_execute:
+            notes.append("verify not run: running code needs permission")
+        written = True
+        if options.in_place:
+            if may_execute and (options.validate_cmd or options.verify_cmd):
+                with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage:
+                    write_tree(src, Path(stage), other, by_rel, texts)
+                    validation, verification = self.evidence(src, Path(stage), options, validation, report_dir)
+            if validation.status == "rejected" or (verification is not None and verification.status == "fail"):
+                written = False
+                notes.append(
+                    "source left unchanged: "
+                    + ("validation" if validation.status == "rejected" else "verify")
+                    + " rejected the migration"
+                )
+            else:
+                backups = write_in_place(src, originals, texts, options.force)
+                if backups:
+                    notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
+            copied = 0
+        else:
+            copied = write_tree(src, dst, other, by_rel, texts)
+            if may_execute:
+                validation, verification = self.evidence(src, dst, options, validation, report_dir)
+
+        migration = MigrationResult(
+            run_id=uuid.uuid4().hex[:12],
+            src=str(src),
+            dst=None if options.in_place else str(dst),
+            in_place=options.in_place,
+            written=written,
+            python_files=len(python),
+            files_changed=sum(o.status == "changed" for o in outcomes),
+            other_files_copied=copied,
+            errors=[o.error for o in outcomes if o.error],
+            fixes_applied=dict(sorted(Counter(c for o in outcomes for c in o.codes_applied).items())),
+            findings_left=dict(sorted(Counter(m.finding.code for o in outcomes for m in o.manual).items())),
+            files=outcomes,
+            validation=validation,
+            verification=verification,
+            notes=list(dict.fromkeys(notes)),
+            report_dir=str(report_dir),
+        )
+        migration.wall_s = round(time.perf_counter() - start, 3)
+        migration.reports = write_reports(migration, report_dir)
+        records = trace_records(migration, originals, texts, by_rel)
+        migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
+        global_trace = append_records(records, traces_path())
+        if global_trace is not None:
+            migration.reports["trace_global"] = str(global_trace)
+        return migration
+
+    def evidence(
+        self,
+        original_root: Path,
+        migrated_root: Path,
+        options: MigrateOptions,
+        validation: Validation,
+        report_dir: Path,
+    ) -> tuple[Validation, VerifyOutcome | None]:
+        """Validation (execution check + generated tests) and verify of a migrated tree, as asked.
+
+        The same command for both: verify runs first and its execution check is validation's, so the
+        program runs once for both. Verify's HTML and JSON go to `report_dir`.
+        """
+        verification = None
+        shared = None
+        if options.verify_cmd:
+            report = run_verify(original_root, migrated_root, options.verify_cmd)
+            verification = verify_outcome(report, options.verify_cmd)
+            verification.reports = write_verify_reports(report, report_dir)
+            if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
+                shared = check_run_of_verify(verification.report)
+        if options.validate_cmd:
+            validation = self.validate_tree(original_root, migrated_root, options.validate_cmd, options, shared)
+        return validation, verification
+
+    def validate_tree(
+        self,
+        original_root: Path,
+        migrated_root: Path,
+        command: str,
+        options: MigrateOptions,
+        xla_check: CheckRun | None = None,
+    ) -> Validation:
+        """The execution check of the migrated entry script (unless given), then the generated tests."""
+        script, args = parse_command(command)
+        # run from the tree root, as the command is written (the recorded run and the tests do the same)
+        checks = [
+            xla_check
+            or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb, migrated_root)
+        ]
+        record = shlex.join(["python", script, *args])
+        # tests for every changed file's functions and modules, inputs recorded from the same command on the
+        # original; kept in the migrated tree, to run again on a TPU host
+        tests_dir = migrated_root / GENERATED_TESTS_DIR
+        checks.append(
+            run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s)
+        )
+        status, reason, level = verdict(checks)
+        return Validation(
+            command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason
+        )
 
 
-def with_verdict(evidence: Evidence, checks: list[CheckRun]) -> Evidence:
-    status, reason, level = verdict(checks)
-    return evidence.model_copy(
-        update={"checks": checks, "status": status, "reason": reason, "level": level, "validated": status == "validated"}
+def verify_outcome(report, command: str) -> VerifyOutcome:
+    """A VerifyReport as the pipeline's result."""
+    return VerifyOutcome(
+        command=command,
+        status=report.status,
+        level=report.level,
+        exit_code=report.exit_code,
+        reasons=list(report.reasons),
+        report=report.to_dict(),
     )
-
-
-def compile_or_raise(source: str, name: str) -> None:
-    """Raises SourceError when `source` is not valid Python.
-
-    CPython's own compiler goes first: it refuses pathological nesting (a few thousand brackets or
-    operators) with an error, where libcst's native parser crashes the whole process.
-    """
-    try:
-        compile(source, name, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise SourceError(f"cannot parse: {exc.msg} (line {exc.lineno})") from None
-    except (RecursionError, MemoryError):
-        raise SourceError("cannot parse: the source is nested too deeply") from None
-    except ValueError as exc:  # e.g. NUL bytes
-        raise SourceError(f"cannot parse: {exc}") from None
 
 
 _DEFAULT: Pipeline | None = None
@@ -528,7 +474,3 @@ def get_pipeline() -> Pipeline:
         if _DEFAULT is None:
             _DEFAULT = Pipeline(proposer=load_default_proposer())
         return _DEFAULT
-
-
-def elapsed(start: float) -> float:
-    return round(time.perf_counter() - start, 3)

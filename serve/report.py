@@ -1,4 +1,5 @@
-"""The migration report in three forms: JSON (everything), Markdown and a self-contained HTML page.
+"""The reports of a migration: JSON (everything), Markdown and a self-contained HTML page, plus verify's
+HTML and JSON (rendered by xlaport.eval.verify_report) beside them.
 
 Both human forms show, per file, the diff, the findings left for a human with the kb entries retrieved
 for them, and the validation evidence of the run. The HTML page has no external resources.
@@ -8,16 +9,19 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from xlaport.eval.verify import VerifyReport
+from xlaport.eval.verify_report import write_report as write_verify_report
 
 from xlaport.files import atomic_write
 
-if TYPE_CHECKING:
-    from .bulk import MigrationResult
+from .results import MigrationResult
 
 JSON_NAME = "xlaport-report.json"
 MARKDOWN_NAME = "xlaport-report.md"
 HTML_NAME = "xlaport-report.html"
+VERIFY_HTML_NAME = "xlaport-verify.html"
+VERIFY_JSON_NAME = "xlaport-verify.json"
 
 
 def write_reports(migration: MigrationResult, directory: Path) -> dict[str, str]:
@@ -28,6 +32,13 @@ def write_reports(migration: MigrationResult, directory: Path) -> dict[str, str]
     atomic_write(paths["html"], as_html(migration))
     for path in paths.values():
         path.chmod(0o644)  # atomic_write creates new files private (0600); a report is for sharing
+    return {kind: str(path) for kind, path in paths.items()}
+
+
+def write_verify_reports(report: VerifyReport, directory: Path) -> dict[str, str]:
+    """Writes verify's HTML page and JSON into `directory`; returns {"html"|"json": path}."""
+    paths = {"html": directory / VERIFY_HTML_NAME, "json": directory / VERIFY_JSON_NAME}
+    write_verify_report(report, html_path=paths["html"], json_path=paths["json"])
     return {kind: str(path) for kind, path in paths.items()}
 
 
@@ -46,13 +57,25 @@ def _headline(migration: MigrationResult) -> list[tuple[str, str]]:
     return [
         ("Source", migration.src),
         ("Migrated copy", target),
-        ("Python files", f"{migration.python_files} ({migration.files_changed} changed, {len(migration.errors)} not migrated)"),
+        (
+            "Python files",
+            f"{migration.python_files} ({migration.files_changed} changed, {len(migration.errors)} not migrated)",
+        ),
         ("Other files copied", str(migration.other_files_copied)),
         ("Fixes applied", _counts(migration.fixes_applied)),
         ("Left for a human", _counts(migration.findings_left)),
         ("Validation", verdict),
+        *_verify_line(migration),
         ("Wall time", f"{migration.wall_s:.1f} s"),
     ]
+
+
+def _verify_line(migration: MigrationResult) -> list[tuple[str, str]]:
+    v = migration.verification
+    if v is None:
+        return []
+    where = f" (see {Path(v.reports['html']).name})" if v.reports.get("html") else ""
+    return [("Verify", f"{v.status}, level {v.level}{where}")]
 
 
 def as_markdown(migration: MigrationResult) -> str:
@@ -104,7 +127,15 @@ def _e(text: object) -> str:
 def _diff_html(diff: str) -> str:
     out = []
     for line in diff.splitlines():
-        css = "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line.startswith("@@") else ""
+        css = (
+            "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "hunk"
+            if line.startswith("@@")
+            else ""
+        )
         if line.startswith(("+++", "---")):
             css = ""
         out.append(f'<span class="{css}">{_e(line)}</span>' if css else _e(line))
@@ -150,7 +181,9 @@ def as_html(migration: MigrationResult) -> str:
             parts += ["<h3>Left for a human</h3>", "<ul>"]
             for item in outcome.manual:
                 f = item.finding
-                hits = "".join(f"<li>related fix <b>{_e(h.code)}</b> ({h.score:.2f}): {_e(h.title)}</li>" for h in item.retrieved)
+                hits = "".join(
+                    f"<li>related fix <b>{_e(h.code)}</b> ({h.score:.2f}): {_e(h.title)}</li>" for h in item.retrieved
+                )
                 parts.append(
                     f"<li>line {f.line} (<code>{_e(item.function)}</code>): <b>{_e(f.code)}</b> {_e(f.message)}"
                     f"<ul>{hits}</ul></li>"

@@ -1,12 +1,15 @@
 """The HTTP service through its ASGI app: endpoints, bad input, the token rule, 413, 429, 504."""
 
 import threading
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from xlaport.kb.retrieval import FixIndex, cache_dir
 from xlaport.serve.http import create_app
 from xlaport.serve.pipeline import Pipeline
+
+CLASSIFIER = Path(__file__).resolve().parent / "programs" / "verify_classifier"
 
 CUDA_SOURCE = "import torch\n\nx = torch.zeros(3).cuda()\n\n\ndef peak():\n    return torch.cuda.max_memory_allocated()\n"
 TOKEN = "s3cret-token"
@@ -93,6 +96,22 @@ def test_with_a_server_token_requests_must_carry_it(monkeypatch):
         assert c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": options}).status_code == 401
         unvalidated = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": FAST})
         assert unvalidated.status_code == 200  # no execution asked: no token needed
+        verify = {"original": "print(1)\n", "migrated": "print(1)\n"}
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            assert c.post("/v1/verify", json=verify, headers=headers).status_code == 401, headers
+
+
+def test_verify_needs_the_server_token_and_sane_input():
+    verify = {"original": "print(1)\n", "migrated": "print(1)\n"}
+    with client() as c:
+        response = c.post("/v1/verify", json=verify, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status_code == 403 and "XLAPORT_TOKEN" in response.json()["detail"]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with client(token=TOKEN) as c:
+        broken = c.post("/v1/verify", json={**verify, "migrated": "def f(:\n"}, headers=auth)
+        assert broken.status_code == 422 and "cannot parse" in broken.json()["detail"]
+        outside = c.post("/v1/verify", json={**verify, "name": "../train.py"}, headers=auth)
+        assert outside.status_code == 422 and "plain file name" in outside.json()["detail"]
 
 
 def test_request_size_limit():
@@ -158,3 +177,21 @@ def test_check_runs_the_script_under_xla_with_the_token():
         assert check["report"]["steps"] == 4
         failing = c.post("/v1/check", json={"source": "raise SystemExit(3)\n", "timeout_s": 60}, headers=auth).json()
         assert failing["check"]["passed"] is False and failing["check"]["level"] == "none"
+
+
+@pytest.mark.slow
+def test_verify_grades_a_migrated_script_against_its_original_with_the_token():
+    body = {
+        "original": (CLASSIFIER / "original" / "train.py").read_text(),
+        "migrated": (CLASSIFIER / "migrated" / "train.py").read_text(),
+        "args": ["--steps", "24"],
+    }
+    with client(token=TOKEN) as c:
+        response = c.post("/v1/verify", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 200, response.text
+    outcome = response.json()
+    assert outcome["command"] == "python train.py --steps 24"
+    assert outcome["status"] in {"pass", "inconclusive"} and outcome["level"] in {"L2", "L3", "L4"}, outcome["reasons"]
+    report = outcome["report"]
+    assert report["check"]["level"] == "L2" and report["migrated_run"]["device"].startswith("xla")
+    assert report["reference_run"]["returncode"] == 0

@@ -8,11 +8,11 @@ from pathlib import Path
 import mcp
 import pytest
 from xlaport.kb.retrieval import FixIndex, cache_dir
-from xlaport.serve.mcp_tool import create_server
+from xlaport.serve.mcp import create_server
 from xlaport.serve.pipeline import Pipeline
 
 PROJECT = Path(__file__).resolve().parent / "fixtures" / "serve_project"
-TOOLS = {"suggest_patch", "search_fixes", "check_xla", "explain_fix", "migrate_repo"}
+TOOLS = {"suggest_patch", "search_fixes", "check_xla", "explain_fix", "migrate_repo", "verify_migration"}
 
 
 def call(server, name: str, arguments: dict):
@@ -57,6 +57,10 @@ def test_bad_input_and_disabled_execution_are_clear_tool_errors():
     assert broken.is_error and "cannot parse" in broken.content[0].text
     check = call(server, "check_xla", {"source": "print(1)\n"})
     assert check.is_error and "does not run code" in check.content[0].text
+    verify = call(server, "verify_migration", {"original_dir": ".", "migrated_dir": ".", "command": "python t.py"})
+    assert verify.is_error and "does not run code" in verify.content[0].text
+    missing = call(create_server(Pipeline()), "verify_migration", {"original_dir": "/nonexistent", "migrated_dir": ".", "command": "python t.py"})
+    assert missing.is_error and "not a directory" in missing.content[0].text
 
 
 def test_migrate_repo(tmp_path, monkeypatch):
@@ -80,3 +84,18 @@ def test_search_fixes_retrieves_from_the_index():
     result = call(server, "search_fixes", {"text": "ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", "k": 2})
     hits = result.structured_content["result"]
     assert [h["code"] for h in hits][0] == "XLA105" and len(hits) == 2
+
+
+@pytest.mark.slow
+def test_verify_migration_grades_a_migrated_tree():
+    programs = Path(__file__).resolve().parent / "programs" / "verify_classifier"
+    arguments = {
+        "original_dir": str(programs / "original"),
+        "migrated_dir": str(programs / "migrated"),
+        "command": "python train.py --steps 24",
+    }
+    result = call(create_server(Pipeline()), "verify_migration", arguments)
+    assert not result.is_error, result.content
+    outcome = result.structured_content
+    assert outcome["status"] in {"pass", "inconclusive"} and outcome["level"] in {"L2", "L3", "L4"}, outcome["reasons"]
+    assert outcome["report"]["check"]["level"] == "L2" and outcome["report"]["reference_run"]["returncode"] == 0

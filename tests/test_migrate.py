@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 from xlaport.kb.retrieval import FixIndex, cache_dir
-from xlaport.serve.bulk import TRACE_SCHEMA, DestinationNotEmpty, plan_tree
 from xlaport.serve.pipeline import MigrateOptions, Pipeline
+from xlaport.serve.tree import DestinationNotEmpty, plan_tree
 
 from xlaport.cli import app
 from xlaport.files import DirtyTree
+from xlaport.trace import TRACE_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "tests" / "fixtures" / "serve_project"
@@ -211,3 +212,93 @@ def test_migrated_example_entry_script_passes_the_execution_check(tmp_path, pipe
     pipeline.migrate(EXAMPLES, tmp_path / "out", MigrateOptions(k=0, unsafe_fixes=True))
     outcome = pipeline.check(path=tmp_path / "out" / "tiny_lm" / "train.py", args=["--steps", "3", "--eval-every", "3"])
     assert outcome.check.passed and outcome.check.level == "L2", outcome.check.reasons
+
+
+def _verify_report(command: list[str]):
+    from xlaport.eval.verify import VerifyReport
+
+    check = {"level": "L2", "reasons": [], "steps": 4}
+    return VerifyReport(
+        original="o", migrated="m", command=command, level="L2", required="L3", status="inconclusive",
+        reasons=["L1: too few steps"], check=check,
+    )
+
+
+@pytest.mark.parametrize(("validate", "verify", "executions"), [
+    ("python train.py --steps 4", "python train.py --steps 4", 1),
+    ("train.py --steps 4", "python  train.py  --steps 4", 1),  # the same command, spelled otherwise
+    ("python train.py --steps 4", "python train.py --steps 8", 2),
+])
+def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
+    tmp_path, pipeline, monkeypatch, validate, verify, executions
+):
+    """Which runs the pipeline asks for (the runs themselves: the slow test below)."""
+    import xlaport.serve.pipeline as pipeline_module
+    from xlaport.serve.results import CheckRun
+
+    runs = []
+
+    def run_verify(original, migrated, command):
+        runs.append(("verify", command))
+        return _verify_report(command.split())
+
+    def run_xla_check(script, args, timeout_s, memory_mb):
+        runs.append(("check", args))
+        return CheckRun(name="xla_check", passed=True, level="L2")
+
+    def run_generated_tests(original, migrated, out, record=None, timeout_s=600.0):
+        runs.append(("tests", record))
+        return CheckRun(name="generated_tests", passed=True)
+
+    for name, fake in [("run_verify", run_verify), ("run_xla_check", run_xla_check), ("run_generated_tests", run_generated_tests)]:
+        monkeypatch.setattr(pipeline_module, name, fake)
+    result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(k=0, validate_cmd=validate, verify_cmd=verify))
+    assert sum(kind in ("verify", "check") for kind, _ in runs) == executions  # verify runs the program once itself
+    assert [kind for kind, _ in runs].count("tests") == 1
+    assert result.validation.status == "validated" and result.verification.status == "inconclusive"
+    if executions == 1:
+        assert result.validation.checks[0].report == result.verification.report["check"]
+    assert (tmp_path / "out" / "xlaport-verify.html").is_file() and (tmp_path / "out" / "xlaport-verify.json").is_file()
+    assert "Verify" in (tmp_path / "out" / "xlaport-report.md").read_text()
+
+
+@pytest.mark.slow
+def test_migrate_runs_the_execution_check_once_for_validate_and_verify(tmp_path, pipeline, monkeypatch):
+    """Counts the real executions of the migrated program under the XLA execution check."""
+    import xlaport.eval.check as check_module
+
+    executed = []
+    real = check_module.run_sandboxed
+
+    def counted(argv, **kwargs):
+        executed.append(argv)
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(check_module, "run_sandboxed", counted)
+    command = "python train.py --steps 4"
+    result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(k=0, validate_cmd=command, verify_cmd=command))
+    assert len(executed) == 1, executed
+    xla_check = result.validation.checks[0]
+    assert xla_check.name == "xla_check" and xla_check.level == "L2" and xla_check.passed, xla_check.reasons
+    assert xla_check.report == result.verification.report["check"]
+    assert result.verification.report["migrated_run"]["returncode"] == 0
+
+
+def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline, monkeypatch):
+    import xlaport.serve.pipeline as pipeline_module
+
+    def failing_verify(original, migrated, command):
+        assert (migrated / "train.py").read_text() != (original / "train.py").read_text()  # the staged migration
+        report = _verify_report(command.split())
+        report.status, report.reasons = "fail", ["L1: the loss diverged"]
+        return report
+
+    monkeypatch.setattr(pipeline_module, "run_verify", failing_verify)
+    src = copy_project(tmp_path)
+    before = tree_digest(src)
+    options = MigrateOptions(k=0, in_place=True, verify_cmd="python train.py --steps 4")
+    result = pipeline.migrate(src, None, options)
+    assert result.written is False and result.verification.status == "fail"
+    assert "verify rejected the migration" in " ".join(result.notes)
+    assert {k: v for k, v in tree_digest(src).items() if not k.startswith(".xlaport/")} == before
+    assert (src / ".xlaport" / "xlaport-verify.html").is_file()

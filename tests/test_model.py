@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from typer.testing import CliRunner
+from xlaport.model.artifacts import write_meta
+from xlaport.model.prompts import PROMPT_FORMAT
 from xlaport.model.proposer import (
     CodeModel,
     ModelNotUsable,
@@ -18,9 +20,7 @@ from xlaport.model.proposer import (
     load_proposer,
     no_model_message,
 )
-from xlaport.training.artifacts import write_meta
 from xlaport.training.configs import get_size
-from xlaport.training.prompts import PROMPT_FORMAT
 
 CORPUS = Path(__file__).parent / "fixtures" / "training_corpus" / "corpus"
 ORIGINAL = "def report(self, x):\n    used = torch.cuda.memory_allocated()\n    return x * 2, used\n"

@@ -3,18 +3,11 @@
 import pytest
 from xlaport.kb import SourceError, get_rule, lint_source
 from xlaport.kb.retrieval import FixIndex, cache_dir
-from xlaport.serve.pipeline import (
-    RULES_ONLY,
-    CheckRun,
-    Pipeline,
-    Proposal,
-    Proposer,
-    SuggestOptions,
-    enclosing_function,
-    function_spans,
-    parse_command,
-    verdict,
-)
+from xlaport.model.proposal import Proposal, Proposer
+from xlaport.model.spans import enclosing_function, function_spans
+from xlaport.serve.checks import parse_command
+from xlaport.serve.pipeline import RULES_ONLY, Pipeline
+from xlaport.serve.results import CheckRun, SuggestOptions, verdict
 
 CUDA_SOURCE = '''import torch
 

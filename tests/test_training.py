@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from typer.testing import CliRunner
+from xlaport.model.prompts import join_target, split_target
+from xlaport.model.spans import imports_used
 from xlaport.training.configs import get_size
-from xlaport.training.corpus import Function, extract_functions, imports_used, split_of
+from xlaport.training.corpus import Function, extract_functions, split_of
 from xlaport.training.dataset import (
     IGNORE_INDEX,
     build_dataset,
@@ -25,13 +27,10 @@ from xlaport.training.loop import LoopConfig
 from xlaport.training.traces import (
     INJECTIONS,
     Trace,
-    apply_unified_diff,
     injected_trace,
-    join_target,
     lint_many,
     recorded_traces,
     rule_trace,
-    split_target,
 )
 
 CORPUS = Path(__file__).parent / "fixtures" / "training_corpus" / "corpus"
@@ -154,16 +153,28 @@ def test_lint_many_gives_each_module_its_own_findings_with_its_own_lines():
         "import torch\n\ndef b(x):\n    y = x + 1\n    return y\n",
         "import torch\n\ndef c(x):\n    torch.cuda.synchronize()\n    return torch.zeros(2, device='cuda')\n",
     ]
-    together = lint_many(modules, chunk=2)
+    together = lint_many(modules)
     alone = [lint_source(m) for m in modules]
     assert [[(f.code, f.line, f.column) for f in fs] for fs in together] == [
         [(f.code, f.line, f.column) for f in fs] for fs in alone
     ]
     assert together[1] == [] and together[0] and together[2]
+    assert lint_many(["def broken(:\n"]) == [None]
+
+
+def test_lint_many_labels_a_function_without_its_neighbours():
+    # Linted in one module, `torch.nonzero` after a function that moves data to "cuda" got XLA411
+    # (data-dependent shape on the device); alone it has no finding, and its label must not depend
+    # on which functions happen to be linted with it.
+    to_cuda = 'import torch\n\ndef a(x):\n    return x.to("cuda")\n'
+    nonzero = "import torch\n\ndef b(x):\n    return torch.nonzero(x)\n"
+    assert lint_many([nonzero]) == [[]]
+    assert lint_many([to_cuda, nonzero])[1] == []
+    assert [f.code for f in lint_many([to_cuda, nonzero])[0]] == ["XLA202"]
 
 
 def test_edit_scripts_round_trip_and_refuse_what_does_not_fit():
-    from xlaport.training.prompts import EditError, apply_edit_script, edit_script
+    from xlaport.model.prompts import EditError, apply_edit_script, edit_script
 
     original = "def f(x):\n    torch.cuda.synchronize()\n    y = x.cuda()\n    return y\n"
     migrated = "def f(x):\n    y = x.to(torch_xla.device())\n    z = 1\n    return y\n"
@@ -190,35 +201,37 @@ def test_target_join_and_split_round_trip():
     assert split_target("@dec\ndef g():\n    pass\n") == ([], "@dec\ndef g():\n    pass\n")
 
 
-def test_recorded_traces_read_the_migrate_schema_tolerantly(tmp_path):
-    base = {"schema": "xlaport.trace/1", "run_id": "r1", "src": "/proj", "path": "train.py", "error": None}
+def test_recorded_traces_read_the_records_migrate_writes(tmp_path):
+    from xlaport.trace import TraceRecord, TraceValidation, append_records
+
+    def record(unit, function, original, migrated, status="validated", **extra):
+        return TraceRecord(
+            run_id="r1", time="2026-01-01T00:00:00+00:00", src="/proj", path="train.py", unit=unit,
+            function=function, original=original, migrated=migrated, patch="", codes_applied=extra.get("codes", []),
+            codes_left=[], proposed_by=["rules"], validation=TraceValidation(status=status, level="L2"),
+        )
+
     original = "    def step(self, x):\n        return x.cuda()\n"
     migrated = "    def step(self, x):\n        return x.to(torch_xla.device())\n"
     records = [
-        {**base, "unit": "file", "function": None, "original": "import torch\n", "migrated": "import torch_xla\n"},
-        {**base, "unit": "function", "function": "Net.step", "original": original, "migrated": migrated,
-         "codes_applied": ["XLA201"], "codes_left": [], "validation": {"status": "validated", "level": "L2"}},
-        {**base, "unit": "function", "function": "bad", "original": original.replace("step", "bad"),
-         "migrated": migrated.replace("step", "bad"), "validation": {"status": "rejected"}},
-        {**base, "unit": "function", "function": "<module>", "original": "x = 1\n", "migrated": "x = 2\n"},
-        {**base, "unit": "function", "function": "from_patch", "original": "def g():\n    return 1\n",
-         "migrated": "", "patch": "--- a\n+++ b\n@@ -2 +2 @@\n-    return 1\n+    return 2\n"},
+        record("file", None, "import torch\n", "import torch_xla\n"),
+        record("function", "Net.step", original, migrated, codes=["XLA201"]),
+        record("function", "bad", original.replace("step", "bad"), migrated.replace("step", "bad"), "rejected"),
+        record("function", "<module>", "x = 1\n", "x = 2\n"),
+        record("function", "gone", "def gone():\n    return 1\n", ""),
+        record("function", "unvalidated", "def g():\n    return 1\n", "def g():\n    return 2\n", "unvalidated"),
     ]
     path = tmp_path / "traces.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in records) + "\n{broken json\n", encoding="utf-8")
+    append_records(records, path)
+    with path.open("a", encoding="utf-8") as handle:  # a torn line and an older schema are skipped
+        handle.write('{"schema": "xlaport.trace/0", "unit": "function"}\n{broken json\n')
     traces = list(recorded_traces(path))
-    assert [t.name for t in traces] == ["Net.step", "from_patch"]
+    assert [t.name for t in traces] == ["Net.step", "unvalidated"]
     step = traces[0]
     assert step.kind == "recorded" and step.validated is True and step.codes == ["XLA201"]
     assert step.original == "def step(self, x):\n    return x.cuda()\n"  # dedented
     assert traces[1].target == "def g():\n    return 2\n" and traces[1].validated is None
     assert list(recorded_traces(tmp_path / "missing.jsonl")) == []
-
-
-def test_apply_unified_diff_refuses_a_diff_that_does_not_fit():
-    original = "a\nb\nc\n"
-    assert apply_unified_diff(original, "@@ -2,1 +2,2 @@\n-b\n+B\n+B2\n") == "a\nB\nB2\nc\n"
-    assert apply_unified_diff(original, "@@ -2,1 +2,1 @@\n-x\n+y\n") is None
 
 
 # --- tokenizer and batches -------------------------------------------------------------------------------
@@ -366,10 +379,10 @@ def test_training_resumes_from_its_cpu_checkpoint(tmp_path, tiny_base, tokenizer
 def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatch):
     """corpus → traces → tokenizer → base → LoRA (the loop script under `xlaport check`) → proposer."""
     from xlaport.eval.check import run_check
+    from xlaport.model.artifacts import newest, read_meta
     from xlaport.model.proposer import load_proposer
     from xlaport.serve.pipeline import Pipeline
     from xlaport.training import loop
-    from xlaport.training.artifacts import newest, read_meta
     from xlaport.training.dataset import Batches
     from xlaport.training.workflow import JOB_DIR, finish_job, prepare_data, prepare_lora_job, train_base
 

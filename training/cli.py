@@ -10,10 +10,9 @@ from typing import Annotated
 
 import typer
 
+from xlaport.cliutil import fail_usage
+
 train_app = typer.Typer(no_args_is_help=True, help="Train the code model: dataset → base model → LoRA adapter.")
-
-EXIT_USAGE = 2
-
 
 class Device(StrEnum):
     xla = "xla"
@@ -29,18 +28,13 @@ SeedOption = Annotated[int, typer.Option("--seed", help="Seed of sampling, data 
 ThreadsOption = Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch (default: all cores but one).")]
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
-
-
 def _size(name: str, **overrides):
     from xlaport.training.configs import get_size
 
     try:
         return get_size(name).with_overrides(**overrides)
     except KeyError as exc:
-        _fail(str(exc.args[0]))
+        fail_usage(str(exc.args[0]))
 
 
 def _log(message: str) -> None:
@@ -92,11 +86,11 @@ def data(
 
     for path in recorded or []:
         if not path.is_file():
-            _fail(f"no such trace file: {path}")
+            fail_usage(f"no such trace file: {path}")
     try:
         directory = prepare_data(_size(size), out=out, roots=corpus, recorded=recorded, seed=seed, log=_log)
     except TrainingError as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     typer.echo(str(directory))
 
 
@@ -120,7 +114,7 @@ def base(
             threads=threads,
         )
     except (TrainingError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     _report("base", directory, result)
 
 
@@ -140,21 +134,23 @@ def lora(
     from xlaport.training.workflow import TrainingError, train_lora
 
     if base_model is not None and not base_model.is_dir():
-        _fail(f"no such model directory: {base_model}")
+        fail_usage(f"no such model directory: {base_model}")
     try:
         directory, result = train_lora(
             _size(size, lora_steps=steps), data=data, base=base_model, out=out, device=device.value, seed=seed, log=_log,
             threads=threads,
         )
     except (TrainingError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail_usage(str(exc))
     _report("lora", directory, result)
 
 
 @train_app.command("list")
 def list_artifacts() -> None:
     """Datasets and models in the models directory, newest last."""
-    from xlaport.training.artifacts import models_dir, read_meta
+    from xlaport.model.artifacts import read_meta
+
+    from xlaport.paths import models_dir
 
     root = models_dir()
     rows = []

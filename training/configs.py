@@ -2,7 +2,7 @@
 
 `tiny` is for tests (seconds). `small` is the default and is sized to finish base + LoRA training
 within 30 minutes on a 2-core CPU through torch_xla (measured on a shared, busy machine: ~700
-tokens/s, so ~1.5 M training tokens in all; see eval/bench_model.py). `base` and `large` are meant
+tokens/s, so ~1.5 M training tokens in all; see bench/model.py). `base` and `large` are meant
 for a TPU.
 """
 

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from xlaport.model.spans import module_imports, used_names
+
 from xlaport.files import SKIP_DIRS
 
 DEFAULT_PACKAGES = ("torch", "transformers", "peft", "accelerate")
@@ -88,7 +90,7 @@ def extract_functions(source: str, file: str, max_chars: int = 3000) -> list[Fun
     except (SyntaxError, ValueError):
         return []
     lines = source.splitlines(keepends=True)
-    imports = _module_imports(tree, lines)
+    imports = module_imports(tree, lines)
     found: list[Function] = []
     for node, qualname in _functions(tree):
         start = min([d.lineno for d in node.decorator_list] + [node.lineno])
@@ -105,7 +107,7 @@ def extract_functions(source: str, file: str, max_chars: int = 3000) -> list[Fun
             compile(text, file, "exec", flags=ast.PyCF_ONLY_AST)
         except SyntaxError:  # e.g. a method whose continuation lines were indented oddly
             continue
-        used = _used_names(node)
+        used = used_names(node)
         header = "".join(stmt for names, stmt in imports if names & used)
         found.append(Function(file=file, name=qualname, source=text, imports=header))
     return found
@@ -122,17 +124,6 @@ def iter_functions(
         yield from extract_functions(source, name, max_chars)
 
 
-def imports_used(module_source: str, function_source: str) -> str:
-    """The unindented imports of `module_source` that bind names `function_source` uses (prompt context)."""
-    try:
-        tree = ast.parse(module_source)
-        used = _used_names(ast.parse(function_source))
-    except (SyntaxError, ValueError):
-        return ""
-    lines = module_source.splitlines(keepends=True)
-    return "".join(stmt for names, stmt in _module_imports(tree, lines) if names & used)
-
-
 def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
     """Top-level functions and methods of top-level classes (nested functions stay inside their parent)."""
     for node in tree.body:
@@ -142,23 +133,3 @@ def _functions(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFu
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     yield item, f"{node.name}.{item.name}"
-
-
-def _module_imports(tree: ast.Module, lines: list[str]) -> list[tuple[set[str], str]]:
-    """(bound names, statement text) of every unindented import (not those under `if`/`try`)."""
-    found = []
-    for node in tree.body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        if isinstance(node, ast.ImportFrom) and (
-            node.level or node.module == "__future__" or any(a.name == "*" for a in node.names)
-        ):
-            continue  # relative imports do not resolve outside their package; __future__ must come first
-        bound = {(a.asname or a.name).split(".")[0] for a in node.names}
-        text = "".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)])
-        found.append((bound, textwrap.dedent(text)))
-    return found
-
-
-def _used_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from xlaport.model.artifacts import read_meta, write_meta
+from xlaport.model.prompts import edit_script, kb_entries, prompt_variants
 
 from xlaport.files import atomic_write
 
-from .artifacts import read_meta, write_meta
 from .configs import SizeConfig
 from .corpus import Function, corpus_files, extract_functions, normalized_key, split_of
-from .prompts import edit_script, kb_entries, prompt_variants
 from .traces import (
     Trace,
     inject,

@@ -11,6 +11,7 @@ where JOB_DIR holds `job.json` and the batches (see `write_job`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 # absolute import: this file also runs as a script (by `xlaport check`)
+from xlaport.model.proposer import cpu_threads
 from xlaport.training.dataset import IGNORE_INDEX, Batches
 
 CHECKPOINT = "checkpoint.pt"
@@ -82,8 +84,6 @@ class TrainResult:
 
 def use_cpu_pjrt_unless_tpu() -> None:
     """PJRT_DEVICE=CPU when nothing is configured and no TPU runtime is installed (silences the default warning)."""
-    import importlib.util
-
     if "PJRT_DEVICE" not in os.environ and importlib.util.find_spec("libtpu") is None:
         os.environ["PJRT_DEVICE"] = "CPU"
 
@@ -255,16 +255,6 @@ def _train(
         result.fallback_ops = {k: v - fallbacks_start.get(k, 0) for k, v in counts.items() if v > fallbacks_start.get(k, 0)}
     model.eval()
     return result
-
-
-def cpu_threads(requested: int | None) -> int:
-    """Threads for CPU math: as requested, else all cores but one (at least one).
-
-    On a small shared machine, torch's default (all cores) is the worst choice: its worker threads
-    spin at every barrier while the scheduler runs other processes; measured on 2 busy cores, one
-    thread trained 3x faster than two.
-    """
-    return requested if requested else max(1, (os.cpu_count() or 2) - 1)
 
 
 def _wait(device_kind: str) -> None:

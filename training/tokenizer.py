@@ -8,13 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-EOS = "<|endoftext|>"
-PAD = "<|pad|>"
-FIXES = "<|fixes|>"
-CONTEXT = "<|context|>"
-ORIGINAL = "<|original|>"
-MIGRATED = "<|migrated|>"
-SPECIAL_TOKENS = [EOS, PAD, FIXES, CONTEXT, ORIGINAL, MIGRATED]
+from xlaport.model.prompts import CONTEXT, EOS, FIXES, MIGRATED, ORIGINAL, PAD, SPECIAL_TOKENS
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2):

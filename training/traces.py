@@ -4,7 +4,7 @@ Three sources:
 - `rule_trace`: a corpus function that holds CUDA-isms, migrated by the kb rules;
 - `injected_trace`: a clean corpus function into which CUDA-isms are injected; the clean
   version is the target;
-- `recorded_traces`: the JSONL that `xlaport migrate` appends (read tolerantly).
+- `recorded_traces`: the JSONL that `xlaport migrate` appends (`xlaport.trace`).
 
 A trace's `target` is the migrated function, preceded by the import lines the migration added
 (see `join_target` / `split_target`).
@@ -13,17 +13,18 @@ A trace's `target` is the migrated function, preceded by the import lines the mi
 from __future__ import annotations
 
 import ast
-import bisect
-import json
 import random
 import re
 import textwrap
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import libcst as cst
 from xlaport.kb import Finding, SourceError, fix_source, lint_source
+from xlaport.model.prompts import join_target, split_target
+
+from xlaport.trace import MODULE_LEVEL, TraceRecord, read_records
 
 from .corpus import Function, split_of
 
@@ -55,64 +56,14 @@ class Trace:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-# --- target text: added imports + function ---------------------------------------------------
-def join_target(added_imports: list[str], function: str) -> str:
-    if not added_imports:
-        return function
-    return "".join(line.rstrip("\n") + "\n" for line in added_imports) + "\n" + function
-
-
-def split_target(code: str) -> tuple[list[str], str]:
-    """(import statements, the rest) of a target or a generated candidate. Raises SyntaxError."""
-    tree = ast.parse(code)
-    lines = code.splitlines(keepends=True)
-    imports: list[str] = []
-    rest_start = len(lines)
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            imports.append("".join(lines[node.lineno - 1 : node.end_lineno]).strip())
-            continue
-        decorators = getattr(node, "decorator_list", [])
-        rest_start = min([d.lineno for d in decorators] + [node.lineno]) - 1
-        break
-    return imports, "".join(lines[rest_start:])
-
-
 def module_text(imports: str, function: str) -> str:
     return f"{imports}\n{function}" if imports else function
 
 
-LINT_CHUNK = 40
-
-
-def lint_many(modules: list[str], chunk: int = LINT_CHUNK) -> list[list[Finding] | None]:
-    """The findings of each module (None: it does not parse), linting `chunk` modules per call.
-
-    `lint_source` has a fixed cost per call (it builds every rule's visitor), larger than the cost
-    of a small function: the modules are concatenated into one file and the findings mapped back
-    by line. Imports from several modules then share one scope; they are the same few torch
-    imports in practice, so names resolve as they would alone.
-    """
-    results: list[list[Finding] | None] = []
-    for start in range(0, len(modules), chunk):
-        group = modules[start : start + chunk]
-        texts = [m if m.endswith("\n") else m + "\n" for m in group]
-        try:
-            findings = lint_source("\n".join(texts))
-        except (SourceError, RecursionError):
-            results.extend(_lint_one(m) for m in group)
-            continue
-        first_lines = []
-        line = 1
-        for text in texts:
-            first_lines.append(line)
-            line += text.count("\n") + 1
-        per_module: list[list[Finding]] = [[] for _ in group]
-        for finding in findings:
-            index = bisect.bisect_right(first_lines, finding.line) - 1
-            per_module[index].append(replace(finding, line=finding.line - first_lines[index] + 1))
-        results.extend(per_module)
-    return results
+def lint_many(modules: list[str]) -> list[list[Finding] | None]:
+    """The findings of each module (None: it does not parse), each linted as a module of its own, so
+    that a function's labels never depend on its neighbours' imports or code."""
+    return [_lint_one(module) for module in modules]
 
 
 def _lint_one(module: str) -> list[Finding] | None:
@@ -428,133 +379,39 @@ INJECTIONS: dict[str, Callable[[cst.Module, random.Random], cst.Module | None]] 
 
 
 # --- recorded traces ---------------------------------------------------------------------------
-_ORIGINAL_KEYS = ("original", "source", "before")
-_MIGRATED_KEYS = ("migrated", "fixed", "after", "target")
-MODULE_LEVEL = "<module>"
-
-
 def recorded_traces(path: Path) -> Iterator[Trace]:
-    """Traces from a `xlaport migrate` JSONL file (schema `xlaport.trace/1`, see serve/bulk.py).
+    """Traces from the JSONL that `xlaport migrate` appends (`xlaport.trace.TraceRecord`).
 
     Function records are used (file records repeat them; module-level code is not a function).
-    Read tolerantly: unknown or missing fields, other spellings (`source`/`fixed`, a unified diff
-    `patch` without the migrated text) and broken lines are handled or skipped. Records whose
-    validation rejected the migration are skipped: they are not migrations.
+    Records whose validation rejected the migration are skipped: they are not migrations.
     """
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError:
-        return
-    with handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                trace = _recorded_trace(record)
-                if trace is not None:
-                    yield trace
+    for record in read_records(path):
+        trace = _recorded_trace(record)
+        if trace is not None:
+            yield trace
 
 
-def _first(record: dict, keys: tuple[str, ...]) -> str | None:
-    for key in keys:
-        value = record.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-    return None
-
-
-def _validation_passed(record: dict) -> bool | None:
-    """True (validated), False (rejected) or None (not validated / unknown)."""
-    value = record.get("validation", record.get("validated"))
-    if isinstance(value, dict):
-        value = value.get("status", value.get("passed"))
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if value.lower() in {"validated", "passed", "ok"}:
-            return True
-        if value.lower() in {"rejected", "failed"}:
-            return False
-    return None
-
-
-def _code_list(value: object) -> list[str]:
-    if isinstance(value, dict):
-        value = list(value)
-    if not isinstance(value, list):
-        return []
-    return [c if isinstance(c, str) else str(c.get("code", "")) for c in value if isinstance(c, (str, dict))]
-
-
-def _recorded_trace(record: dict) -> Trace | None:
-    if record.get("unit", "function") != "function" or record.get("function") == MODULE_LEVEL or record.get("error"):
+def _recorded_trace(record: TraceRecord) -> Trace | None:
+    if record.unit != "function" or record.function == MODULE_LEVEL or record.error:
         return None
-    original = _first(record, _ORIGINAL_KEYS)
-    migrated = _first(record, _MIGRATED_KEYS)
-    if original and not migrated and isinstance(record.get("patch"), str):
-        migrated = apply_unified_diff(original, record["patch"])
-    if not original or not migrated:
+    if record.validation.status == "rejected":
         return None
-    original, migrated = textwrap.dedent(original), textwrap.dedent(migrated)  # methods come indented
-    if original.strip() == migrated.strip():
-        return None
-    validated = _validation_passed(record)
-    if validated is False:
+    original, migrated = textwrap.dedent(record.original), textwrap.dedent(record.migrated)  # methods come indented
+    if not original.strip() or not migrated.strip() or original.strip() == migrated.strip():
         return None
     try:
         ast.parse(original)
         ast.parse(migrated)
     except (SyntaxError, ValueError):
         return None
-    codes = _code_list(record.get("codes_applied")) + _code_list(record.get("codes_left")) + _code_list(record.get("codes"))
-    file = "recorded:" + str(record.get("src", "")) + "/" + str(record.get("path") or record.get("file") or "")
+    file = f"recorded:{record.src}/{record.path}"
     return Trace(
         kind="recorded",
         file=file,
-        name=str(record.get("function") or record.get("name") or ""),
+        name=record.function or "",
         original=original if original.endswith("\n") else original + "\n",
         target=migrated if migrated.endswith("\n") else migrated + "\n",
-        codes=sorted(set(filter(None, codes))),
+        codes=sorted(set(record.codes_applied + record.codes_left)),
         split=split_of(file),
-        validated=validated,
+        validated=True if record.validation.status == "validated" else None,
     )
-
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def apply_unified_diff(original: str, patch: str) -> str | None:
-    """`original` with a unified diff applied, or None when the diff does not fit it."""
-    source = original.splitlines(keepends=True)
-    out: list[str] = []
-    position = 0
-    lines = patch.splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        match = _HUNK.match(lines[i])
-        i += 1
-        if not match:
-            continue
-        start = int(match.group(1)) - (0 if match.group(2) == "0" else 1)
-        if start < position:
-            return None
-        out.extend(source[position:start])
-        position = start
-        while i < len(lines) and not lines[i].startswith("@@"):
-            line = lines[i]
-            i += 1
-            tag, text = line[:1], line[1:]
-            if tag == "\\":
-                continue
-            if tag in (" ", "-"):
-                if position >= len(source) or source[position].rstrip("\r\n") != text.rstrip("\r\n"):
-                    return None
-                if tag == " ":
-                    out.append(source[position])
-                position += 1
-            elif tag == "+":
-                out.append(text if text.endswith("\n") else text + "\n")
-    out.extend(source[position:])
-    return "".join(out)

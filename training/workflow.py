@@ -14,12 +14,15 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from .artifacts import models_dir, new_artifact_dir, newest, read_meta, recorded_traces_path, write_meta
+from xlaport.model.artifacts import new_artifact_dir, newest, read_meta, write_meta
+from xlaport.model.prompts import PROMPT_FORMAT
+
+from xlaport.paths import models_dir, traces_path
+
 from .configs import SizeConfig
 from .corpus import package_roots
 from .dataset import Dataset, build_dataset, load_dataset, lora_batches, pretrain_batches, save_dataset
 from .loop import CHECKPOINT, JOB_FILE, RESULT_FILE, LoopConfig, TrainResult, run_job, write_job
-from .prompts import PROMPT_FORMAT
 from .tokenizer import train_tokenizer
 
 Log = Callable[[str], None]
@@ -62,7 +65,7 @@ def prepare_data(
 
 def default_recorded() -> list[Path]:
     """The global trace file `xlaport migrate` appends to, when it exists."""
-    path = recorded_traces_path()
+    path = traces_path()
     return [path] if path.is_file() else []
 
 

@@ -6,48 +6,23 @@ import difflib
 import json
 import sys
 from collections import Counter
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from xlaport.cliutil import LintFormat, OutputFormat, fail_usage, split_codes
 from xlaport.files import DirtyTree, atomic_write, backup_path, check_in_place_allowed, iter_python_files
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 kb_app = typer.Typer(no_args_is_help=True, help="Browse the fix knowledge base.")
 app.add_typer(kb_app, name="kb")
 
-EXIT_USAGE = 2
-
-
-class Format(StrEnum):
-    text = "text"
-    json = "json"
-    sarif = "sarif"
-
-
-class ListFormat(StrEnum):
-    text = "text"
-    json = "json"
-
-
-def fail_usage(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
-
-
-def _codes(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    return [c.strip() for v in values for c in v.split(",") if c.strip()]
-
-
 def _rules(select: list[str] | None, ignore: list[str] | None = None):
     from xlaport.kb import select_rules
 
     try:
-        return select_rules(_codes(select), _codes(ignore))
+        return select_rules(split_codes(select), split_codes(ignore))
     except KeyError as exc:
         fail_usage(str(exc.args[0]))
 
@@ -71,7 +46,7 @@ def lint(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to check.")],
     select: Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")] = None,
     ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
-    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.text,
+    format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
     from xlaport.kb.batch import lint_file
@@ -80,9 +55,9 @@ def lint(
     rules = _rules(select, ignore)
     results = [lint_file(p, rules) for p in _files(paths)]
     findings = [f for r in results for f in r.findings]
-    if format is Format.json:
+    if format is LintFormat.json:
         typer.echo(as_json(findings))
-    elif format is Format.sarif:
+    elif format is LintFormat.sarif:
         typer.echo(as_sarif(findings))
     else:
         if findings:
@@ -139,17 +114,17 @@ def fix(
     raise typer.Exit(1 if errors else 0)
 
 
-# `migrate` lives in serve/cli.py (bulk rewriting through the migration pipeline).
+# `migrate` and `suggest` live in serve/cli.py (fronts of the migration pipeline).
 
 
 @kb_app.command("list")
-def kb_list(format: Annotated[ListFormat, typer.Option("--format")] = ListFormat.text) -> None:
+def kb_list(format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text) -> None:
     """Every entry: code, category, fix applicability, title."""
     from xlaport.kb import all_rules
     from xlaport.kb.docs import entry_dict
 
     rules = all_rules()
-    if format is ListFormat.json:
+    if format is OutputFormat.json:
         typer.echo(json.dumps([entry_dict(r) for r in rules], indent=2))
         return
     for r in rules:
@@ -172,11 +147,10 @@ def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201
 def _register_areas() -> None:
     # each area owns its commands; heavy imports stay inside the command functions
     from xlaport.eval.cli import register as register_eval
-    from xlaport.model.cli import register as register_model
     from xlaport.serve.cli import register as register_serve
     from xlaport.training.cli import register as register_training
 
-    for register in (register_eval, register_serve, register_training, register_model):
+    for register in (register_eval, register_serve, register_training):
         register(app)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
+from ..cst_helpers import call_with, kwarg, module_name, same_quotes, whole_statement
 from ..rule import (
     IMPORT_TORCH_XLA,
     IMPORT_XR,
@@ -61,38 +61,6 @@ def env_writes(rule: Rule, node: cst.Assign | cst.Call) -> list[EnvWrite]:
                     if key is not None:
                         found.append(EnvWrite(key, element.value, node))
     return found
-
-
-def whole_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | None:
-    """The statement line when `call` is all of it (so deleting the line deletes just the call)."""
-    expr_node = rule.parent(call)
-    if isinstance(expr_node, cst.Expr):
-        line = rule.parent(expr_node)
-        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            return line
-    return None
-
-
-def call_with(call: cst.Call, func: str, args: list[cst.Arg]) -> cst.Call:
-    """`func(args)` with clean `, ` separators, keeping the original call's parentheses whitespace."""
-    cleaned = []
-    for i, arg in enumerate(args):
-        last = i == len(args) - 1
-        comma = cst.MaybeSentinel.DEFAULT if last else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        cleaned.append(arg.with_changes(comma=comma))
-    return call.with_changes(func=expr(func), args=cleaned)
-
-
-def same_quotes(node: cst.SimpleString, text: str) -> cst.SimpleString:
-    """A string literal with `text`, written with the quotes of `node`."""
-    return cst.SimpleString(f"{node.prefix}{node.quote}{text}{node.quote}")
-
-
-def module_name(node: cst.CSTNode | None) -> str:
-    """Dotted name of a Name/Attribute node ("" for anything else)."""
-    if node is None:
-        return ""
-    return get_full_name_for_node(node) or ""
 
 
 def in_import_guard(rule: Rule, node: cst.CSTNode) -> bool:
@@ -294,16 +262,15 @@ class XmpSpawn(Rule):
             return
         args = [cst.Arg(given["fn"])]
         if "args" in given:
-            args.append(cst.Arg(given["args"], keyword=cst.Name("args"), equal=_EQUAL))
+            args.append(kwarg("args", given["args"]))
         start = given.get("start_method")
         if start is not None and string_value(start) != "spawn":
-            args.append(cst.Arg(start, keyword=cst.Name("start_method"), equal=_EQUAL))
+            args.append(kwarg("start_method", start))
         if nprocs_text == "1":
-            args.append(cst.Arg(expr("True"), keyword=cst.Name("debug_single_process"), equal=_EQUAL))
+            args.append(kwarg("debug_single_process", expr("True")))
         self.report(node, replacement=call_with(node, "torch_xla.launch", args), imports=(IMPORT_TORCH_XLA,))
 
 
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 @register

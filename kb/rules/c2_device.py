@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.steps import training_loop
+from ..cst_helpers import (
+    DATALOADERS,
+    SCOPES,
+    add_kwarg,
+    code_of,
+    dotted,
+    drop_args,
+    find_nodes,
+    has_star_args,
+    is_literal,
+    kwarg,
+    same_quotes,
+    whole_statement,
+    with_commas,
+)
 from ..rule import (
     IMPORT_TORCH_XLA,
     IMPORT_XM,
@@ -47,7 +63,7 @@ class CudaMethod(Rule):
             return
         kept = [a for a in node.args if a.keyword is not None and a.keyword.value == "non_blocking"]
         args = [cst.Arg(expr(XLA_DEVICE)), *kept]
-        replacement = node.with_changes(func=func.with_changes(attr=cst.Name("to")), args=_commas(args))
+        replacement = node.with_changes(func=func.with_changes(attr=cst.Name("to")), args=with_commas(args))
         self.report(node, replacement=replacement, imports=(IMPORT_TORCH_XLA,))
 
 
@@ -197,111 +213,12 @@ class CudnnFlags(Rule):
                 return
 
 
-def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    """Arguments with clean `, ` separators (the last one without)."""
-    out = []
-    for i, arg in enumerate(args):
-        comma = cst.MaybeSentinel.DEFAULT if i == len(args) - 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        out.append(arg.with_changes(comma=comma))
-    return out
-
-
 # --- small CST helpers shared by the C2 and C3 rules --------------------------------
-EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-def dotted(node: cst.CSTNode | None) -> str | None:
-    """`model`, `self.model.encoder` for a Name/Attribute chain, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def is_literal(node: cst.CSTNode | None, *values: str) -> bool:
-    """`True` / `False` / `None` written as a literal name."""
-    return isinstance(node, cst.Name) and node.value in values
-
-
-def same_quotes(node: cst.SimpleString, value: str) -> cst.SimpleString:
-    """A string literal with `node`'s quotes and prefix holding `value`."""
-    return cst.SimpleString(f"{node.prefix}{node.quote}{value}{node.quote}")
-
-
-def drop_args(call: cst.Call, drop: list[cst.Arg]) -> cst.Call:
-    """`call` without the `drop` arguments, keeping the layout of the others."""
-    kept = [a for a in call.args if not any(a is d for d in drop)]
-    if kept and any(call.args[-1] is d for d in drop):
-        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
-    return call.with_changes(args=kept)
-
-
-def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
-    """`call` with `name=value` appended (one-per-line layouts stay one per line)."""
-    new = cst.Arg(value=value, keyword=cst.Name(name), equal=EQUAL)
-    args = list(call.args)
-    if not args:
-        return call.with_changes(args=[new])
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):  # trailing comma: the new argument takes its place
-        before = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
-        args[-1] = last.with_changes(comma=before)
-        new = new.with_changes(comma=last.comma)
-    else:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return call.with_changes(args=[*args, new])
-
-
-def has_star_args(call: cst.Call) -> bool:
-    return any(a.star for a in call.args)
-
-
-class _NodeFinder(cst.CSTVisitor):
-    def __init__(self, root: cst.CSTNode, types: tuple[type, ...], enter_root: bool) -> None:
-        super().__init__()
-        self.root = root
-        self.types = types
-        self.enter_root = enter_root
-        self.found: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, self.types):
-            self.found.append(node)
-        return not isinstance(node, SCOPES) or (node is self.root and self.enter_root)
-
-
-def find_nodes(root: cst.CSTNode, *types: type, enter_root: bool = True) -> list:
-    """Nodes of `types` inside `root` (root included), in source order, not inside nested defs/lambdas.
-
-    With `enter_root=False` a root that is itself a def/class/lambda is not entered either (a statement
-    `def f(): ...` runs none of its body where it stands).
-    """
-    finder = _NodeFinder(root, types, enter_root)
-    root.visit(finder)
-    return finder.found
 
 
 def block_of(rule: Rule, stmt: cst.CSTNode) -> cst.IndentedBlock | cst.Module | None:
     parent = rule.parent(stmt)
     return parent if isinstance(parent, (cst.IndentedBlock, cst.Module)) else None
-
-
-def standalone_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | None:
-    """The statement line when `call` is the whole statement (`f(x)` alone on its line)."""
-    expr_stmt = rule.parent(call)
-    if not isinstance(expr_stmt, cst.Expr):
-        return None
-    line = rule.parent(expr_stmt)
-    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-        return line
-    return None
 
 
 def calls_in(rule: Rule, root: cst.CSTNode, names: set[str] | frozenset[str]) -> list[cst.Call]:
@@ -396,7 +313,7 @@ class AddXlaSeed(Rule):
         if block is not None and any(calls_in(self, s, self.already_seeded) for s in block.body):
             return  # seeded here already, or XLA207 turns the CUDA seed into the XLA one
         seed = seed_argument(node)
-        line = standalone_statement(self, node)
+        line = whole_statement(self, node)
         if seed is None or line is None or find_nodes(seed, cst.Call):
             self.report(node, f"{self.message}: add `torch_xla.manual_seed(seed)` next to it")
             return
@@ -456,7 +373,7 @@ class CudaSeed(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.qualified_names(node.func) & CUDA_SEEDS:
             return
-        line = standalone_statement(self, node)
+        line = whole_statement(self, node)
         block = block_of(self, line) if line is not None else None
         if line is None or block is None:
             self.report(node, replacement=node.with_changes(func=expr("torch_xla.manual_seed")), imports=(IMPORT_TORCH_XLA,))
@@ -753,7 +670,7 @@ class CudaSetDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.is_call_to(node, "torch.cuda.set_device"):
             return
-        line = standalone_statement(self, node)
+        line = whole_statement(self, node)
         if line is not None:
             self.report(line, replacement=REMOVE)
         else:
@@ -787,7 +704,6 @@ class CudaCurrentDevice(Rule):
 
 
 # --- data loading -------------------------------------------------------------------------
-DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 
 @register
@@ -1060,7 +976,7 @@ class TorchCompileInductor(Rule):
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
         if not isinstance(node.decorator, cst.Call) and "torch.compile" in self.qualified_names(node.decorator):
-            call = cst.Call(node.decorator, [cst.Arg(cst.SimpleString('"openxla"'), keyword=cst.Name("backend"), equal=EQUAL)])
+            call = cst.Call(node.decorator, [kwarg("backend", cst.SimpleString('"openxla"'))])
             self.report(node.decorator, replacement=call)
 
 
@@ -1297,7 +1213,7 @@ class NumpyOfDeviceTensor(Rule):
                 receiver = receiver.value
             else:
                 break
-        if self.qualified_names(receiver) or self.enclosing_step_loop(node) is None:
+        if self.qualified_names(receiver) or training_loop(self, node) is None:
             return  # `np...`, `torch.from_numpy(...)...`: not a device tensor; outside the loop: unknown
         to_host = cst.Call(cst.Attribute(func.value, cst.Name("cpu")))
         self.report(node, replacement=node.with_changes(func=func.with_changes(value=to_host)))
@@ -1346,7 +1262,7 @@ class HostTensorMovedInLoop(Rule):
         factory = func.value
         if not (isinstance(factory, cst.Call) and self.qualified_names(factory.func) & FACTORIES):
             return
-        if keyword_arg(factory, "device") is not None or self.enclosing_step_loop(node) is None:
+        if keyword_arg(factory, "device") is not None or training_loop(self, node) is None:
             return
         device = self._device(node)
         if device is False:
@@ -1506,9 +1422,9 @@ class MpSpawn(Rule):
             return
         args = [cst.Arg(given["fn"])]
         if "args" in given:
-            args.append(cst.Arg(given["args"], keyword=cst.Name("args"), equal=EQUAL))
+            args.append(kwarg("args", given["args"]))
         start = given.get("start_method")
         if start is not None and string_value(start) != "spawn":
-            args.append(cst.Arg(start, keyword=cst.Name("start_method"), equal=EQUAL))
-        call = cst.Call(expr("torch_xla.launch"), _commas(args))
+            args.append(kwarg("start_method", start))
+        call = cst.Call(expr("torch_xla.launch"), with_commas(args))
         self.report(node, replacement=call, imports=(IMPORT_TORCH_XLA,))

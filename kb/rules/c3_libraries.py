@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..rule import Rule, keyword_arg, positional_args, register, string_value
-from .c2_device import (
-    CUDA_SEEDS,
+from ..cst_helpers import (
     SCOPES,
-    TORCH_SEEDS,
-    XLA_SEEDS,
-    AddXlaSeed,
     add_kwarg,
     code_of,
     dotted,
@@ -18,10 +13,17 @@ from .c2_device import (
     find_nodes,
     has_star_args,
     is_literal,
+    same_quotes,
+)
+from ..rule import Rule, keyword_arg, positional_args, register, string_value
+from .c2_device import (
+    CUDA_SEEDS,
+    TORCH_SEEDS,
+    XLA_SEEDS,
+    AddXlaSeed,
     is_optimizer,
     moved_module,
     parameter_owners,
-    same_quotes,
 )
 
 HF_ROOTS = frozenset({"transformers", "trl"})

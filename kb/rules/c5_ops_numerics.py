@@ -10,6 +10,9 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.context import StepContextRule
+from ..analysis.module import Nodes
+from ..cst_helpers import code_of, kwarg, method_name, parenthesized, with_commas
 from ..rule import (
     IMPORT_TORCH,
     REMOVE,
@@ -21,7 +24,6 @@ from ..rule import (
     register,
     string_value,
 )
-from .c4_lazy_tensor import Nodes, StepContextRule, code_of, method_name, parenthesized
 
 IMPORT_XLA_BACKENDS: ImportSpec = ("torch_xla.backends", None, None)
 
@@ -101,11 +103,11 @@ class CudaAutocast(_AmpRule):
             if self.qualified_names(node.func) & CUDA_AUTOCAST:
                 self.report(node)  # *args / **kwargs: rewrite by hand
             return
-        args = [cst.Arg(cst.SimpleString('"xla"')), _kwarg("dtype", expr("torch.bfloat16"))]
+        args = [cst.Arg(cst.SimpleString('"xla"')), kwarg("dtype", expr("torch.bfloat16"))]
         for name in ("enabled", "cache_enabled"):
             if name in found:
-                args.append(_kwarg(name, found[name].value))
-        replacement = cst.Call(func=expr("torch.autocast"), args=_commas(args))
+                args.append(kwarg(name, found[name].value))
+        replacement = cst.Call(func=expr("torch.autocast"), args=with_commas(args))
         self.report(node, replacement=replacement, imports=(IMPORT_TORCH,))
 
 
@@ -971,19 +973,3 @@ class PackedSequences(StepContextRule):
             )
         else:
             self.report(node)
-
-
-def _kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(
-        keyword=cst.Name(name),
-        value=value,
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
-
-
-def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    last = len(args) - 1
-    return [
-        a.with_changes(comma=cst.MaybeSentinel.DEFAULT if i == last else cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        for i, a in enumerate(args)
-    ]

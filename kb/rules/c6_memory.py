@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..cst_helpers import DATALOADERS, whole_statement
 from ..rule import REMOVE, Rule, keyword_arg, register
-from .c1_environment import whole_statement
 
 HBM_OOM = (
     "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
@@ -244,7 +244,6 @@ class CudaOomHandler(Rule):
                 self.report(error)
 
 
-DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 MANY_WORKERS = 8
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from ..cst_helpers import kwarg, same_quotes, whole_statement
 from ..rule import (
     IMPORT_XM,
     IMPORT_XR,
@@ -18,7 +19,7 @@ from ..rule import (
     register,
     string_value,
 )
-from .c1_environment import env_writes, same_quotes, whole_statement
+from .c1_environment import env_writes
 
 IMPORT_XP = ("torch_xla.debug.profiler", None, "xp")
 
@@ -460,7 +461,7 @@ class SamplerRankFromDist(Rule):
         for index, keyword, dist_call, xr_code in self.SLOTS:
             arg = positional[index] if len(positional) > index else keyword_arg(node, keyword)
             if arg is None:
-                added.append(cst.Arg(expr(xr_code), keyword=cst.Name(keyword), equal=_EQUAL))
+                added.append(kwarg(keyword, expr(xr_code)))
             elif self._replaceable(arg.value, dist_call):
                 new_args[new_args.index(arg)] = arg.with_changes(value=expr(xr_code))
         if not added and new_args == list(node.args):
@@ -475,7 +476,6 @@ class SamplerRankFromDist(Rule):
         return isinstance(value, cst.Call) and not value.args and self.is_call_to(value, dist_call)
 
 
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 def _append_args(args: list[cst.Arg], added: list[cst.Arg]) -> list[cst.Arg]:

@@ -8,30 +8,14 @@ newest LoRA model under the models directory.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from xlaport.files import atomic_write
+from xlaport.paths import models_dir
 
 META_FILE = "xlaport.json"
 KINDS = ("dataset", "base", "lora")
-
-
-def cache_root() -> Path:
-    """`XLAPORT_CACHE_DIR`, else `~/.cache/xlaport` (the same root as the kb index and the traces)."""
-    return Path(os.environ.get("XLAPORT_CACHE_DIR") or Path.home() / ".cache" / "xlaport").expanduser()
-
-
-def models_dir() -> Path:
-    """`XLAPORT_MODELS_DIR`, else `<cache root>/models` (`~/.cache/xlaport/models`)."""
-    configured = os.environ.get("XLAPORT_MODELS_DIR")
-    return Path(configured).expanduser() if configured else cache_root() / "models"
-
-
-def recorded_traces_path() -> Path:
-    """Where `xlaport migrate` appends its traces (`XLAPORT_TRACES`, else `<cache root>/traces.jsonl`)."""
-    return Path(os.environ.get("XLAPORT_TRACES") or cache_root() / "traces.jsonl").expanduser()
 
 
 def new_artifact_dir(kind: str, size: str, root: Path | None = None) -> Path:

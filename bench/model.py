@@ -1,6 +1,6 @@
 """Benchmark of the code model against the rules-only pipeline, and of its training throughput.
 
-    .venv/bin/python eval/bench_model.py [--model DIR] [--limit 40] [--validate 8] [--throughput-steps 6]
+    .venv/bin/python bench/model.py [--model DIR] [--limit 40] [--validate 8] [--throughput-steps 6]
 
 Quality, on the held-out test split of the dataset the model was trained on (never trained on),
 three arms on the same functions (each function is its import context + the function, as a file):
@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve()
 
 # --- quality ----------------------------------------------------------------------------------------
 def _function_of(module: str) -> tuple[list[str], str] | None:
-    from xlaport.training.traces import split_target
+    from xlaport.model.prompts import split_target
 
     try:
         return split_target(module)
@@ -51,7 +51,7 @@ def _exact(output: tuple[list[str], str] | None, context_imports: list[str], tar
     """The output's function and the imports it added equal the target's."""
     if output is None:
         return False
-    from xlaport.training.traces import split_target
+    from xlaport.model.prompts import split_target
 
     target_imports, target_function = split_target(target)
     added = sorted(set(output[0]) - set(context_imports))
@@ -81,11 +81,13 @@ def select_traces(traces: list, limit: int) -> list:
 
 
 def quality(model_dir: Path, limit: int, validate: int, log) -> dict:
+    from xlaport.model.artifacts import read_meta
+    from xlaport.model.prompts import split_target
     from xlaport.model.proposer import add_imports, load_proposer
-    from xlaport.serve.pipeline import Evidence, Pipeline, SuggestOptions
-    from xlaport.training.artifacts import read_meta
+    from xlaport.serve.pipeline import Pipeline
+    from xlaport.serve.results import Evidence, SuggestOptions
     from xlaport.training.dataset import load_dataset
-    from xlaport.training.traces import module_text, split_target
+    from xlaport.training.traces import module_text
 
     meta = read_meta(model_dir) or {}
     dataset = load_dataset(Path(meta["dataset"]))
@@ -252,7 +254,7 @@ def throughput(size_name: str, steps: int, log) -> dict:
 
 # --- training wall time ----------------------------------------------------------------------------------
 def training_wall(model_dir: Path) -> dict:
-    from xlaport.training.artifacts import read_meta
+    from xlaport.model.artifacts import read_meta
     from xlaport.training.configs import get_size
 
     lora = read_meta(model_dir) or {}

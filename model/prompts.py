@@ -3,15 +3,26 @@
     <|fixes|># XLA201: title / # before: ... / # after: ...<|context|>import torch
     <|original|>def f(...): ...<|migrated|>[the edit script: added imports, -old/+new lines]<|endoftext|>
 
-Training (dataset.py) and serving (model/proposer.py) build prompts here, so they cannot drift apart.
+Training (training/dataset.py) and serving (model/proposer.py) build prompts here, so they cannot drift apart.
+The markers are special tokens of the tokenizer (training/tokenizer.py), so each is one id.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 from collections.abc import Iterable
 
-from .tokenizer import CONTEXT, FIXES, MIGRATED, ORIGINAL
+from xlaport.kb import get_rule
+from xlaport.kb.docs import entry_dict
+
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+FIXES = "<|fixes|>"
+CONTEXT = "<|context|>"
+ORIGINAL = "<|original|>"
+MIGRATED = "<|migrated|>"
+SPECIAL_TOKENS = [EOS, PAD, FIXES, CONTEXT, ORIGINAL, MIGRATED]
 
 PROMPT_FORMAT = 2  # bump when the layout changes: a model trained on another layout is refused
 MAX_FIX_ENTRIES = 2
@@ -20,9 +31,6 @@ MAX_SNIPPET_CHARS = 300
 
 def kb_entries(codes: Iterable[str]) -> list[dict]:
     """The kb entries of `codes` (unknown codes are skipped)."""
-    from xlaport.kb import get_rule
-    from xlaport.kb.docs import entry_dict
-
     entries = []
     for code in dict.fromkeys(codes):
         try:
@@ -57,6 +65,29 @@ def prompt_variants(original: str, imports: str, entries: list[dict]) -> list[st
     return list(dict.fromkeys(variants))
 
 
+# --- target text: added imports + function ---------------------------------------------------
+def join_target(added_imports: list[str], function: str) -> str:
+    if not added_imports:
+        return function
+    return "".join(line.rstrip("\n") + "\n" for line in added_imports) + "\n" + function
+
+
+def split_target(code: str) -> tuple[list[str], str]:
+    """(import statements, the rest) of a target or a generated candidate. Raises SyntaxError."""
+    tree = ast.parse(code)
+    lines = code.splitlines(keepends=True)
+    imports: list[str] = []
+    rest_start = len(lines)
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append("".join(lines[node.lineno - 1 : node.end_lineno]).strip())
+            continue
+        decorators = getattr(node, "decorator_list", [])
+        rest_start = min([d.lineno for d in decorators] + [node.lineno]) - 1
+        break
+    return imports, "".join(lines[rest_start:])
+
+
 # --- the target: an edit script -----------------------------------------------------------------
 # The model writes the changes, not the whole function: a small model cannot copy a 200-token
 # function faithfully, but it can write the few lines that change. The script is the import lines
@@ -70,8 +101,6 @@ class EditError(ValueError):
 
 def edit_script(original: str, target: str) -> str:
     """The edit script that turns `original` into `target` (added imports + migrated function)."""
-    from .traces import split_target
-
     imports, function = split_target(target)
     old, new = original.splitlines(), function.splitlines()
     lines = list(imports)

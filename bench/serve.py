@@ -1,4 +1,4 @@
-"""Latency of the serving fronts: `python -m xlaport.eval.bench_serve [--requests 50] [--no-validate]`.
+"""Latency of the serving fronts: `.venv/bin/python bench/serve.py [--requests 50] [--no-validate]`.
 
 Prints one table:
 - suggestion latency p50/p95 over N `POST /v1/suggest` requests (no validation) for a ~200-line file,
@@ -55,7 +55,8 @@ def timed_requests(client, path: str, bodies: list[dict]) -> list[float]:
 
 
 def migrate_wall(validate: str | None) -> tuple[float, str]:
-    from xlaport.serve.pipeline import MigrateOptions, get_pipeline
+    from xlaport.serve.pipeline import get_pipeline
+    from xlaport.serve.results import MigrateOptions
 
     with tempfile.TemporaryDirectory(prefix="xlaport-bench-") as tmp:
         start = time.perf_counter()

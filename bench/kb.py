@@ -1,6 +1,6 @@
 """Benchmark: lint and fix throughput of the kb over a real PyTorch corpus, against parse-only.
 
-    .venv/bin/python eval/bench_kb.py [--limit 400] [--jobs 2] [--packages torch transformers]
+    .venv/bin/python bench/kb.py [--limit 400] [--jobs 2] [--packages torch transformers]
 
 Uses the installed packages' own .py files (offline). Prints files/s and lines/s for libcst
 parse only, `lint` (all rules), and `fix --diff` (rewrite + unified diff, nothing written), and the

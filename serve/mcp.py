@@ -1,7 +1,7 @@
 """The agent tool: an MCP server whose tools call the same `Pipeline` as the CLI and the HTTP service.
 
-Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`. Tools that run code
-(`check_xla`, validation in `suggest_patch` / `migrate_repo`) do so only in the execution check's
+Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`, `verify_migration`.
+Tools that run code (`check_xla`, `verify_migration`, validation in `suggest_patch` / `migrate_repo`) do so only in the execution check's
 sandboxed child, and only when the server allows execution (on by default over stdio, where the agent
 already acts for the local user; off by default over HTTP).
 """
@@ -19,12 +19,14 @@ from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree
 
-from .pipeline import CheckOutcome, FixEntry, MigrateOptions, Patch, Pipeline, SuggestOptions, get_pipeline
+from .pipeline import Pipeline, get_pipeline
+from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
 
 INSTRUCTIONS = (
     "xlaport moves CUDA-era PyTorch code to TPUs (PyTorch/XLA 2.9). suggest_patch rewrites one file and "
     "returns a diff with evidence; search_fixes finds kb entries for code or an error message; explain_fix "
-    "shows one entry; check_xla runs a script under the XLA execution check; migrate_repo migrates a tree."
+    "shows one entry; check_xla runs a script under the XLA execution check; migrate_repo migrates a tree; "
+    "verify_migration grades a migrated tree against a reference run of the original (L0-L4)."
 )
 
 
@@ -74,7 +76,10 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
 
     @server.tool()
     def check_xla(
-        script_path: str | None = None, source: str | None = None, args: list[str] | None = None, timeout_s: float = 300.0
+        script_path: str | None = None,
+        source: str | None = None,
+        args: list[str] | None = None,
+        timeout_s: float = 300.0,
     ) -> CheckOutcome:
         """Run a script (a path, or its source) under the XLA execution check: level reached and reasons."""
         if not allow_execution:
@@ -88,23 +93,41 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
         src: str,
         dst: str | None = None,
         validate_cmd: str | None = None,
+        verify_cmd: str | None = None,
         unsafe_fixes: bool = False,
         jobs: int = 1,
         in_place: bool = False,
         force: bool = False,
     ) -> dict[str, Any]:
-        """Migrate a whole tree into `dst` (or in place): summary, validation verdict and report paths."""
+        """Migrate a whole tree into `dst` (or in place): summary, validation and verify verdicts, report paths.
+        `validate_cmd` / `verify_cmd`: e.g. "python train.py --steps 20"; the same command runs the program once."""
         with _as_tool_errors():
             options = MigrateOptions(
-                unsafe_fixes=unsafe_fixes, jobs=jobs, validate_cmd=validate_cmd, in_place=in_place, force=force
+                unsafe_fixes=unsafe_fixes,
+                jobs=jobs,
+                validate_cmd=validate_cmd,
+                verify_cmd=verify_cmd,
+                in_place=in_place,
+                force=force,
             )
             result = pipe().migrate(Path(src), Path(dst) if dst else None, options, may_execute=allow_execution)
             return result.summary()
 
+    @server.tool()
+    def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
+        """Grade a migrated tree against a reference run of the original (L0-L4: runs, numerics, on the XLA
+        device, the goal, speed), e.g. command "python train.py --steps 40"."""
+        if not allow_execution:
+            raise ToolError("this server does not run code (start it with --exec to allow verify_migration)")
+        with _as_tool_errors():
+            return pipe().verify(Path(original_dir), Path(migrated_dir), command)
+
     return server
 
 
-def run_server(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765, allow_execution: bool | None = None) -> None:
+def run_server(
+    transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765, allow_execution: bool | None = None
+) -> None:
     """Serves over stdio or streamable HTTP; loads the index before the first call."""
     if allow_execution is None:
         allow_execution = transport == "stdio"

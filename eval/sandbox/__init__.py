@@ -1,0 +1,40 @@
+"""Runs user code in a child process that cannot outlive, outgrow or see past its run.
+
+User code is never imported into xlaport's process. What holds is checked at run time (`sandbox_status`) and
+said with every result; where Linux refuses a mechanism the run goes on with a weaker one and is not called
+sandboxed. With all mechanisms (root, cgroup v1, `unshare`):
+- every descendant, detached ones included (setsid, double fork), is in the run's memory and pids cgroups and
+  in its PID namespace: when the command ends, or on time-out or memory limit, all are killed and the cgroup is
+  verified empty (`survivors` lists any that were not);
+- memory: the cgroup's limit covers the whole tree (the kernel's OOM killer acts, then the run is ended); the
+  peak is the polled RSS of the tree, at least the cgroup's high-water mark on a memory kill; tasks (processes
+  + threads) are capped by the pids cgroup;
+- no network: a network namespace with only its own loopback;
+- user `nobody` with no supplementary groups and no_new_privs; a minimal environment (allowlist, never the
+  server's secrets); private /tmp, /var/tmp, /dev/shm, /run/lock; folders nobody cannot traverse (a 0700
+  /root) are hidden except the interpreter's; writes are possible only in the folders handed over (`writable`,
+  the working directory) and where the machine lets any user write;
+- rlimits: file size, CPU time, core dumps off, processes of the sandbox user.
+The memory limit is not an address-space rlimit: torch reserves large virtual ranges.
+
+Parts: mechanisms.py (what this machine allows), view.py (what the child sees), init.py (PID 1 inside
+the namespaces), files.py (folders handed over, files read back), run.py (`run_sandboxed`).
+"""
+
+from .files import read_child_file, readable_scratch
+from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
+from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxResult, python_argv, run_sandboxed
+
+__all__ = [
+    "DEFAULT_MEMORY_MB",
+    "DEFAULT_TIMEOUT_S",
+    "SANDBOX_USER",
+    "Mechanisms",
+    "SandboxResult",
+    "host_memory_mb",
+    "python_argv",
+    "read_child_file",
+    "readable_scratch",
+    "run_sandboxed",
+    "sandbox_status",
+]

@@ -1,0 +1,487 @@
+"""`StepContextRule`: the base class of rules that need the training loop, scopes and tensor facts.
+
+- `step_loop(node)`: the innermost loop that itself runs a training step around `node` (see steps.py);
+- `is_tensor(expr)`: a conservative guess that an expression holds a tensor
+  (`float(args.lr)` is not one; `float(loss)` after `loss.backward()` is);
+- `in_device_context(node)`: code that runs on the XLA device, not in a CPU data pipeline.
+
+The module-wide facts live in the engine's `ModuleAnalysis` (`self.analysis`), computed once per module.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import libcst as cst
+from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
+
+from ..cst_helpers import (
+    DATALOADERS,
+    code_of,
+    identifier,
+    is_cuda_string,
+    keyword_arg,
+    method_name,
+    positional_args,
+    string_value,
+)
+from ..rule import Rule
+from . import steps
+from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, inside
+
+# Tensor methods whose result is again a tensor.
+TENSOR_METHODS = frozenset(
+    "abs amax amin any all argmax argmin bfloat16 clamp clip clone contiguous cumsum detach double eq exp "
+    "expand flatten float ge gt half isfinite isinf isnan le log log_softmax logsumexp lt masked_fill matmul "
+    "max mean min mul ne neg norm permute pow prod reshape sigmoid softmax sqrt square squeeze std sub sum "
+    "tanh transpose unsqueeze var view".split()
+)
+# Methods whose result lives on the host (Python values, sizes, containers, strings).
+HOST_METHODS = frozenset(
+    "item tolist numpy size dim numel nelement element_size stride data_ptr is_contiguous keys values items "
+    "get format join split strip lower upper startswith endswith".split()
+)
+# torch.<name>() functions that do not return a device tensor.
+NON_TENSOR_TORCH = frozenset(
+    "device dtype is_tensor is_floating_point is_complex numel manual_seed seed set_grad_enabled no_grad "
+    "enable_grad inference_mode is_grad_enabled get_default_dtype set_default_dtype compile load save "
+    "finfo iinfo autocast set_printoptions use_deterministic_algorithms set_num_threads get_num_threads "
+    "get_rng_state set_rng_state set_float32_matmul_precision get_float32_matmul_precision".split()
+)
+# Factories that build CPU tensors unless given `device=` (a CPU tensor read on the host costs nothing).
+TENSOR_FACTORIES_ON_CPU = frozenset(
+    "tensor as_tensor from_numpy rand randn randint randperm zeros ones empty full arange linspace logspace eye".split()
+)
+TENSOR_ATTRS = frozenset({"loss", "logits", "grad"})  # `outputs.loss`, `outputs.logits`, `p.grad`
+TENSOR_VIEW_ATTRS = frozenset({"data", "T", "mT", "real", "imag"})
+ORDER_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+
+SYNC_CALLS = frozenset(
+    {
+        "torch_xla.sync",
+        "torch_xla.torch_xla.sync",
+        "torch_xla.step",
+        "torch_xla.torch_xla.step",
+        "torch_xla.core.xla_model.mark_step",
+        "torch_xla.core.xla_model.optimizer_step",
+    }
+)
+DEVICE_LOADERS = frozenset(
+    {
+        "torch_xla.distributed.parallel_loader.MpDeviceLoader",
+        "torch_xla.distributed.parallel_loader.ParallelLoader",
+    }
+)
+TQDM = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
+NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+DATASET = frozenset(
+    {
+        "torch.utils.data.Dataset",
+        "torch.utils.data.IterableDataset",
+        "torch.utils.data.dataset.Dataset",
+        "torch.utils.data.dataset.IterableDataset",
+    }
+)
+AUTOCASTS = frozenset(
+    {
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.amp.autocast_mode.autocast",
+        "torch.cuda.amp.autocast",
+        "torch_xla.amp.autocast",
+        "torch_xla.amp.autocast_mode.autocast",
+    }
+)
+DATA_FUNCTIONS = ("collate", "__getitem__", "__iter__", "preprocess", "tokenize")
+
+
+def is_optimizer_name(node: cst.CSTNode) -> bool:
+    name = (identifier(node) or "").lower()
+    if "sched" in name:
+        return False
+    return "optim" in name or name == "opt" or name.startswith("opt_") or name.endswith("_opt")
+
+
+FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
+
+
+def may_hold_tensor(param: cst.Param) -> bool:
+    """A `forward` parameter holds a tensor unless its name, annotation or default says otherwise."""
+    name = param.name.value
+    if name in ("self", "cls", "training", "deterministic") or name.startswith(FLAG_PREFIXES):
+        return False
+    if param.annotation is not None:
+        return "Tensor" in code_of(param.annotation.annotation)
+    default = param.default
+    return default is None or (isinstance(default, cst.Name) and default.value == "None")
+
+
+class StepContextRule(Rule):
+    """A rule that needs to know about the training loop and which values are tensors."""
+
+    # --- names ---------------------------------------------------------------------
+    def is_builtin(self, node: cst.CSTNode, *names: str) -> bool:
+        found = self.get_metadata(QualifiedNameProvider, node, set())
+        return any(
+            q.source is QualifiedNameSource.BUILTIN and q.name in {f"builtins.{n}" for n in names} for q in found
+        )
+
+    def qualified_startswith(self, node: cst.CSTNode, *prefixes: str) -> bool:
+        return any(q == p or q.startswith(p + ".") for q in self.qualified_names(node) for p in prefixes)
+
+    # --- module index ------------------------------------------------------------------
+    def module_nodes(self) -> Nodes:
+        return self.analysis.nodes
+
+    def nodes_in(self, root: cst.CSTNode, enter_functions: bool = True) -> Nodes:
+        """The module's nodes inside `root` (without nested functions and lambdas unless `enter_functions`).
+
+        Found by source range (a binary search over the nodes sorted by start), not by walking the tree.
+        """
+        index = self.analysis
+        if isinstance(root, cst.Module):
+            return index.nodes
+        key = (id(root), enter_functions)
+        if key not in index.subtrees:
+            if index.by_start is None:
+                self._sort_by_start(index)
+            span = self._span(root)
+            holes = [] if enter_functions else [h for h in index.function_spans if inside(h, span) and h != span]
+            found = Nodes()
+            i = bisect.bisect_left(index.by_start, (span[0],))
+            while i < len(index.by_start) and index.by_start[i][0] <= span[1]:
+                start, end, _, node = index.by_start[i]
+                if end <= span[1] and not any(inside((start, end), h) for h in holes):
+                    found.add(node)
+                i += 1
+            index.subtrees[key] = found
+        return index.subtrees[key]
+
+    def _span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+        pos = self.position(node)
+        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+
+    def _sort_by_start(self, index: ModuleAnalysis) -> None:
+        rows = []
+        for kind in (index.nodes.calls, index.nodes.assigns, index.nodes.names, index.nodes.strings):
+            for node in kind:
+                start, end = self._span(node)
+                rows.append((start, end, len(rows), node))
+        rows.sort(key=lambda row: (row[0], row[2]))
+        index.by_start = rows
+        index.function_spans = [self._span(f) for f in index.nodes.functions]
+
+    def facts(self) -> ModuleFacts:
+        index = self.analysis
+        if index.facts is None:
+            index.facts = self._scan_module(index.nodes)
+        return index.facts
+
+    def _scan_module(self, found: Nodes) -> ModuleFacts:
+        facts = ModuleFacts()
+        for name in found.names:
+            if not isinstance(self.parent(name), cst.Attribute):  # outermost names only
+                facts.qnames |= self.qualified_names(name)
+        for assign in found.assigns:
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+            key = code_of(target)
+            if isinstance(target, cst.Attribute) and target.attr.value == "cache_implementation":
+                facts.sets_static_cache = True
+            if not isinstance(assign.value, cst.Call):
+                continue
+            call = assign.value
+            for q in self.qualified_names(call.func):
+                last = q.rsplit(".", 1)[-1]
+                if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional") and last[:1].isupper():
+                    facts.nn_keys.add(key)
+                if (q.startswith("torch.optim.") and "lr_scheduler" not in q) or q.startswith(
+                    "torch_xla.amp.syncfree."
+                ):
+                    facts.optimizer_keys.add(key)
+                if q in DEVICE_LOADERS:
+                    facts.device_loader_keys.add(key)
+            if method_name(call) == "per_device_loader":
+                facts.device_loader_keys.add(key)
+        cuda_strings = any(is_cuda_string(s) for s in found.strings)
+        cuda_calls = any(method_name(c) == "cuda" for c in found.calls)
+        facts.device_code = cuda_strings or cuda_calls or facts.uses("torch_xla", "torch.cuda")
+        facts.uses_bf16 = (
+            any(self._casts_to_bf16(name) for name in found.names)
+            or any(method_name(c) == "bfloat16" for c in found.calls)
+            or any(string_value(s) in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "bfloat16") for s in found.strings)
+        )
+        return facts
+
+    def _casts_to_bf16(self, name: cst.CSTNode) -> bool:
+        """`torch.bfloat16` used outside autocast (autocast keeps weights and reductions in float32)."""
+        if "torch.bfloat16" not in self.qualified_names(name):
+            return False
+        return not any(isinstance(a, cst.Call) and self.is_call_to(a, *AUTOCASTS) for a in self.ancestors(name))
+
+    # --- scopes ----------------------------------------------------------------------
+    def scope_node(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The function (or module) whose local names `node` sees."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.Module)):
+                return anc
+        return self.analysis.module
+
+    def scope(self, scope_node: cst.CSTNode) -> Scope:
+        index = self.analysis
+        if index.scopes is None:
+            index.scopes = self._build_scopes(index)
+        return index.scopes.get(id(scope_node), Scope())
+
+    def _owner(self, node: cst.CSTNode, kinds: tuple[type, ...]) -> cst.CSTNode | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, kinds):
+                return anc
+        return None
+
+    def _build_scopes(self, index: ModuleAnalysis) -> dict[int, Scope]:
+        scopes: dict[int, Scope] = {}
+
+        def scope_at(owner: cst.CSTNode | None) -> Scope:
+            return scopes.setdefault(id(owner), Scope())
+
+        for assign in index.nodes.assigns:
+            owner = self._owner(assign, (cst.FunctionDef, cst.ClassDef, cst.Module))
+            if isinstance(assign, cst.Assign):
+                targets = [t.target for t in assign.targets]
+            else:
+                targets = [assign.target] if assign.value is not None else []
+            for target in targets:
+                if isinstance(target, cst.Name):
+                    scope_at(owner).assigns.setdefault(target.value, []).append(assign.value)
+        for call in index.nodes.calls:
+            if method_name(call) == "backward" and isinstance(call.func.value, cst.Name):
+                owner = self._owner(call, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module))
+                scope_at(owner).backward_names.add(call.func.value.value)
+        for func in index.nodes.functions:
+            if not isinstance(func, cst.FunctionDef):
+                continue
+            scope = scope_at(func)
+            params = func.params
+            for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+                scope.params.add(param.name.value)
+                if func.name.value == "forward" and may_hold_tensor(param):
+                    scope.tensor_params.add(param.name.value)
+        return scopes
+
+    def assigned_values(self, name: cst.Name) -> list[cst.BaseExpression]:
+        """Values assigned to `name` in its function, or in the module when the function never binds it."""
+        scope_node = self.scope_node(name)
+        scope = self.scope(scope_node)
+        if name.value in scope.assigns or name.value in scope.params or isinstance(scope_node, cst.Module):
+            return scope.assigns.get(name.value, [])
+        return self.scope(self.analysis.module).assigns.get(name.value, [])
+
+    # --- tensors -----------------------------------------------------------------------
+    def is_tensor(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """True when `node` clearly holds a tensor (a loss, a model output, a reduction of one)."""
+        if depth > 8:
+            return False
+        if isinstance(node, cst.Name):
+            return self._name_is_tensor(node, depth)
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in TENSOR_ATTRS:
+                return not (isinstance(node.value, cst.Name) and node.value.value in ("self", "args", "config"))
+            if node.attr.value in TENSOR_VIEW_ATTRS:
+                return self.is_tensor(node.value, depth + 1)
+            return False
+        if isinstance(node, cst.Subscript):
+            return self.is_tensor(node.value, depth + 1)
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_tensor(node.left, depth + 1) or self.is_tensor(node.right, depth + 1)
+        if isinstance(node, cst.UnaryOperation):
+            return not isinstance(node.operator, cst.Not) and self.is_tensor(node.expression, depth + 1)
+        if isinstance(node, cst.Comparison):
+            if not all(isinstance(c.operator, ORDER_OPS) for c in node.comparisons):
+                return False
+            return self.is_tensor(node.left, depth + 1) or any(
+                self.is_tensor(c.comparator, depth + 1) for c in node.comparisons
+            )
+        if isinstance(node, cst.Call):
+            return self._call_is_tensor(node, depth)
+        return False
+
+    def _name_is_tensor(self, name: cst.Name, depth: int) -> bool:
+        scope_node = self.scope_node(name)
+        scope = self.scope(scope_node)
+        if name.value in scope.backward_names or name.value in scope.tensor_params:
+            return True
+        guard = (id(scope_node), name.value)
+        if guard in self.analysis.tensor_guard:
+            return False
+        self.analysis.tensor_guard.add(guard)
+        try:
+            return any(self.is_tensor(v, depth + 1) for v in self.assigned_values(name))
+        finally:
+            self.analysis.tensor_guard.discard(guard)
+
+    def _call_is_tensor(self, call: cst.Call, depth: int) -> bool:
+        func = call.func
+        method = method_name(call)
+        if method in HOST_METHODS:
+            return False
+        if self.is_builtin(func, "float", "int", "bool", "len", "str", "repr", "round", "abs", "sum", "max", "min"):
+            return False
+        if self._is_torch_function(func):
+            last = self.call_name(call).rsplit(".", 1)[-1]
+            return last not in TENSOR_FACTORIES_ON_CPU or keyword_arg(call, "device") is not None
+        if self.qualified_startswith(func, "numpy", "pandas", "math"):
+            return False
+        if method in TENSOR_METHODS:
+            receiver = func.value
+            return self.is_tensor(receiver, depth + 1) or not self.is_host_value(receiver)
+        if code_of(func) in self.facts().nn_keys:
+            return True
+        return False
+
+    def _is_torch_function(self, func: cst.CSTNode) -> bool:
+        """`torch.sum`, `F.cross_entropy`, `torch.linalg.norm`; not `torch.device`, not methods of values."""
+        node = func
+        while isinstance(node, cst.Attribute):
+            node = node.value
+        if not isinstance(node, cst.Name):  # a method called on a value, e.g. torch.randn(3).sum
+            return False
+        for q in self.qualified_names(func):
+            parts = q.split(".")
+            if parts[0] != "torch":
+                continue
+            if len(parts) == 2 and parts[1][:1].islower() and parts[1] not in NON_TENSOR_TORCH:
+                return True
+            if len(parts) == 4 and parts[1:3] == ["nn", "functional"]:
+                return True
+            if len(parts) == 3 and parts[1] in ("linalg", "special", "fft"):
+                return True
+        return False
+
+    def is_host_value(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """True when `node` is clearly a NumPy/pandas/Python value (so `.sum()` on it is not a tensor)."""
+        if depth > 6:
+            return False
+        if isinstance(node, cst.Call):
+            if method_name(node) in HOST_METHODS:
+                return True
+            if self.qualified_startswith(node.func, "numpy", "pandas", "math"):
+                return True
+            if isinstance(node.func, cst.Attribute):
+                return self.is_host_value(node.func.value, depth + 1)
+            return False
+        if isinstance(node, (cst.Attribute, cst.Subscript)):
+            return self.is_host_value(node.value, depth + 1)
+        if isinstance(node, cst.Name):
+            if self.qualified_startswith(node, "numpy", "pandas"):
+                return True
+            values = self.assigned_values(node)
+            return bool(values) and all(self.is_host_value(v, depth + 1) for v in values)
+        if isinstance(node, (cst.List, cst.Tuple, cst.Dict, cst.Integer, cst.Float, cst.SimpleString)):
+            return True
+        return False
+
+    # --- loops (the one definition is in steps.py) ------------------------------------
+    def runs_step(self, loop: cst.For | cst.While) -> bool:
+        return steps.runs_step(self, loop)
+
+    def step_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        return steps.step_loop(self, node)
+
+    def per_step_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        return steps.per_step_loop(self, node)
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return anc
+        return None
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.ClassDef):
+                return anc
+        return None
+
+    def class_derives(self, cls: cst.ClassDef, names: frozenset[str]) -> bool:
+        return any(self.qualified_names(base.value) & names for base in cls.bases)
+
+    def in_device_context(self, node: cst.CSTNode) -> bool:
+        """Code that runs on the XLA device: the step loop, model code, or a device script's other code.
+
+        Dataset classes, collate functions and preprocessing run on the CPU in DataLoader workers,
+        where dynamic shapes and CPU-only ops cost nothing.
+        """
+        cls = self.enclosing_class(node)
+        if cls is not None and self.class_derives(cls, DATASET):
+            return False
+        func = self.enclosing_function(node)
+        if func is not None and any(part in func.name.value.lower() for part in DATA_FUNCTIONS):
+            return False
+        if self.step_loop(node) is not None:
+            return True
+        if cls is not None and self.class_derives(cls, NN_MODULE):
+            return True
+        if func is not None and func.name.value == "forward":
+            return True
+        return self.facts().device_code
+
+    def contains_sync(self, node: cst.CSTNode) -> bool:
+        return any(self.qualified_names(c.func) & SYNC_CALLS for c in self.nodes_in(node, False).calls)
+
+    def contains_backward(self, node: cst.CSTNode) -> bool:
+        return any(method_name(c) == "backward" for c in self.nodes_in(node, False).calls)
+
+    def is_optimizer_step(self, call: cst.Call) -> bool:
+        """`optimizer.step()` (not `scheduler.step()`, not `scaler.step(opt)`)."""
+        if method_name(call) != "step" or positional_args(call):
+            return False
+        receiver = call.func.value
+        return is_optimizer_name(receiver) or code_of(receiver) in self.facts().optimizer_keys
+
+    def iterates_device_loader(self, loop: cst.For) -> bool:
+        facts = self.facts()
+        found = self.nodes_in(loop.iter)
+        if any(self.qualified_names(c.func) & DEVICE_LOADERS for c in found.calls):
+            return True
+        if any(method_name(c) == "per_device_loader" for c in found.calls):
+            return True
+        for name in found.names:
+            if not isinstance(name, cst.Name):
+                continue
+            if name.value in facts.device_loader_keys:
+                return True
+            # a loader handed in as a parameter, in a module that builds device loaders
+            scope = self.scope(self.scope_node(loop))
+            if facts.device_loader_keys and name.value in scope.params:
+                return True
+        return False
+
+    def iterated_name(self, loop: cst.For) -> cst.Name | None:
+        """`loader` in `for b in loader`, `enumerate(loader)`, `tqdm(loader)`, `enumerate(tqdm(loader))`."""
+        node: cst.CSTNode = loop.iter
+        for _ in range(3):
+            if isinstance(node, cst.Name):
+                return node
+            if isinstance(node, cst.Call) and (self.is_builtin(node.func, "enumerate") or self.is_call_to(node, *TQDM)):
+                args = positional_args(node)
+                if not args:
+                    return None
+                node = args[0].value
+                continue
+            return None
+        return None
+
+    def plain_dataloader_name(self, loop: cst.For) -> cst.Name | None:
+        """The iterated name when every assignment of it in scope is `DataLoader(...)`."""
+        name = self.iterated_name(loop)
+        if name is None:
+            return None
+        scope = self.scope(self.scope_node(loop))
+        values = scope.assigns.get(name.value, [])
+        if not values or name.value in scope.params:
+            return None
+        if all(isinstance(v, cst.Call) and self.is_call_to(v, *DATALOADERS) for v in values):
+            return name
+        return None

@@ -1,0 +1,192 @@
+"""The one copy of each small libcst helper the rules share: reading nodes, building nodes, edits of calls.
+
+Nothing here needs a rule's metadata except `whole_statement`, which takes the rule for its parent lookup.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+if TYPE_CHECKING:
+    from .rule import Rule
+
+DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+# Functions, classes and lambdas: their bodies do not run where they are written.
+SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+# `name=value` with no spaces, as PEP 8 writes keyword arguments.
+EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+# --- reading nodes ---------------------------------------------------------------------
+def code_of(node: cst.CSTNode) -> str:
+    """The source text of `node`."""
+    return cst.Module([]).code_for_node(node)
+
+
+def string_value(node: cst.CSTNode | None) -> str | None:
+    """The value of a plain string literal, else None."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def is_cuda_string(node: cst.CSTNode | None) -> bool:
+    value = string_value(node)
+    return value is not None and (value == "cuda" or value.startswith("cuda:"))
+
+
+def is_literal(node: cst.CSTNode | None, *values: str) -> bool:
+    """`True` / `False` / `None` written as a literal name."""
+    return isinstance(node, cst.Name) and node.value in values
+
+
+def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional_args(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def has_star_args(call: cst.Call) -> bool:
+    return any(a.star for a in call.args)
+
+
+def method_name(call: cst.Call) -> str | None:
+    """`x.item()` -> "item"; None for plain function calls."""
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def identifier(node: cst.CSTNode) -> str | None:
+    """The last identifier of a Name or attribute chain: `self.optimizer` -> "optimizer"."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+def dotted(node: cst.CSTNode | None) -> str | None:
+    """`model`, `self.model.encoder` for a Name/Attribute chain, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def module_name(node: cst.CSTNode | None) -> str:
+    """Dotted name of a Name/Attribute node ("" for anything else)."""
+    if node is None:
+        return ""
+    return get_full_name_for_node(node) or ""
+
+
+class _NodeFinder(cst.CSTVisitor):
+    def __init__(self, root: cst.CSTNode, types: tuple[type, ...], enter_root: bool) -> None:
+        super().__init__()
+        self.root = root
+        self.types = types
+        self.enter_root = enter_root
+        self.found: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, self.types):
+            self.found.append(node)
+        return not isinstance(node, SCOPES) or (node is self.root and self.enter_root)
+
+
+def find_nodes(root: cst.CSTNode, *types: type, enter_root: bool = True) -> list:
+    """Nodes of `types` inside `root` (root included), in source order, not inside nested defs/lambdas.
+
+    With `enter_root=False` a root that is itself a def/class/lambda is not entered either (a statement
+    `def f(): ...` runs none of its body where it stands).
+    """
+    finder = _NodeFinder(root, types, enter_root)
+    root.visit(finder)
+    return finder.found
+
+
+def whole_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | None:
+    """The statement line when `call` is all of it (so deleting the line deletes just the call)."""
+    expr_node = rule.parent(call)
+    if isinstance(expr_node, cst.Expr):
+        line = rule.parent(expr_node)
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            return line
+    return None
+
+
+# --- building nodes --------------------------------------------------------------------
+def expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def statements(code: str) -> list[cst.BaseStatement]:
+    return list(cst.parse_module(code).body)
+
+
+def same_quotes(node: cst.SimpleString, value: str) -> cst.SimpleString:
+    """A string literal with `node`'s quotes and prefix holding `value`."""
+    return cst.SimpleString(f"{node.prefix}{node.quote}{value}{node.quote}")
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` wrapped in parentheses when it is an operation (to put `.method()` after it)."""
+    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+# --- editing calls -----------------------------------------------------------------------
+def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """The argument `name=value`."""
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=EQUAL)
+
+
+def with_commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Arguments with clean `, ` separators (the last one without)."""
+    out = []
+    for i, arg in enumerate(args):
+        comma = (
+            cst.MaybeSentinel.DEFAULT if i == len(args) - 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+        out.append(arg.with_changes(comma=comma))
+    return out
+
+
+def call_with(call: cst.Call, func: str, args: list[cst.Arg]) -> cst.Call:
+    """`func(args)` with clean `, ` separators, keeping the original call's parentheses whitespace."""
+    return call.with_changes(func=expr(func), args=with_commas(args))
+
+
+def drop_args(call: cst.Call, drop: list[cst.Arg]) -> cst.Call:
+    """`call` without the `drop` arguments, keeping the layout of the others."""
+    kept = [a for a in call.args if not any(a is d for d in drop)]
+    if kept and any(call.args[-1] is d for d in drop):
+        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
+    return call.with_changes(args=kept)
+
+
+def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """`call` with `name=value` appended (one-per-line layouts stay one per line)."""
+    new = kwarg(name, value)
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # trailing comma: the new argument takes its place
+        before = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
+        args[-1] = last.with_changes(comma=before)
+        new = new.with_changes(comma=last.comma)
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new])

@@ -1,0 +1,105 @@
+"""The evidence behind a verdict: thin adapters from xlaport.eval's checks to the pipeline's results.
+
+- the XLA execution check (`xlaport.eval.check`): L0/L2 of one script, in a sandboxed child;
+- the generated original-vs-migrated tests (`xlaport.eval.testgen`);
+- verify (`xlaport.eval.verify`): L0–L4 of a migrated tree against a reference run of the original.
+  Verify runs the execution check itself; `check_run_of_verify` lets validation reuse that run when
+  both were asked for with the same command, so the program is executed once for both.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from xlaport.eval import testgen
+from xlaport.eval.check import run_check
+from xlaport.eval.verify import VerifyReport, verify_tree
+
+from .results import CheckRun
+
+
+def parse_command(command: str) -> tuple[str, list[str]]:
+    """`python train.py --steps 20` -> ("train.py", ["--steps", "20"]); the interpreter word is optional."""
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"cannot parse the command {command!r}: {exc}") from None
+    if words and Path(words[0]).name.startswith("python") and not words[0].endswith(".py"):
+        words = words[1:]
+    if not words or words[0].startswith("-"):
+        raise ValueError(f"the command must name a Python script, e.g. 'python train.py --steps 20': {command!r}")
+    return words[0], words[1:]
+
+
+def run_xla_check(
+    script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
+) -> CheckRun:
+    """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: where the command
+    runs from (a project that reads files by relative path needs its root)."""
+    report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=workdir)
+    return CheckRun(
+        name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
+    )
+
+
+def check_run_of_verify(report: dict) -> CheckRun:
+    """The execution check that verify ran on the migrated command (in its report), as a validation check."""
+    check = report.get("check") or {}
+    level = check.get("level")
+    if not check:
+        return CheckRun(name="xla_check", passed=None, reasons=["verify did not run the execution check"])
+    return CheckRun(
+        name="xla_check", passed=level == "L2", level=level, reasons=list(check.get("reasons", [])), report=check
+    )
+
+
+def run_verify(original: Path, migrated: Path, command: str) -> VerifyReport:
+    """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject)."""
+    script, args = parse_command(command)
+    return verify_tree(original, migrated, ["python", script, *args])
+
+
+def run_generated_tests(
+    original: Path, migrated: Path, out: Path, record: str | None = None, timeout_s: float = 600.0
+) -> CheckRun:
+    """Differential tests generated from the original, run against the migration.
+
+    `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
+    """
+    try:
+        # every public function and module of a changed file: a change also affects what calls into it
+        generated = testgen.generate_tests(original, migrated, out, record=record, changed_files=True)
+    except testgen.TestgenError as exc:
+        return CheckRun(name="generated_tests", passed=None, reasons=[f"no tests generated: {exc}"])
+    if not generated.tests:
+        why = generated.notes + [f"{u.source}:{u.target}: {u.reason}" for u in generated.undrivable]
+        return CheckRun(
+            name="generated_tests",
+            passed=None,
+            reasons=["no test could be generated" + (f" ({'; '.join(why[:3])})" if why else "")],
+            report={"generated": generated.to_dict()},
+        )
+    run = testgen.run_generated_tests(out, timeout_s=timeout_s, trees=[original, migrated])
+    reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
+    if run.timed_out:
+        reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
+    elif not run.ok and not reasons:
+        reasons.append(f"pytest exited with code {run.returncode}")
+    reasons = reasons[:10] + [
+        f"{run.passed} of {len(generated.tests)} generated test(s) passed; kept in {out} "
+        f"(README.md there lists them and what was not tested; run them again with `pytest {out}`)"
+    ]
+    return CheckRun(
+        name="generated_tests",
+        passed=run.ok,
+        level=None,
+        reasons=reasons,
+        report={"generated": generated.to_dict(), "run": run.to_dict()},
+    )
+
+
+def _first_lines(message: str, lines: int = 2, limit: int = 400) -> str:
+    """The head of a failure message (what differed, and how), on one line."""
+    head = " / ".join(line.strip() for line in message.strip().splitlines()[:lines] if line.strip())
+    return (head[: limit - 1] + "…" if len(head) > limit else head) or "failed"

@@ -1,0 +1,210 @@
+"""A source tree on disk: which files to migrate, rewriting them in parallel, writing the migrated copy
+(or the tree itself, in place) and the trace records of a run.
+
+SRC is only read unless in place: then a dirty git tree is refused (`xlaport.files.check_in_place_allowed`),
+every write is atomic and `.xlaport.bak` copies are kept where git cannot restore a file. Files that
+cannot be read or parsed are reported and copied byte for byte.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
+from multiprocessing import get_context
+from pathlib import Path
+
+from xlaport.kb import SourceError, get_rule
+from xlaport.kb.batch import FileResult, fix_file
+from xlaport.kb.rule import Rule
+from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
+
+from xlaport.files import SKIP_DIRS, UnreadableSource, atomic_write, backup_path, check_in_place_allowed, read_source
+from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
+
+from .results import FileOutcome, MigrationResult
+from .source import compile_or_raise, unified_diff
+
+IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
+GENERATED_TESTS_DIR = "tests_xla"  # the differential tests that validation generated, in the migrated tree
+
+Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
+
+
+class DestinationNotEmpty(FileExistsError):
+    pass
+
+
+# --- planning and rewriting -----------------------------------------------------------------------------
+def plan_tree(src: Path) -> tuple[list[Path], list[Path]]:
+    """(python files, other files) under `src`, relative to it, skipping VCS, cache and report folders."""
+    python, other = [], []
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        skipped = any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts)
+        if skipped or not path.is_file() or path.is_symlink():
+            continue
+        (python if path.suffix == ".py" else other).append(rel)
+    return python, other
+
+
+def check_destination(src: Path, dst: Path, force: bool) -> None:
+    if not src.is_dir():
+        raise NotADirectoryError(f"source is not a directory: {src}")
+    if dst == src or src in dst.parents:
+        raise ValueError("the destination must be outside the source tree")
+    if dst.exists() and not dst.is_dir():
+        raise NotADirectoryError(f"destination is not a directory: {dst}")
+    if dst.exists() and any(dst.iterdir()) and not force:
+        raise DestinationNotEmpty(f"destination exists and is not empty: {dst} (pass --force to write into it)")
+
+
+def _fix_task(task: tuple[str, str, list[str] | None, bool]) -> FileResult:
+    path, display, codes, unsafe = task
+    rules = None if codes is None else [get_rule(c) for c in codes]
+    try:
+        compile_or_raise(read_source(Path(path)), display)
+    except SourceError as exc:
+        return FileResult(display, error=f"{display}: {exc}")
+    except (UnreadableSource, OSError):
+        pass  # fix_file reports it
+    try:
+        return fix_file(Path(path), rules, unsafe=unsafe, display=display)
+    except Exception as exc:  # one broken file must not end the run; it is reported and copied as is
+        return FileResult(display, error=f"{display}: internal error while fixing ({type(exc).__name__}: {exc})")
+
+
+def rewrite_files(
+    src: Path,
+    rels: list[Path],
+    rules: list[type[Rule]] | None,
+    unsafe: bool,
+    jobs: int = 1,
+    progress: Progress | None = None,
+) -> list[FileResult]:
+    """The fixed text of every file (nothing is written), in the order of `rels`; `jobs` worker processes."""
+    codes = None if rules is None else [r.code for r in rules]
+    tasks = [(str(src / rel), str(rel), codes, unsafe) for rel in rels]
+    results: list[FileResult] = []
+
+    def collect(iterator) -> None:
+        for rel, result in zip(rels, iterator, strict=True):
+            results.append(result)
+            if progress:
+                progress(len(results), len(tasks), str(rel))
+
+    if jobs <= 1 or len(tasks) < 2:
+        collect(map(_fix_task, tasks))
+    else:
+        # spawn: workers start clean (no threads or torch state inherited from a server process)
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
+            collect(pool.map(_fix_task, tasks, chunksize=max(1, len(tasks) // (jobs * 4))))
+    return results
+
+
+def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
+    """Writes the migrated copy: migrated text where there is one, the original bytes otherwise."""
+    for rel in other:
+        _copy(src / rel, dst / rel)
+    for rel, result in results.items():
+        if result.error or rel not in texts:
+            _copy(src / rel, dst / rel)  # never written as migrated
+        else:
+            atomic_write(dst / rel, texts[rel])
+            shutil.copystat(src / rel, dst / rel)
+    return len(other)
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, target)
+
+
+def write_in_place(src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool) -> list[str]:
+    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies when git cannot restore them."""
+    changed = [rel for rel, text in texts.items() if text != originals[rel]]
+    needs_backup = check_in_place_allowed([src / rel for rel in changed], force)
+    backups = []
+    for rel in changed:
+        if needs_backup:
+            atomic_write(backup_path(src / rel), originals[rel])
+            backups.append(str(backup_path(src / rel)))
+        atomic_write(src / rel, texts[rel])
+    return backups
+
+
+# --- the migration trace ------------------------------------------------------------------------------------
+def trace_records(
+    migration: MigrationResult, originals: dict[Path, str], texts: dict[Path, str], results: dict[Path, FileResult]
+) -> list[TraceRecord]:
+    """The trace records of one run: one per file, one per function that changed or has findings left."""
+    v = migration.validation
+    validation = TraceValidation(
+        status=v.status, level=v.level, reasons=[v.reason] if v.reason else [], command=v.command
+    )
+    run = {"run_id": migration.run_id, "time": datetime.now(UTC).isoformat(timespec="seconds"), "src": migration.src}
+    records = []
+    for outcome in migration.files:
+        rel = Path(outcome.path)
+        common = {**run, "path": outcome.path, "validation": validation}
+        original = originals.get(rel) or results[rel].source or ""
+        migrated = texts.get(rel, "")
+        left = [m.finding.code for m in outcome.manual]
+        by = _proposed_by(bool(outcome.codes_applied), outcome.model)
+        records.append(
+            TraceRecord(
+                **common,
+                unit="file",
+                function=None,
+                original=original,
+                migrated=migrated,
+                patch=outcome.diff,
+                codes_applied=outcome.codes_applied,
+                codes_left=left,
+                proposed_by=by,
+                error=outcome.error,
+            )
+        )
+        if not outcome.error:
+            records += _function_records(common, outcome, original, migrated, results[rel])
+    return records
+
+
+def _function_records(
+    common: dict, outcome: FileOutcome, original: str, migrated: str, result: FileResult
+) -> list[TraceRecord]:
+    before, after = function_sources(original), function_sources(migrated)
+    before[MODULE_LEVEL], after[MODULE_LEVEL] = module_level(original), module_level(migrated)
+    spans = function_spans(original)
+    applied: dict[str, list[str]] = {}
+    for finding in result.applied:
+        applied.setdefault(enclosing_function(spans, finding.line), []).append(finding.code)
+    left: dict[str, list[str]] = {}
+    for item in outcome.manual:
+        left.setdefault(item.function, []).append(item.finding.code)
+    records = []
+    for name in list(dict.fromkeys([*before, *after])):
+        old, new = before.get(name, ""), after.get(name, "")
+        if old == new and name not in applied and name not in left:
+            continue
+        patch = unified_diff(old, new, f"{outcome.path}::{name}") if old != new else ""
+        by = _proposed_by(name in applied, outcome.model if name in outcome.rewritten_functions else None)
+        records.append(
+            TraceRecord(
+                **common,
+                unit="function",
+                function=name,
+                original=old,
+                migrated=new,
+                patch=patch,
+                codes_applied=applied.get(name, []),
+                codes_left=left.get(name, []),
+                proposed_by=by,
+            )
+        )
+    return records
+
+
+def _proposed_by(rules: bool, model: str | None) -> list[str]:
+    return (["rules"] if rules else []) + ([f"model:{model}"] if model else [])

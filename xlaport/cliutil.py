@@ -1,0 +1,36 @@
+"""What every `xlaport` command shares: exit codes, output formats, usage errors, code lists."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NoReturn
+
+import typer
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # findings, a rejected migration, a failed check
+EXIT_USAGE = 2  # bad arguments or input; nothing was done
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class LintFormat(StrEnum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+def fail_usage(message: str) -> NoReturn:
+    """Prints `error: message` on stderr and exits with EXIT_USAGE."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def split_codes(values: list[str] | None) -> list[str] | None:
+    """`["XLA2,C4", "XLA101"]` -> `["XLA2", "C4", "XLA101"]`; None when nothing was given."""
+    if not values:
+        return None
+    return [c.strip() for v in values for c in v.split(",") if c.strip()]

@@ -1,0 +1,27 @@
+"""Every place xlaport keeps things outside the user's tree: the cache root, models, traces.
+
+One function per location, each with its environment variable, so that the kb index, the trained
+models and the migration traces cannot drift onto different roots.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """`$XLAPORT_CACHE_DIR`, else `~/.cache/xlaport` (kb index, models, traces)."""
+    return Path(os.environ.get("XLAPORT_CACHE_DIR") or Path.home() / ".cache" / "xlaport").expanduser()
+
+
+def models_dir() -> Path:
+    """`$XLAPORT_MODELS_DIR`, else `<cache root>/models`."""
+    configured = os.environ.get("XLAPORT_MODELS_DIR")
+    return Path(configured).expanduser() if configured else cache_root() / "models"
+
+
+def traces_path() -> Path:
+    """Where `xlaport migrate` appends its traces and training reads them: `$XLAPORT_TRACES`, else
+    `<cache root>/traces.jsonl`."""
+    return Path(os.environ.get("XLAPORT_TRACES") or cache_root() / "traces.jsonl").expanduser()
