@@ -7,6 +7,11 @@ pytest files to `out`. Each generated test calls `run_differential`, which runs 
 child process (`xlaport.eval.testgen_worker`) and compares the results with dtype-aware tolerances.
 `run_generated_tests(out)` runs those tests in a sandboxed pytest and counts the outcome.
 
+User code runs only in sandboxed children, on copies of the trees (with links to the folders beside them,
+so `../data` resolves), from the tree root as working directory, the script's folder first on sys.path and
+the recorded command's arguments in sys.argv, with no network. A script run as `__main__` is recorded under
+its module name, so its classes and functions replay by importing it in another process.
+
 Targets that cannot be driven are listed with their reason, in the result, the README and the test file.
 """
 
@@ -478,7 +483,9 @@ sum(output * fixed random weights) the parameter gradients are compared too. Fun
 their outputs and on their tensor arguments after the call (in-place updates). Each value gets the
 tolerance of the least precise dtype among its two sides and the `precision` its source computes in.
 A target that draws random numbers itself cannot match (the two devices' generators differ).
-All cases of this file run in one child process per side (the `results` fixture).
+All cases of this file run in one child process per side (the `results` fixture), each importing its
+module from a copy of its tree (nothing is written to the tree), from the copy's root as working
+directory, with the script's folder first on sys.path{argv_text}.
 {undriven}"""
 
 from pathlib import Path
@@ -542,6 +549,11 @@ def render_test_file(
         migrated_root=_root_source(pair.migrated_root, out),
         migrated_module=pair.migrated_module,
         argv=f", argv={tuple(argv)!r}" if argv else "",
+        argv_text=(
+            " and the recorded command's arguments in sys.argv\n(importing a script runs it with them before its functions are called)"
+            if argv
+            else ""
+        ),
         seed=seed,
         tolerances="\n".join(f"    {k!r}: {v!r}," for k, v in TOLERANCES.items()),
         cases=cases,
@@ -581,7 +593,8 @@ def render_readme(result: TestgenResult, record: str | None) -> str:
         "Each test runs the ORIGINAL (CUDA) code on the CPU and the MIGRATED code on the XLA device, each in",
         "its own child process, with the same seeded inputs, and compares outputs (and, for modules, parameter",
         "gradients) with dtype-aware tolerances. Run them with `pytest` from this folder",
-        "(`PJRT_DEVICE=TPU pytest` on a TPU host). They need `xlaport` importable.",
+        "(`PJRT_DEVICE=TPU pytest` on a TPU host). They need `xlaport` importable and the original tree where",
+        "each test file's `ORIGINAL` says (a path relative to this folder when the two share a parent).",
         "",
         f"Inputs: {'recorded from `' + record + '` where the target was called, else ' if record else ''}"
         "synthesized from signatures and first layers (see each test).",
