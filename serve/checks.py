@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import shlex
+import tempfile
 from pathlib import Path
 
 from xlaport.eval import testgen
@@ -35,9 +36,18 @@ def parse_command(command: str) -> tuple[str, list[str]]:
 def run_xla_check(
     script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
 ) -> CheckRun:
-    """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: where the command
-    runs from (a project that reads files by relative path needs its root)."""
-    report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=workdir)
+    """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: the tree the command
+    runs from (a project that reads files by relative path needs its root); it runs in a copy of it, so what
+    the program writes (checkpoints, logs) does not land in the tree."""
+    if workdir is None:
+        report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+    else:
+        with tempfile.TemporaryDirectory(prefix="xlaport-check-tree-") as tmp:
+            copy = testgen.copy_tree(Path(workdir).resolve(), Path(tmp))
+            relative = Path(script).resolve().relative_to(Path(workdir).resolve())
+            report = run_check(
+                copy / relative, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=copy, writable=[Path(tmp)]
+            )
     return CheckRun(
         name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )
