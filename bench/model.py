@@ -1,22 +1,25 @@
-"""Benchmark of the code model against the rules-only pipeline, and of its training throughput.
+"""Does the code model fix what the rules leave? Rules-only vs model-only vs rules+model, and training throughput.
 
-    .venv/bin/python bench/model.py [--model DIR] [--limit 40] [--validate 8] [--throughput-steps 6]
+    .venv/bin/python bench/model.py --model DIR [--limit 24] [--validate 3] [--throughput-steps 4] [--json out.json]
+    .venv/bin/python bench/model.py --throughput-only [--base DIR] [--json out.json]
 
-Quality, on the held-out test split of the dataset the model was trained on (never trained on),
-three arms on the same functions (each function is its import context + the function, as a file):
-  rules-only   the pipeline without a model (`Pipeline(proposer=None)`, unsafe fixes on, as the
-               rule traces were made),
-  model-only   the code model alone on the original function (greedy, bounded),
-  rules+model  the pipeline with the model proposing for what the rules left.
-Columns: parse rate (model output whose edits apply and give a function that parses), exact match (the migrated function equals the
-trace's target, imports included), no kb finding left, and the pipeline's validation (XLA
-execution check + generated original-vs-migrated tests) on the first `--validate` functions.
-
-Throughput: the `small` configuration's pretraining step on torch_xla (PJRT_DEVICE=CPU) and eagerly
-on the CPU, random tokens, each in its own process: steady tokens/s after the compile warm-up and
-compile counts. Training wall time: what the model's own `xlaport.json` recorded (base + LoRA);
-when it was trained with fewer steps than the default, the default's time is extrapolated from
-its measured steady step time, and said so.
+Held-out functions with manual findings (never trained on):
+  - the test split of the model's dataset (synthesized pairs, split by source file: no test file's
+    function is in training), up to `--limit`, the kinds taken in turn;
+  - tests/fixtures/model_heldout/*/ (input.py, expected.py): functions written here, modelled on
+    real training scripts (MNIST, DCGAN, ImageNet examples).
+Each is a file (imports + function). Arms, on the same files:
+  rules-only   Pipeline(proposer=None).suggest, unsafe fixes on;
+  model-only   the code model alone on the original function (greedy, bounded);
+  rules+model  Pipeline(proposer=model).suggest: rules first, the model on the findings left.
+Columns: manual findings resolved (multiset of kb codes: manual findings of the original no longer
+reported), candidates accepted by the model's checks (parse, one function, same signature), exact
+match with the target function (model-only), pipeline validation (XLA execution check + generated
+tests) on the first `--validate` files where rules+model changed something, latency per function,
+generation tokens/s. Greedy generation is memoized per prompt (the same output either way), so
+rules+model latency leaves out generation where the rules did not change the function first.
+Throughput: LoRA training steps of the `cpu` configuration's shape (4x256) on the model's base,
+random tokens, through torch_xla (PJRT_DEVICE=CPU) and eagerly on the CPU, each in a child process.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -31,218 +35,224 @@ from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-
-
-# --- quality ----------------------------------------------------------------------------------------
-def _function_of(module: str) -> tuple[list[str], str] | None:
-    from xlaport.model.prompts import split_target
-
-    try:
-        return split_target(module)
-    except SyntaxError:
-        return None
+FIXTURES = HERE.parent.parent / "tests" / "fixtures" / "model_heldout"
 
 
 def _normalized(code: str) -> str:
     return "\n".join(line.rstrip() for line in code.strip().splitlines())
 
 
-def _exact(output: tuple[list[str], str] | None, context_imports: list[str], target: str) -> bool:
-    """The output's function and the imports it added equal the target's."""
-    if output is None:
-        return False
-    from xlaport.model.prompts import split_target
-
-    target_imports, target_function = split_target(target)
-    added = sorted(set(output[0]) - set(context_imports))
-    return _normalized(output[1]) == _normalized(target_function) and added == sorted(target_imports)
+def _manual(findings) -> Counter:
+    return Counter(f.code for f in findings if not f.fixable)
 
 
-def _findings_left(module: str) -> int | None:
-    from xlaport.kb import SourceError, lint_source
+def held_out(model_dir: Path, limit: int) -> list[dict]:
+    """[{name, source, function, target_function, target_imports, origin}] of the held-out set."""
+    import ast
 
-    try:
-        return len(lint_source(module))
-    except SourceError:
-        return None
-
-
-def select_traces(traces: list, limit: int) -> list:
-    """Up to `limit` traces, round-robin over kinds, in a stable order."""
-    by_kind: dict[str, list] = {}
-    for trace in sorted(traces, key=lambda t: (t.kind, t.file, t.name)):
-        by_kind.setdefault(trace.kind, []).append(trace)
-    chosen = []
-    while len(chosen) < limit and any(by_kind.values()):
-        for kind in sorted(by_kind):
-            if by_kind[kind] and len(chosen) < limit:
-                chosen.append(by_kind[kind].pop(0))
-    return chosen
-
-
-def quality(model_dir: Path, limit: int, validate: int, log) -> dict:
     from xlaport.model.artifacts import read_meta
     from xlaport.model.prompts import split_target
-    from xlaport.model.proposer import add_imports, load_proposer
-    from xlaport.serve.pipeline import Pipeline
-    from xlaport.serve.results import Evidence, SuggestOptions
     from xlaport.training.dataset import load_dataset
     from xlaport.training.traces import module_text
 
-    meta = read_meta(model_dir) or {}
-    dataset = load_dataset(Path(meta["dataset"]))
-    tests = select_traces(dataset.split_traces("test"), limit)
-    log(f"{len(tests)} test functions ({dict(Counter(t.kind for t in tests))}) from {meta['dataset']}")
+    items = []
+    dataset = (read_meta(model_dir) or {}).get("dataset")
+    if dataset and Path(dataset).is_dir():
+        by_kind: dict[str, list] = {}
+        for trace in load_dataset(Path(dataset)).split_traces("test"):
+            if trace.kind.startswith("synth:"):
+                by_kind.setdefault(trace.kind, []).append(trace)
+        chosen = []
+        while len(chosen) < limit and any(by_kind.values()):
+            for group in by_kind.values():
+                if group and len(chosen) < limit:
+                    chosen.append(group.pop(0))
+        for trace in chosen:
+            imports, function = split_target(trace.target)
+            name = ast.parse(trace.original).body[0].name
+            items.append(
+                {
+                    "name": f"{trace.file}:{trace.name}",
+                    "origin": trace.kind,
+                    "source": module_text(trace.imports, trace.original),
+                    "function": name,
+                    "target_function": function,
+                    "target_imports": imports,
+                }
+            )
+    for directory in sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []:
+        source = (directory / "input.py").read_text(encoding="utf-8")
+        expected = (directory / "expected.py").read_text(encoding="utf-8")
+        from xlaport.model.spans import function_sources
+
+        changed = [n for n, text in function_sources(source).items() if function_sources(expected).get(n) != text]
+        target = function_sources(expected)[changed[0]]
+        before = {ast.dump(n) for n in ast.parse(source).body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        added = [
+            ast.unparse(n)
+            for n in ast.parse(expected).body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and ast.dump(n) not in before
+        ]
+        items.append(
+            {
+                "name": directory.name,
+                "origin": "fixture",
+                "source": source,
+                "function": changed[0],
+                "target_function": __import__("textwrap").dedent(target),
+                "target_imports": added,
+            }
+        )
+    return items
+
+
+def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
+    from xlaport.kb import lint_source
+    from xlaport.model.proposer import load_proposer
+    from xlaport.serve.pipeline import Pipeline, SuggestOptions
+
+    start = time.perf_counter()
     model = load_proposer(model_dir)
-    rules_only = Pipeline(proposer=None)
-    with_model = Pipeline(index=rules_only.index, proposer=model)
-    options = SuggestOptions(unsafe_fixes=True, k=2)
+    load_s = time.perf_counter() - start
+    items = held_out(model_dir, limit)
+    log(f"{len(items)} held-out functions; model loaded in {load_s:.1f} s")
+    rules_pipeline, model_pipeline = Pipeline(proposer=None), Pipeline(proposer=model)
+    _memoize_generation(model)
     rows = []
-    for number, trace in enumerate(tests, 1):
-        module = module_text(trace.imports, trace.original)
-        context_imports = split_target(module)[0]
-        row = {"kind": trace.kind, "file": trace.file, "name": trace.name, "codes": trace.codes}
-        start = time.perf_counter()
-        rules_patch = rules_only.suggest(module, "snippet.py", options)
-        row["rules"] = _arm(rules_patch.migrated, context_imports, trace.target, parsed=True)
-        row["rules"]["seconds"] = round(time.perf_counter() - start, 2)
+    validated_runs = 0
+    for n, item in enumerate(items):
+        source = item["source"]
+        original = lint_source(source)
+        manual = _manual(original)
+        row = {"name": item["name"], "origin": item["origin"], "manual": sum(manual.values())}
 
-        start = time.perf_counter()
-        codes = [f.code for f in _lint(module)]
-        candidate = model.candidate(trace.original, trace.imports, codes, trace.name)
-        parses = candidate.code is not None or not any(
-            reason in (candidate.rejected_reason or "")
-            for reason in ("does not apply", "does not parse", "no complete function", "too long")
+        t = time.perf_counter()
+        patch = rules_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
+        row["rules_s"] = time.perf_counter() - t
+        row["rules_resolved"] = sum((manual - _manual(lint_source(patch.migrated))).values())
+
+        t = time.perf_counter()
+        findings = [f for f in original if not f.fixable]
+        candidate, new_source = model.rewrite_in_file(source, item["function"], findings, [])
+        row["model_s"] = time.perf_counter() - t
+        row["model_accepted"] = bool(candidate and candidate.accepted and new_source)
+        row["model_reason"] = (
+            None if row["model_accepted"] else (candidate.rejected_reason if candidate else "no such function")
         )
-        output = add_imports(module_text(trace.imports, candidate.code), candidate.imports) if candidate.code else module
-        row["model"] = _arm(output, context_imports, trace.target, parsed=parses)
-        row["model"].update(
-            accepted=candidate.accepted, rejected=candidate.rejected_reason, tokens=candidate.new_tokens,
-            seconds=round(time.perf_counter() - start, 2),
+        row["model_tokens"] = candidate.new_tokens if candidate else 0
+        row["model_gen_s"] = candidate.seconds if candidate else 0.0
+        row["model_resolved"] = (
+            sum((manual - _manual(lint_source(new_source))).values()) if row["model_accepted"] else 0
+        )
+        row["model_exact"] = bool(
+            row["model_accepted"]
+            and _normalized(candidate.code) == _normalized(item["target_function"])
+            and sorted(candidate.imports) == sorted(item["target_imports"])
         )
 
-        start = time.perf_counter()
-        combined = with_model.suggest(module, "snippet.py", options)
-        row["rules+model"] = _arm(combined.migrated, context_imports, trace.target, parsed=True)
-        row["rules+model"]["model_used"] = bool(combined.evidence.rewritten_functions)
-        row["rules+model"]["seconds"] = round(time.perf_counter() - start, 2)
-
-        if number <= validate:
-            for arm, migrated in (("rules", rules_patch.migrated), ("model", output), ("rules+model", combined.migrated)):
-                if migrated == module:
-                    row[arm]["validation"] = "no change"
-                    continue
-                start = time.perf_counter()
-                evidence = rules_only.validate_file(
-                    module, migrated, "snippet.py", SuggestOptions(validate_patch=True, timeout_s=300),
-                    Evidence(codes_applied=[], codes_left=[]),
-                )
-                row[arm]["validation"] = evidence.status
-                row[arm]["checks"] = {c.name: c.passed for c in evidence.checks}
-                row[arm]["validation_s"] = round(time.perf_counter() - start, 1)
+        t = time.perf_counter()
+        do_validate = validated_runs < validate
+        options = SuggestOptions(unsafe_fixes=True, k=0, validate_patch=do_validate, timeout_s=600)
+        both = model_pipeline.suggest(source, "f.py", options)
+        row["both_s"] = time.perf_counter() - t
+        row["both_resolved"] = sum((manual - _manual(lint_source(both.migrated))).values())
+        row["both_proposals"] = len(both.evidence.rewritten_functions)
+        row["both_notes"] = [note for note in both.notes if "code model" in note or "proposal" in note]
+        if do_validate and both.changed:
+            validated_runs += 1
+            row["both_validation"] = both.evidence.status
+            row["both_validation_reason"] = both.evidence.reason
         rows.append(row)
         log(
-            f"[{number}/{len(tests)}] {trace.kind:<8} {trace.name:<40} "
-            + "  ".join(f"{arm}: exact={row[arm]['exact']} left={row[arm]['findings_left']}" for arm in ARMS)
+            f"[{n + 1}/{len(items)}] {item['name']}: manual {row['manual']}, resolved rules {row['rules_resolved']} "
+            f"model {row['model_resolved']} both {row['both_resolved']}; model {'ok' if row['model_accepted'] else row['model_reason']}"
         )
-    return {"model": model_dir.name, "dataset": meta["dataset"], "functions": rows, "summary": summarize(rows, validate)}
+    return {"model": str(model_dir), "load_s": round(load_s, 1), "rows": rows, "summary": summarize(rows)}
 
 
-ARMS = ("rules", "model", "rules+model")
+def _memoize_generation(model) -> None:
+    """Greedy generation is deterministic: the rules+model arm reuses model-only's output for the same prompt.
+
+    Its latency then leaves out generation wherever the rules did not change the function first.
+    """
+    cache: dict = {}
+    generate = model.generate_text
+
+    def cached(prompt_ids: list[int], budget: int):
+        key = (tuple(prompt_ids), budget)
+        if key not in cache:
+            cache[key] = generate(prompt_ids, budget)
+        return cache[key]
+
+    model.generate_text = cached
 
 
-def _lint(module: str):
-    from xlaport.kb import SourceError, lint_source
+def summarize(rows: list[dict]) -> dict:
+    manual = sum(r["manual"] for r in rows)
+    tokens = sum(r["model_tokens"] for r in rows)
+    gen_s = sum(r["model_gen_s"] for r in rows)
+    validated = [r for r in rows if "both_validation" in r]
 
-    try:
-        return lint_source(module)
-    except SourceError:
-        return []
+    def share(count: int, total: int) -> dict:
+        return {"count": count, "total": total, "share": round(count / total, 3) if total else None}
 
-
-def _arm(migrated: str, context_imports: list[str], target: str, parsed: bool) -> dict:
-    output = _function_of(migrated)
-    left = _findings_left(migrated)
-    return {"parsed": parsed and output is not None, "exact": _exact(output, context_imports, target), "findings_left": left}
-
-
-def summarize(rows: list[dict], validate: int) -> dict:
-    summary = {}
-    for arm in ARMS:
-        n = len(rows)
-        validated = [r[arm] for r in rows[:validate]]
-        summary[arm] = {
-            "functions": n,
-            "parse_rate": _share(sum(r[arm]["parsed"] for r in rows), n),
-            "exact_match": _share(sum(r[arm]["exact"] for r in rows), n),
-            "no_finding_left": _share(sum(r[arm]["findings_left"] == 0 for r in rows), n),
-            "validated": _share(sum(v.get("validation") == "validated" for v in validated), len(validated)),
-            "xla_check_passed": _share(sum(v.get("checks", {}).get("xla_check") is True for v in validated), len(validated)),
-            "tests_passed": _share(sum(v.get("checks", {}).get("generated_tests") is True for v in validated), len(validated)),
-            "validation_runs": len(validated),
+    return {
+        "functions": len(rows),
+        "manual_findings": manual,
+        "resolved": {arm: share(sum(r[f"{arm}_resolved"] for r in rows), manual) for arm in ("rules", "model", "both")},
+        "model_accepted": share(sum(r["model_accepted"] for r in rows), len(rows)),
+        "model_exact": share(sum(r["model_exact"] for r in rows), len(rows)),
+        "rules_model_proposals": sum(r["both_proposals"] for r in rows),
+        "validation": dict(Counter(r["both_validation"] for r in validated)),
+        "median_s": {
+            arm: round(statistics.median(r[f"{arm}_s"] for r in rows), 2) for arm in ("rules", "model", "both")
         }
-        by_kind = Counter(r["kind"] for r in rows)
-        summary[arm]["exact_by_kind"] = {
-            kind: _share(sum(r[arm]["exact"] for r in rows if r["kind"] == kind), count) for kind, count in by_kind.items()
-        }
-        summary[arm]["no_finding_by_kind"] = {
-            kind: _share(sum(r[arm]["findings_left"] == 0 for r in rows if r["kind"] == kind), count)
-            for kind, count in by_kind.items()
-        }
-    summary["model"]["accepted"] = _share(sum(r["model"]["accepted"] for r in rows), len(rows))
-    summary["model"]["rejections"] = dict(Counter(_reason_kind(r["model"]["rejected"]) for r in rows if r["model"]["rejected"]))
-    summary["rules+model"]["model_used"] = sum(r["rules+model"]["model_used"] for r in rows)
-    return summary
+        if rows
+        else {},
+        "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
+        "rejections": dict(Counter((r["model_reason"] or "")[:50] for r in rows if not r["model_accepted"])),
+    }
 
 
-def _reason_kind(reason: str) -> str:
-    for key in ("does not parse", "signature", "changes nothing", "not exactly one function", "no complete function", "too long"):
-        if key in reason:
-            return key
-    return reason[:40]
-
-
-def _share(count: int, total: int) -> str:
-    return f"{count}/{total} ({100 * count / total:.0f}%)" if total else "–"
-
-
-# --- throughput ----------------------------------------------------------------------------------------
-def throughput_child(device: str, size_name: str, steps: int) -> dict:
-    """One pretraining run of `steps` random-token batches of the size's shape (runs in its own process)."""
+# --- throughput ------------------------------------------------------------------------------------------
+def throughput_child(device: str, base: str, steps: int) -> dict:
+    """LoRA training steps of the cpu configuration's shape on `base`, random tokens (runs in its own process)."""
     import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
     from xlaport.training.configs import get_size
     from xlaport.training.dataset import Batches
     from xlaport.training.loop import LoopConfig, train
-    from xlaport.training.workflow import new_base_model
 
-    class _Tokenizer:  # new_base_model only needs the sizes and special ids
-        def __init__(self, n: int) -> None:
-            self.n, self.eos_token_id, self.pad_token_id = n, 0, 1
-
-        def __len__(self) -> int:
-            return self.n
-
-    size = get_size(size_name)
+    size = get_size("cpu")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     torch.manual_seed(0)
-    model = new_base_model(size, _Tokenizer(size.vocab_size))
-    shape = (size.batch_size, size.context)
-    batches = Batches([torch.randint(2, size.vocab_size, shape, dtype=torch.int32) for _ in range(steps)], [None] * steps, 2)
-    result = train(model, batches, LoopConfig(steps=steps, lr=1e-3, warmup_steps=1, log_every=10**6, device=device), log=lambda m: None)
-    data = result.to_dict()
-    data["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    lora = LoraConfig(
+        task_type="CAUSAL_LM", r=size.lora_r, lora_alpha=size.lora_alpha, target_modules=list(size.lora_targets)
+    )
+    model = get_peft_model(model, lora)
+    shape = (size.batch_size, min(size.buckets))
+    vocab = model.config.vocab_size
+    batches = Batches([torch.randint(0, vocab, shape, dtype=torch.int32) for _ in range(steps)], [None] * steps, 2)
+    config = LoopConfig(steps=steps, lr=1e-4, warmup_steps=1, log_every=10**6, device=device)
+    result = train(model, batches, config, log=lambda m: None)
+    data = {k: v for k, v in result.to_dict().items() if k != "losses"}
     data["shape"] = list(shape)
     data["steady_step_s"] = round(result.steady_s / max(1, steps - result.compile_warmup_steps), 2)
     return data
 
 
-def throughput(size_name: str, steps: int, log) -> dict:
+def throughput(base: str, steps: int, log) -> dict:
     results = {}
     for device in ("xla", "eager"):
         env = {**os.environ, "PJRT_DEVICE": "CPU"} if device == "xla" else {**os.environ, "USE_TORCH_XLA": "0"}
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, str(HERE), "--throughput-child", device, "--size", size_name, "--throughput-steps", str(steps)],
-            capture_output=True, text=True, env=env, check=False,
+            [sys.executable, str(HERE), "--throughput-child", device, "--base", base, "--throughput-steps", str(steps)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
         )
         if proc.returncode != 0:
             raise SystemExit(f"throughput run on {device} failed:\n{proc.stderr[-2000:]}")
@@ -252,128 +262,100 @@ def throughput(size_name: str, steps: int, log) -> dict:
     return results
 
 
-# --- training wall time ----------------------------------------------------------------------------------
-def training_wall(model_dir: Path) -> dict:
+def training_record(model_dir: Path) -> dict:
+    """What the model's own training recorded, and the default configuration's time extrapolated from it."""
     from xlaport.model.artifacts import read_meta
     from xlaport.training.configs import get_size
 
-    lora = read_meta(model_dir) or {}
-    base = read_meta(Path(lora.get("base_model", ""))) or {}
-    out = {}
-    for name, meta, default_steps in (
-        ("base", base, "base_steps"),
-        ("lora", lora, "lora_steps"),
-    ):
-        train = meta.get("train")
-        if not train:
-            continue
-        size = get_size(meta.get("size", "small"))
-        default = getattr(size, default_steps)
-        ran = train["steps"]
-        steady_steps = max(1, ran - train["start_step"] - train["compile_warmup_steps"])
-        per_step = train["steady_s"] / steady_steps
-        warmup_s = train["wall_s"] - train["steady_s"]
-        out[name] = {
-            "size": size.name,
-            "steps": ran,
-            "default_steps": default,
-            "wall_s": train["wall_s"],
-            "steady_step_s": round(per_step, 2),
-            "tokens_per_s": train["tokens_per_s"],
-            "compiles": train["compiles"],
-            "compiles_after_warmup": train["compiles_after_warmup"],
-            "default_wall_s": round(train["wall_s"] if ran == default else warmup_s + per_step * (default - train["compile_warmup_steps"]), 1),
-            "extrapolated": ran != default,
-            "first_loss": _losses(train)[0] if train["losses"] else None,
-            "last_loss": _losses(train)[-1] if train["losses"] else None,
-        }
-    return out
+    meta = read_meta(model_dir) or {}
+    train = meta.get("train") or {}
+    if not train:
+        return {}
+    size = get_size(meta.get("size", "cpu"))
+    steady_steps = max(1, train["steps"] - train.get("start_step", 0) - train["compile_warmup_steps"])
+    step_s = train["steady_s"] / steady_steps
+    warmup_s = train["wall_s"] - train["steady_s"]
+    return {
+        "size": size.name,
+        "steps": train["steps"],
+        "wall_s": train["wall_s"],
+        "steady_step_s": round(step_s, 2),
+        "tokens_per_s": train.get("tokens_per_s"),
+        "compiles": train.get("compiles"),
+        "compiles_after_warmup": train.get("compiles_after_warmup"),
+        "fallback_ops": train.get("fallback_ops"),
+        "default_steps": size.lora_steps,
+        "default_wall_s_extrapolated": round(warmup_s + step_s * (size.lora_steps - train["compile_warmup_steps"]), 0),
+        "losses": train.get("losses"),
+    }
 
 
-def _losses(train: dict) -> list[float]:
-    """Losses in step order (JSON keys are strings, and xlaport.json sorts them as strings)."""
-    return [loss for _, loss in sorted((int(step), loss) for step, loss in train["losses"].items())]
+def table(summary: dict) -> str:
+    res = summary["resolved"]
 
+    def cell(d: dict) -> str:
+        return f"{d['count']}/{d['total']} ({100 * (d['share'] or 0):.0f}%)"
 
-# --- report -------------------------------------------------------------------------------------------
-def render(results: dict) -> str:
-    lines = []
-    if "quality" in results:
-        q = results["quality"]
-        s = q["summary"]
-        lines += [
-            f"## Held-out test split: {s['rules']['functions']} functions (model {q['model']})",
-            "",
-            "| arm | parse rate | exact match | no kb finding left | validated | XLA check passed | generated tests passed |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for arm in ARMS:
-            a = s[arm]
-            lines.append(
-                f"| {arm} | {a['parse_rate']} | {a['exact_match']} | {a['no_finding_left']} | {a['validated']} | "
-                f"{a['xla_check_passed']} | {a['tests_passed']} |"
-            )
-        lines += ["", "Exact match by trace kind: " + "; ".join(f"{arm} {s[arm]['exact_by_kind']}" for arm in ARMS)]
-        lines += ["No finding left by trace kind: " + "; ".join(f"{arm} {s[arm]['no_finding_by_kind']}" for arm in ARMS)]
-        lines += [
-            f"Model-only candidates accepted by the proposer's checks: {s['model']['accepted']}; "
-            f"rejections: {s['model']['rejections']}; the rules+model pipeline used a model rewrite in "
-            f"{s['rules+model']['model_used']} function(s)."
-        ]
-    if "throughput" in results:
-        lines += ["", "## Training throughput (pretraining step, random tokens)", "", "| device | shape | params (M) | tokens/s (steady) | s/step | compiles | after warm-up | process s |", "|---|---|---|---|---|---|---|---|"]
-        for t in results["throughput"].values():
-            lines.append(
-                f"| {t['device']} | {t['shape']} | {t['params_m']} | {t['tokens_per_s']} | {t['steady_step_s']} | "
-                f"{t['compiles']} | {t['compiles_after_warmup']} | {t['process_s']} |"
-            )
-    if "training" in results:
-        lines += ["", "## Training wall time (from the model's xlaport.json)", "", "| stage | steps run | default steps | wall s | s/step | tokens/s | compiles (after warm-up) | default wall s | loss first → last |", "|---|---|---|---|---|---|---|---|---|"]
-        for stage, t in results["training"].items():
-            mark = " (extrapolated)" if t["extrapolated"] else ""
-            lines.append(
-                f"| {stage} ({t['size']}) | {t['steps']} | {t['default_steps']} | {t['wall_s']} | {t['steady_step_s']} | "
-                f"{t['tokens_per_s']} | {t['compiles']} ({t['compiles_after_warmup']}) | {t['default_wall_s']}{mark} | "
-                f"{t['first_loss']} → {t['last_loss']} |"
-            )
-        total = sum(t["default_wall_s"] for t in results["training"].values())
-        lines.append(f"\nDefault base + LoRA training: {total / 60:.1f} min")
+    med = summary.get("median_s", {})
+    lines = [
+        f"{'arm':<12} {'manual resolved':>18} {'accepted':>14} {'exact':>14} {'median s/fn':>12}",
+        f"{'rules-only':<12} {cell(res['rules']):>18} {'-':>14} {'-':>14} {med.get('rules', 0):>12}",
+        f"{'model-only':<12} {cell(res['model']):>18} {cell(summary['model_accepted']):>14} {cell(summary['model_exact']):>14} {med.get('model', 0):>12}",
+        f"{'rules+model':<12} {cell(res['both']):>18} {summary['rules_model_proposals']:>14} {'-':>14} {med.get('both', 0):>12}",
+        f"validation of rules+model patches: {summary['validation'] or 'none run'}",
+        f"generation: {summary['generation_tokens_per_s']} tokens/s; rejections: {summary['rejections']}",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, help="LoRA model directory (default: the newest)")
-    parser.add_argument("--limit", type=int, default=40, help="test functions to evaluate")
-    parser.add_argument("--validate", type=int, default=8, help="of those, how many go through validation")
-    parser.add_argument("--size", default="small", help="configuration whose throughput is measured")
-    parser.add_argument("--throughput-steps", type=int, default=6)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["quality", "throughput", "training"])
-    parser.add_argument("--json", type=Path, help="also write all results here")
+    parser.add_argument("--limit", type=int, default=24, help="test-split functions (the fixtures come on top)")
+    parser.add_argument("--validate", type=int, default=3, help="rules+model patches to validate")
+    parser.add_argument("--throughput-steps", type=int, default=4, help="0 skips the throughput runs")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--throughput-only", action="store_true", help="only the training throughput runs")
     parser.add_argument("--throughput-child", choices=["xla", "eager"], help=argparse.SUPPRESS)
+    parser.add_argument("--base", help="base model directory for --throughput-only (default: SmolLM2-135M)")
     args = parser.parse_args(argv)
     if args.throughput_child:
-        print(json.dumps(throughput_child(args.throughput_child, args.size, args.throughput_steps)))
+        print(json.dumps(throughput_child(args.throughput_child, args.base, args.throughput_steps)))
         return 0
+    os.environ.setdefault("USE_TORCH_XLA", "0")  # serving and linting run eagerly; the XLA child sets its own
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    from xlaport.model.proposer import find_model_dir, no_model_message
+    from xlaport.model.proposer import base_model_of, find_model_dir
 
-    model_dir = find_model_dir(args.model)
-    results: dict = {}
-    if model_dir is None and not {"quality", "training"} <= set(args.skip):
-        raise SystemExit(no_model_message())
-    if "training" not in args.skip:
-        results["training"] = training_wall(model_dir)
-    if "throughput" not in args.skip:
-        results["throughput"] = throughput(args.size, args.throughput_steps, log)
-    if "quality" not in args.skip:
-        results["quality"] = quality(model_dir, args.limit, args.validate, log)
-    print(render(results))
+    if args.throughput_only:
+        from xlaport.model.base import default_base_model
+
+        base = str(args.base or default_base_model(log=log))
+        results = {"throughput": throughput(base, args.throughput_steps or 4, log)}
+    else:
+        model_dir = find_model_dir(args.model)
+        if model_dir is None:
+            raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
+        results = {"quality": run_quality(model_dir, args.limit, args.validate, log)}
+        results["training"] = training_record(model_dir)
+        if args.throughput_steps:
+            results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)
+        print(table(results["quality"]["summary"]))
+    if results.get("training"):
+        tr = results["training"]
+        print(
+            f"training ({tr['size']}, {tr['steps']} steps): {tr['wall_s']} s wall, {tr['steady_step_s']} s/step steady, "
+            f"{tr['tokens_per_s']} tokens/s, compiles {tr['compiles']} (after warm-up {tr['compiles_after_warmup']}), "
+            f"fallbacks {tr['fallback_ops'] or 0}; default {tr['default_steps']} steps extrapolated: {tr['default_wall_s_extrapolated']} s"
+        )
+    for device, data in results.get("throughput", {}).items():
+        print(
+            f"throughput {device}: {data['tokens_per_s']} tokens/s, {data['steady_step_s']} s/step, compiles {data.get('compiles')}"
+        )
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return 0
 
 

@@ -3,8 +3,11 @@
 `run_check` starts eval/check_runner.py in a sandboxed child process (time and memory limits, its own
 temporary working directory), reads the per-step metrics the runner wrote, and grades the run:
 
-- "none": the script did not finish (non-zero exit, time-out, memory limit);
-- "L0": it ran, but something below keeps it from L2 (`reasons` says what);
+- "none": the script did not finish (non-zero exit, a signal, time-out, memory limit); `reasons` says how it
+  ended, the last phase it reached and its peak memory;
+- "L0": it ran, but something below keeps it from L2 (`reasons` says what). The runner stops a run early
+  (fail-fast) when its loop has no step barrier or trains on the CPU instead of the XLA device: that is L0
+  with the reason and the loop's line, in seconds instead of a time-out;
 - "L2": it ran on the XLA device with no CPU fallback op, no compilation after the warm-up steps, no
   per-step device-to-host transfers, no NaN/Inf, every parameter on the device and every optimizer
   holding the model's own parameters.
@@ -20,6 +23,7 @@ import glob
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -95,6 +99,12 @@ class CheckReport:
     stdout_tail: str = ""
     notes: list[str] = field(default_factory=list)
     lost_ties: list[str] = field(default_factory=list)  # shared parameters that a device move untied
+    stopped: str | None = None  # "no_barrier" or "off_xla" when the runner stopped the run early (fail-fast)
+    phase: str = ""  # the last phase the run reached (start-up, step N, exit ...)
+    memory_limit_mb: int | None = None
+    optimizer_steps: int = 0
+    off_xla_optimizer_steps: int = 0  # optimizer steps whose parameters were all off the XLA device
+    device_choice: str | None = None  # where the script chose the device its model ended up on (off XLA)
 
     @property
     def ok(self) -> bool:
@@ -174,9 +184,14 @@ def run_check(
         compilations=compilations,
         launched_at=launched_at,
         pjrt_device=child_env["PJRT_DEVICE"],
+        memory_mb=result.memory_limit_mb,  # the limit that applied (the sandbox may clamp it)
     )
     if not result.sandboxed:
         report.notes.append("not sandboxed: " + "; ".join(result.gaps))
+    if result.memory_limit_mb < memory_mb:
+        report.notes.append(
+            f"memory limit lowered to this machine's {result.memory_limit_mb} MB (asked {memory_mb} MB)"
+        )
     if workdir is None and report.error and ("FileNotFoundError" in report.error or "No such file" in report.error):
         report.notes.append(
             "the script ran in a fresh temporary working directory: if it reads files by relative path, "
@@ -280,8 +295,10 @@ def build_report(
     compilations: list[Compilation],
     launched_at: float,
     pjrt_device: str,
+    memory_mb: int | None = None,
 ) -> CheckReport:
     process = pick_process(events)
+    stopped = next((e for e in events if e["event"] == "stopped"), None)
     imported = next((e for e in events if e["event"] == "torch_xla_imported"), None)
     finished = any(e["event"] == "script_end" and e["pid"] == process.main_pid for e in events)
     end = process.end
@@ -305,6 +322,9 @@ def build_report(
         previous_t = event["t"]
 
     totals = end["totals"] if end else _sum_steps(per_step)
+    beats = [e for e in events if e["event"] == "heartbeat" and e["pid"] == process.pid]
+    if end is None and beats:  # a killed run: its compilations outside the counted steps too
+        totals["compiles"] = max(totals["compiles"], beats[-1]["compiles"])
     after_warmup = per_step[steps_warmup:]
     compiles_after_warmup = sum(s.compiles for s in after_warmup)
     transfers_per_step = round(sum(s.transfers for s in after_warmup) / len(after_warmup), 3) if after_warmup else None
@@ -333,13 +353,14 @@ def build_report(
     wall_s = round(result.wall_s, 3)
     startup_s = round(min(imported["t"] - launched_at, wall_s), 3) if imported else wall_s
     compile_s = round(totals["compile_s"], 3)
+    optimizer_steps, off_xla_steps = _optimizer_steps(events, process, end)
     report = CheckReport(
         script=str(script),
         args=args,
-        exit_code=None if result.timed_out or result.memory_exceeded else result.returncode,
+        exit_code=None if result.timed_out or result.memory_exceeded or stopped else result.returncode,
         level="none",
         reasons=[],
-        error=_error_text(result),
+        error=None if stopped else _error_text(result),
         timed_out=result.timed_out,
         memory_exceeded=result.memory_exceeded,
         pjrt_device=pjrt_device,
@@ -367,9 +388,100 @@ def build_report(
         peak_rss_mb=round(result.peak_rss_mb, 1),
         stdout_tail="\n".join(result.stdout.strip().splitlines()[-10:]),
         notes=notes,
+        stopped=stopped["kind"] if stopped else None,
+        phase=last_phase(events, process, finished),
+        memory_limit_mb=memory_mb,
+        optimizer_steps=optimizer_steps,
+        off_xla_optimizer_steps=off_xla_steps,
+        device_choice=device_choice(events),
     )
+    if stopped:
+        report.level, report.reasons = "L0", [stopped["reason"]]
+        if report.stopped == "off_xla" and report.device_choice:
+            report.reasons[0] += f"; the device comes from {report.device_choice}"
+        report.notes.append(f"stopped early by the check after {report.wall_s:.1f} s ({report.phase})")
+        return report
+    if not (result.timed_out or result.memory_exceeded or result.returncode == 0):
+        report.notes += _crash_notes(result)
     report.level, report.reasons = grade(report, finished=finished, timeout_s=timeout_s)
     return report
+
+
+def _optimizer_steps(events: list[dict], process: ProcessEvents, end: dict | None) -> tuple[int, int]:
+    """(optimizer steps, those with every parameter off XLA) of the reported process: from its summary, else
+    from its last heartbeat (a killed run)."""
+    if end is not None:
+        return end.get("optimizer_steps", 0), end.get("off_xla_optimizer_steps", 0)
+    beats = [e for e in events if e["event"] == "heartbeat" and e["pid"] == process.pid]
+    return (beats[-1]["optimizer_steps"], 0) if beats else (0, 0)
+
+
+def last_phase(events: list[dict], process: ProcessEvents, finished: bool) -> str:
+    """How far the run got, in words, from the events it left (for runs that were killed)."""
+    kinds = {e["event"] for e in events}
+    if finished:
+        return "after the script ended"
+    if "start" not in kinds:
+        return "starting Python (before the check's runner ran)"
+    if not any(e["event"] == "torch_xla_imported" for e in events):
+        return "running the script, before it imported torch_xla"
+    beats = [e for e in events if e["event"] == "heartbeat" and e["pid"] == process.pid]
+    beat = beats[-1] if beats else {}
+    detail = []
+    if beat.get("compiles"):
+        detail.append(f"{beat['compiles']} graph compilation(s) so far")
+    if beat.get("graph_nodes"):
+        detail.append(f"the last graph had {beat['graph_nodes']} nodes")
+    if beat.get("optimizer_steps"):
+        detail.append(f"{beat['optimizer_steps']} optimizer step(s)")
+    where = (
+        f"in XLA step {len(process.steps)} ({len(process.steps)} complete)"
+        if process.steps
+        else "after importing torch_xla, before the first XLA step"
+    )
+    return where + (": " + ", ".join(detail) if detail else "")
+
+
+def device_choice(events: list[dict]) -> str | None:
+    """`file:line: source` of where the device of a module left off the XLA device was chosen: the (up to three
+    nearest) assignments of the name passed to `.to(...)` there, else the `.to(...)` call itself."""
+    move = next((e for e in events if e["event"] == "off_xla_move" and e.get("site")), None)
+    if move is None:
+        return None
+    path, _, line = move["site"].rpartition(":")
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        call = lines[int(line) - 1]
+    except (OSError, ValueError, IndexError):
+        return move["site"]
+    name = re.search(r"\.to\(\s*([A-Za-z_][\w.]*)\s*[,)]", call)
+    found = []
+    if name is not None:
+        assign = re.compile(rf"^\s*{re.escape(name.group(1))}\s*(?::[^=]*)?=(?!=)")
+        found = [n for n in range(int(line) - 1, 0, -1) if assign.match(lines[n - 1])][:3]
+    if not found:
+        return f"{move['site']}: {call.strip()}"
+    where = "; ".join(f"{path}:{n}: {lines[n - 1].strip()}" for n in sorted(found))
+    if any("accelerator" in lines[n - 1] or "cuda" in lines[n - 1] for n in found):
+        where += " (torch.accelerator and torch.cuda know nothing of XLA: take the device from torch_xla.device())"
+    return where
+
+
+OUT_OF_MEMORY = re.compile(r"LLVM ERROR: out of memory|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED", re.I)
+
+
+def _crash_notes(result: SandboxResult) -> list[str]:
+    """What the child's death says beyond its exit code: the signal's name, an out-of-memory message."""
+    notes = []
+    if result.returncode < 0:
+        try:
+            notes.append(f"killed by signal {signal.Signals(-result.returncode).name}")
+        except ValueError:
+            notes.append(f"killed by signal {-result.returncode}")
+    oom = OUT_OF_MEMORY.search(result.stderr or "")
+    if oom:
+        notes.append(f"out of memory: the child printed {oom.group(0)!r}")
+    return notes
 
 
 @dataclass
@@ -480,20 +592,34 @@ REPEATED_COMPILE_STEPS = 3
 
 def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, list[str]]:
     """The level and, when it is not L2, the reasons in plain sentences."""
+    where = f"last phase: {report.phase}; peak memory {report.peak_rss_mb:.0f} MB"
     if report.timed_out:
-        return "none", [f"did not finish: timed out after {timeout_s:g} s ({report.steps} step(s) done)"]
+        return "none", [f"did not finish: timed out after {timeout_s:g} s ({report.steps} step(s) done; {where})"]
     if report.memory_exceeded:
-        return "none", [f"did not finish: memory limit exceeded (peak {report.peak_rss_mb:.0f} MB)"]
+        return "none", [
+            f"did not finish: killed by the memory limit of {report.memory_limit_mb} MB "
+            f"(peak {report.peak_rss_mb:.0f} MB; last phase: {report.phase})"
+        ]
     if report.exit_code != 0:
+        killed = [n for n in report.notes if n.startswith(("killed by signal", "out of memory"))]
+        if killed:
+            return "none", [f"exited with code {report.exit_code}: {'; '.join(killed)} ({where})"]
         last = (report.error or "").strip().splitlines()[-1:] or ["no error text"]
         return "none", [f"exited with code {report.exit_code}: {last[0]}"]
 
     reasons = []
+    on_cpu = report.steps == 0 and 0 < report.optimizer_steps == report.off_xla_optimizer_steps
     if not report.torch_xla_imported:
         reasons.append("the script never imported torch_xla, so nothing ran on the XLA device")
     elif not finished:
         reasons.append("the run left no summary (did the script end with os._exit?); the numbers are partial")
-    if report.torch_xla_imported and report.steps == 0:
+    if on_cpu:
+        reasons.append(
+            f"ran on the CPU, not on the XLA device: {report.optimizer_steps} optimizer step(s) updated parameters "
+            "that are not on the XLA device, and no XLA graph ran"
+            + (f"; the device comes from {report.device_choice}" if report.device_choice else "")
+        )
+    elif report.torch_xla_imported and report.steps == 0:
         reasons.append(
             "no XLA step was seen (no torch_xla.sync(), xm.mark_step(), MpDeviceLoader batch or "
             "xm.optimizer_step(..., barrier=True)); without a step barrier the graph grows without end"
@@ -547,7 +673,7 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
             "the optimizer does not hold the model's parameters, so training changes nothing "
             "(build it after model.to(device)): " + "; ".join(report.stale_optimizer_params)
         )
-    if report.params_off_device:
+    if report.params_off_device and not on_cpu:
         reasons.append("parameters not on the XLA device: " + "; ".join(report.params_off_device))
     if report.lost_ties:
         reasons.append("tied weights lost: " + "; ".join(report.lost_ties))
@@ -578,6 +704,8 @@ def render_text(report: CheckReport) -> str:
         "  params off the XLA device: " + ("; ".join(report.params_off_device) or "none"),
         "  tied weights lost: " + ("; ".join(report.lost_ties) or "none"),
     ]
+    if report.level == "none" or report.stopped:
+        lines.append(f"  last phase reached: {report.phase}")
     for source in report.recompile_sources:
         lines.append(
             f"  recompiled {source.compiles}× at {source.location or '?'} ({source.cause or 'cause unknown'}), "

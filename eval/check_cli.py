@@ -23,9 +23,14 @@ def check(
     ] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the run is killed.")] = 600,
     memory_mb: Annotated[
-        int,
-        typer.Option("--memory-mb", min=64, help="Memory limit of the run's whole process tree (at most the host's)."),
-    ] = 8192,
+        int | None,
+        typer.Option(
+            "--memory-mb",
+            min=64,
+            help="Memory limit of the run's whole process tree, at most the host's (default: 8192 or the host's if less).",
+            show_default=False,
+        ),
+    ] = None,
     format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
     workdir: Annotated[
         Path | None,
@@ -45,12 +50,14 @@ def check(
 
     Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors."""
     from .check import render_text, run_check
-    from .sandbox import host_memory_mb
+    from .sandbox import DEFAULT_MEMORY_MB, host_memory_mb
 
     if not script.is_file():
         typer.echo(f"error: no such script: {script}", err=True)
         raise typer.Exit(EXIT_USAGE)
-    if memory_mb > host_memory_mb():
+    if memory_mb is None:
+        memory_mb = min(DEFAULT_MEMORY_MB, host_memory_mb())
+    elif memory_mb > host_memory_mb():
         typer.echo(f"error: --memory-mb {memory_mb} is more than this machine has ({host_memory_mb()} MB)", err=True)
         raise typer.Exit(EXIT_USAGE)
     report = run_check(

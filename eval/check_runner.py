@@ -17,6 +17,12 @@ How it measures without changing what the script computes:
   check of the parameters and of the last loss) runs once at exit, after the final counter snapshot.
 - Worker processes (`torch_xla.launch`, `xmp.spawn`, any Python child) get the same probe through a
   `sitecustomize.py` put first on their PYTHONPATH; every event carries its process id.
+- Fail fast: a watchdog thread reads the counters a few times a second (reads only) and kills the run's
+  process group as soon as the loop shows it can never end a step on the XLA device: STALL_STEPS
+  optimizer steps with no step barrier in between (the graph grows each iteration; typical when the step
+  goes through GradScaler.step), compilations of ever-larger graphs with no barrier, or OFF_XLA_STEPS
+  optimizer steps on parameters that are not on the XLA device. It writes a "stopped" event with the
+  reason first, and a heartbeat each second so a run killed from outside still says how far it got.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import json
 import math
 import os
 import runpy
+import signal
 import sys
+import threading
 import time
 import weakref
 
@@ -37,6 +45,14 @@ from xlaport.eval.tied_weights import lost_groups, lost_ties_message, shared_gro
 
 RUNNER_FILE = os.path.abspath(__file__)
 MAX_LISTED = 10
+# Fail fast: optimizer steps (or growing compilations) with no step barrier in between mean the graph
+# grows without end; a few are proof enough. Legit loops end one step per optimizer step.
+STALL_STEPS = 5
+OFF_XLA_STEPS = 10  # optimizer steps on the CPU with no XLA step yet (a CPU warm-up model may take a few)
+STALL_COMPILES = 6  # compilations of ever-larger graphs with no barrier (host reads, no optimizer)
+WATCH_S = 0.2
+HEARTBEAT_S = 1.0
+GRAD_SCALER_FILE = os.path.join("amp", "grad_scaler.py")
 MAIN_PID_VAR = "XLAPORT_CHECK_MAIN_PID"  # set by the runner for its descendants
 SITECUSTOMIZE = """\
 # Written by xlaport check: loads its probe into Python processes that the checked script starts.
@@ -63,11 +79,30 @@ class Recorder:
 
     def __init__(self, path: str) -> None:
         self._file = open(path, "a", buffering=1, encoding="utf-8")
+        self._lock = threading.Lock()  # the watchdog thread writes too: whole lines only
 
     def emit(self, event: str, **fields) -> None:
         line = json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields})
-        self._file.write(line + "\n")
-        self._file.flush()
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
+def _in_stack(file_suffix: str, depth: int = 2) -> bool:
+    frame = sys._getframe(depth)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(file_suffix):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
 
 
 def _user_site(depth: int = 2) -> str | None:
@@ -99,13 +134,23 @@ class Probe:
         self.closure_start = None
         self.optimizers: list = []  # strong refs: their parameters are checked for NaN at exit
         self.modules: list = []  # modules moved onto the XLA device by Module.to
+        self.off_xla_moves: list[str | None] = []  # where Module.to left a module off the XLA device
         self.replaced: dict[int, weakref.ref] = {}  # parameters that a Module.to call replaced by new ones
         self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": [], "untied": []}
         self.nonfinite_reads: list[dict] = []
         self.item_sites: dict[str | None, int] = {}  # where the script calls .item() on XLA tensors
+        self.last_read_site: str | None = None  # the latest of them
         self.last_loss_ref = None
         self.last_loss = None
         self.finished = False
+        # the loop as the optimizer sees it, for fail-fast and for "did it run on XLA at all"
+        self.optimizer_steps = 0
+        self.optimizer_steps_at_boundary = 0
+        self.off_xla_optimizer_steps = 0
+        self.optimizer_site: str | None = None
+        self.through_grad_scaler = False
+        self.graphs_at_boundary = 0  # TensorsGraphSize samples (graph executions) at the last step
+        self.started = time.time()
 
     # --- counters -------------------------------------------------------------------------------
 
@@ -118,6 +163,7 @@ class Probe:
             "cache_lookups": (met.counter_value("UncachedCompile") or 0) + (met.counter_value("CachedCompile") or 0),
             "compile_ns": compile_time[1] if compile_time else 0,
             "transfers": transfer_time[0] if transfer_time else 0,
+            "graphs": (met.metric_data("TensorsGraphSize") or (0,))[0],
             "aten": {name: met.counter_value(name) for name in met.counter_names() if name.startswith("aten::")},
         }
 
@@ -182,6 +228,7 @@ class Probe:
             step["sync_site"] = _user_site(3)
         self.recorder.emit("step", index=self.steps, **step)
         self.boundary = now
+        self.optimizer_steps_at_boundary = self.optimizer_steps
         self.closure_reads_at_boundary = dict(self.closure_reads)
         if self.steps == 0:
             self.check_placement()
@@ -206,8 +253,14 @@ class Probe:
             for key, param in before.items():
                 if key not in after:
                     probe.replaced[key] = weakref.ref(param)
-            if any(p.device.type == "xla" for p in module.parameters()) and all(m is not module for m in probe.modules):
+            devices = {p.device.type for p in module.parameters()}
+            if "xla" in devices and all(m is not module for m in probe.modules):
                 probe.modules.append(module)
+            elif devices and "xla" not in devices and len(probe.off_xla_moves) < MAX_LISTED:
+                probe.off_xla_moves.append(_user_site())
+                probe.recorder.emit(
+                    "off_xla_move", module=type(module).__name__, device=sorted(devices)[0], site=_user_site()
+                )
             return result
 
         return to
@@ -221,6 +274,7 @@ class Probe:
             if tensor.device.type == "xla" and not probe.in_sync:  # closures run inside the sync: not counted
                 site = _user_site()
                 probe.item_sites[site] = probe.item_sites.get(site, 0) + 1
+                probe.last_read_site = site
             if isinstance(value, float) and not math.isfinite(value) and len(probe.nonfinite_reads) < MAX_LISTED:
                 probe.nonfinite_reads.append({"step": probe.steps, "value": repr(value), "site": _user_site()})
             return value
@@ -239,6 +293,11 @@ class Probe:
         return backward
 
     def on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self.optimizer_steps += 1
+        if not any(p.device.type == "xla" for group in optimizer.param_groups for p in group["params"]):
+            self.off_xla_optimizer_steps += 1
+        self.optimizer_site = _user_site()
+        self.through_grad_scaler = _in_stack(GRAD_SCALER_FILE)
         if any(o is optimizer for o in self.optimizers):
             return
         self.optimizers.append(optimizer)
@@ -281,6 +340,92 @@ class Probe:
         if message not in self.placement_findings[kind]:
             self.placement_findings[kind].append(message)
             self.recorder.emit("placement", kind=kind, message=message)
+
+    # --- fail fast ----------------------------------------------------------------------------
+
+    def graph_sizes_since_boundary(self) -> list[int]:
+        """Node counts of the XLA graphs run since the last step (the newest samples of TensorsGraphSize)."""
+        data = self.met.metric_data("TensorsGraphSize")
+        if not data:
+            return []
+        new = data[0] - self.boundary["graphs"]
+        return [int(value) for _, value in data[2][-new:]] if new > 0 else []
+
+    def stalled_loop(self) -> tuple[str, str] | None:
+        """(kind, reason) when the loop already shows it will never end a step on the XLA device."""
+        since = self.optimizer_steps - self.optimizer_steps_at_boundary
+        sizes = self.graph_sizes_since_boundary()
+        compiles = (self.met.counter_value("UncachedCompile") or 0) - self.boundary["compiles"]
+        site = self.optimizer_site or "?"
+        if self.steps == 0 and self.off_xla_optimizer_steps >= OFF_XLA_STEPS:
+            if self.off_xla_optimizer_steps == self.optimizer_steps:
+                return "off_xla", (
+                    f"ran on the CPU, not on the XLA device: {self.optimizer_steps} optimizer steps (at {site}) "
+                    "updated parameters that are not on the XLA device, and no XLA graph ran"
+                )
+        growing = len(sizes) >= 2 and sizes[-1] > sizes[0]
+        if since >= STALL_STEPS and since > self.off_xla_optimizer_steps:
+            how = (
+                "goes through GradScaler.step, so no barrier was placed after it"
+                if self.through_grad_scaler
+                else "is not followed by one"
+            )
+            graphs = (
+                f"; {compiles} compilation(s) since the last step, of graphs growing from {sizes[0]} to {sizes[-1]} nodes"
+                if growing
+                else f"; {compiles} compilation(s) since the last step"
+            )
+            return "no_barrier", (
+                f"no step barrier: {since} optimizer steps ran without a torch_xla.sync() (the optimizer step at "
+                f"{site} {how}), so every step adds to one ever-growing XLA graph{graphs}. Call torch_xla.sync() "
+                "(xm.mark_step()) after the optimizer step, or use xm.optimizer_step(optimizer, barrier=True)"
+            )
+        recent = sizes[-STALL_COMPILES:]
+        if (
+            compiles >= STALL_COMPILES
+            and len(recent) == STALL_COMPILES
+            and all(a < b for a, b in zip(recent, recent[1:], strict=False))
+        ):
+            return "no_barrier", (
+                f"no step barrier: {compiles} compilations since the last step, each of a bigger graph "
+                f"({recent[0]} to {recent[-1]} nodes): host reads (.item(), print of a tensor) run a graph that holds "
+                f"every iteration so far, last at {self.last_read_site or _main_thread_site() or '?'}. Call "
+                "torch_xla.sync() once per iteration of the loop"
+            )
+        return None
+
+    def watch(self) -> None:
+        """Runs beside the script: stops the whole run (process group) as soon as the loop is known to be
+        stalled, and leaves a heartbeat so a killed run still says how far it got."""
+        last_beat = 0.0
+        while not self.finished:
+            time.sleep(WATCH_S)
+            try:
+                problem = self.stalled_loop()
+            except Exception as exc:  # never let the watchdog break the script
+                self.recorder.emit("probe_error", error=f"watchdog: {type(exc).__name__}: {exc}")
+                return
+            if problem is not None and not self.finished:
+                kind, reason = problem
+                self.beat()  # the counters as they are when the run is stopped
+                self.recorder.emit(
+                    "stopped", kind=kind, reason=reason, site=self.optimizer_site, rss_mb=round(_rss_mb(), 1)
+                )
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            if time.time() - last_beat >= HEARTBEAT_S:
+                last_beat = time.time()
+                self.beat()
+
+    def beat(self) -> None:
+        sizes = self.graph_sizes_since_boundary()
+        self.recorder.emit(
+            "heartbeat",
+            steps=self.steps,
+            optimizer_steps=self.optimizer_steps,
+            compiles=self.met.counter_value("UncachedCompile") or 0,
+            graph_nodes=sizes[-1] if sizes else None,
+            rss_mb=round(_rss_mb(), 1),
+        )
 
     # --- exit -----------------------------------------------------------------------------------
 
@@ -339,6 +484,9 @@ class Probe:
             nonfinite_reads=self.nonfinite_reads,
             item_sites=sorted(self.item_sites.items(), key=lambda item: -item[1])[:MAX_LISTED],
             optimizers=len(self.optimizers),
+            optimizer_steps=self.optimizer_steps,
+            off_xla_optimizer_steps=self.off_xla_optimizer_steps,
+            optimizer_site=self.optimizer_site,
             xla_modules=len(self.modules),
             script_exit=repr(script_exit),
         )
@@ -358,6 +506,18 @@ class Probe:
         torch.Tensor.item = self.wrap_item(torch.Tensor.item)
         torch.Tensor.backward = self.wrap_backward(torch.Tensor.backward)
         register_optimizer_step_pre_hook(self.on_optimizer_step)
+        threading.Thread(target=self.watch, name="xlaport-check-watchdog", daemon=True).start()
+
+
+def _main_thread_site() -> str | None:
+    """`file:line` of the user code the main thread is running now."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name == RUNNER_FILE or "site-packages" in name or name.startswith("<frozen")):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
 
 
 class TorchXlaImportHook(importlib.abc.MetaPathFinder):

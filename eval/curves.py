@@ -14,6 +14,10 @@ standard error of the paired per-step difference over the last 25% of steps; for
 reference's own evaluation-to-evaluation noise or a given one); when the tolerance is exceeded but the
 noise could explain it, the verdict is "inconclusive". The first logged loss is the exception: it is
 computed before any update, so a difference there is never an improvement (a different objective).
+
+The smoke gates (divergence, "loss is not falling") are relative too: the migrated curve is held against
+the reference's curve over the same steps, widened by the reference's own noise (`reference_band`), so a
+spike the original has as well is not a failure. Only NaN/inf stops a run on its own.
 """
 
 from __future__ import annotations
@@ -64,6 +68,14 @@ NOT_METRIC_KEYS = frozenset(
         "train_seconds",
         "step_time",
         "seconds",
+        # a recorded reference log's run facts (read_reference_log)
+        "step_time_s",
+        "step_s",
+        "seconds_per_step",
+        "price_per_hour",
+        "price_per_h",
+        "usd_per_hour",
+        "price",
     }
 )
 MIN_NOISE_EVALS = 4  # evaluations in the second half needed to estimate a metric's noise from the reference
@@ -200,9 +212,87 @@ def parse_log_file(path: Path, text: str | None = None) -> RunCurves:
     return curves
 
 
+# --- a recorded reference run (verify --reference-log) --------------------------------------------
+
+DEVICE_KEYS = ("device", "device_name", "gpu")
+PRICE_KEYS = ("price_per_hour", "price_per_h", "usd_per_hour", "price")
+STEP_TIME_KEYS = ("step_time_s", "step_s", "seconds_per_step", "step_time")
+
+
+@dataclass
+class ReferenceLog:
+    """A run of the original on real GPUs, as its user recorded it: loss per step, metrics, step times, device, price.
+
+    Accepted forms (the same as the scripts' own log files, plus the run facts):
+    - JSON lines or a JSON list of records: `{"step": 0, "loss": 2.3, "step_time_s": 0.041}`, metric keys
+      (`eval_accuracy`, ...) on any record, `device` / `price_per_hour` on any record (the first wins);
+    - a JSON object: `{"device": "NVIDIA H200", "price_per_hour": 3.5, "loss": [...], "step_time_s": [...] or 0.041,
+      "accuracy": 0.966, "evals": [{"step": 100, "eval_accuracy": 0.9}]}`;
+    - CSV with the same column names (`step,loss,step_time_s,eval_accuracy,device`)."""
+
+    path: str
+    curves: RunCurves
+    device: str | None
+    price_per_hour: float | None
+    per_step_s: list[float]
+    step_s: float | None  # median seconds per step after the warm-up steps
+
+    @property
+    def label(self) -> str:
+        return f"{self.device or 'unnamed GPU'} (recorded in {Path(self.path).name})"
+
+
+def _raw_records(path: Path, text: str) -> list[dict]:
+    """Every record of a log file as a dict (a JSON object is one record, plus the records of its lists)."""
+    if path.suffix.lower() == ".csv":
+        return [{k: _csv_value(v) for k, v in row.items() if k} for row in csv.DictReader(io.StringIO(text))]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(data, dict):
+        nested = [r for v in data.values() if isinstance(v, list) for r in v if isinstance(r, dict)]
+        return [data, *nested]
+    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+
+
+def read_reference_log(path: Path, warmup: int = 2) -> ReferenceLog:
+    """The recorded run in `path`; ValueError when it cannot be read or holds neither a loss nor a metric."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the reference log {path}: {exc}") from None
+    curves = parse_log_file(path, text)
+    if not len(curves.loss) and not any(len(series) for series in curves.metrics.values()):
+        raise ValueError(f"{path}: no loss and no metric found (expected records like {{'step': 0, 'loss': 2.3}})")
+    records = _raw_records(path, text)
+    device = next((str(r[k]) for r in records for k in DEVICE_KEYS if isinstance(r.get(k), str) and r[k]), None)
+    price = next((float(r[k]) for r in records for k in PRICE_KEYS if _is_number(r.get(k))), None)
+    per_step: list[float] = []
+    for record in records:
+        for key in STEP_TIME_KEYS:
+            value = record.get(key)
+            if isinstance(value, list):
+                per_step += [float(v) for v in value if _is_number(v)]
+            elif _is_number(value):  # per record, or one number for the whole run
+                per_step.append(float(value))
+    steady = per_step[warmup:] or per_step
+    return ReferenceLog(
+        path=str(path),
+        curves=curves,
+        device=device,
+        price_per_hour=price,
+        per_step_s=per_step,
+        step_s=float(np.median(steady)) if steady else None,
+    )
+
+
 def _add_summary(curves: RunCurves, data: dict) -> None:
     """{"loss": [...], "accuracy": 0.9, "evals": [{...}, ...]}: lists are per-step series, numbers final values."""
     for key, value in data.items():
+        if key not in ("loss", "losses", "train_loss") and (key in NOT_METRIC_KEYS or NOT_METRICS.search(key)):
+            continue
         if isinstance(value, list) and value and all(_is_number(v) for v in value):
             series = curves.loss if key in ("loss", "losses", "train_loss") else curves.metric(key)
             for step, v in enumerate(value):
@@ -328,6 +418,7 @@ class LossComparison:
     ref_step_noise: float | None = None  # the reference's own step-to-step noise in the tail, relative
     curve_distance: float | None = None  # mean relative difference over aligned steps
     separates_at_step: int | None = None  # first aligned step from which the curves stay apart
+    departs_at_step: int | None = None  # first aligned step where they are apart (beyond tolerance and band)
     ref_trend: float | None = None  # Spearman of loss against step
     mig_trend: float | None = None
     curve_spearman: float | None = None  # Spearman between the two curves
@@ -391,6 +482,153 @@ def first_bad_value(series: Series) -> tuple[int, float] | None:
     return None
 
 
+BAND_WINDOW = 2  # steps either side: a spike of the reference one or two steps earlier or later still covers
+
+
+@dataclass
+class Band:
+    """The reference's loss widened by its own noise: where a correct migration's curve may lie.
+
+    At each step: the lowest and highest reference loss within `window` steps either side (a spike that
+    comes a step early or late on other hardware is still covered), minus / plus `z` times the reference's
+    step-to-step noise over its last 25% (the noise once training settles; spikes do not inflate it)."""
+
+    steps: list[int]
+    low: list[float]
+    high: list[float]
+    noise: float
+    z: float
+    window: int = BAND_WINDOW
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def reference_band(ref: Series, z: float, window: int = BAND_WINDOW) -> Band:
+    finite = [(s, v) for s, v in zip(ref.steps, ref.values, strict=True) if math.isfinite(v)]
+    steps = [s for s, _ in finite]
+    values = np.array([v for _, v in finite], dtype=float)
+    if not len(values):
+        return Band([], [], [], 0.0, z, window)
+    noise = step_noise(values[-max(3, math.ceil(len(values) * 0.25)) :])
+    low, high = [], []
+    for i in range(len(values)):
+        near = values[max(0, i - window) : i + window + 1]
+        low.append(float(near.min() - z * noise))
+        high.append(float(near.max() + z * noise))
+    return Band(steps, low, high, noise, z, window)
+
+
+@dataclass
+class Stop:
+    """One smoke gate: whether it stopped the run, and why (every gate is recorded, stopped or not)."""
+
+    gate: str  # "nan" | "budget" | "divergence" | "not_falling"
+    stopped: bool
+    reason: str
+    step: int | None = None  # where the gate fired (the first bad step, or where the curves separate)
+    against: str | None = None  # what the migrated run was held against ("the reference's noise band", ...)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _band_at(band: Band, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mask of `steps` the band covers, low, high) at those steps."""
+    index = {s: i for i, s in enumerate(band.steps)}
+    mask = np.array([int(s) in index for s in steps], dtype=bool)
+    low = np.array([band.low[index[int(s)]] for s in steps[mask]], dtype=float)
+    high = np.array([band.high[index[int(s)]] for s in steps[mask]], dtype=float)
+    return mask, low, high
+
+
+def stays_outside_from(steps: np.ndarray, outside: np.ndarray) -> int | None:
+    """The first step from which `outside` holds to the end; None when the last step is inside."""
+    if not len(outside) or not outside[-1]:
+        return None
+    start = len(outside) - int(np.argmin(outside[::-1])) if not outside.all() else 0
+    return int(steps[start])
+
+
+def divergence_gate(ref: Series, mig: Series, limits: Thresholds) -> Stop:
+    """Diverged: the migrated loss rises above `explode_factor` times the top of the reference's band, and is still
+    above the band at the last common step. A spike that comes back into the band is noted, not stopped."""
+    band = reference_band(ref, limits.noise_z)
+    against = f"the reference's noise band (±{band.z:g}x its step noise {band.noise:.3g}, ±{band.window} steps)"
+    steps = np.array(sorted(set(mig.steps) & set(band.steps)), dtype=int)
+    if not len(steps):
+        return Stop("divergence", False, "no common steps with the reference: not judged", against=against)
+    by_step = dict(zip(mig.steps, mig.values, strict=True))
+    m = np.array([by_step[int(s)] for s in steps], dtype=float)
+    _, _, high = _band_at(band, steps)
+    ceiling = high + (limits.explode_factor - 1.0) * np.abs(high)
+    over = m > ceiling
+    if not over.any():
+        return Stop(
+            "divergence",
+            False,
+            f"the migrated loss stays below {limits.explode_factor:g}x the top of the reference's band at all "
+            f"{len(steps)} common steps",
+            against=against,
+        )
+    first = int(np.argmax(over))
+    what = (
+        f"loss {m[first]:.4g} at step {steps[first]}, more than {limits.explode_factor:g}x the top of the "
+        f"reference's band there ({high[first]:.4g})"
+    )
+    separate = stays_outside_from(steps, m > high)
+    if separate is None:
+        return Stop(
+            "divergence",
+            False,
+            f"{what}, but it came back into the band by step {steps[-1]}: a spike, not a divergence",
+            step=int(steps[first]),
+            against=against,
+        )
+    return Stop(
+        "divergence",
+        True,
+        f"the migrated smoke test diverged from the reference: {what}; it stays above the band from step {separate} "
+        f"to the last common step {steps[-1]} ({m[-1]:.4g} vs at most {high[-1]:.4g})",
+        step=separate,
+        against=against,
+    )
+
+
+def falling_gate(ref: Series, mig: Series, limits: Thresholds) -> Stop:
+    """Not falling: over the common steps, the reference's mean loss falls from the first 25% to the last 25% by more
+    than `noise_z` standard errors of that difference, and the migrated run's does not."""
+    steps, r, m = align(ref, mig)
+    against = "the reference's fall over the same steps (first vs last 25%, in standard errors)"
+    if len(steps) < 8 or not (np.all(np.isfinite(r)) and np.all(np.isfinite(m))):
+        return Stop("not_falling", False, "too few common finite steps to judge", against=against)
+    quarter = max(2, math.ceil(len(steps) * 0.25))
+
+    def fall(values: np.ndarray) -> tuple[float, float]:
+        head, tail = values[:quarter], values[-quarter:]
+        se = math.sqrt((np.var(head, ddof=1) + np.var(tail, ddof=1)) / quarter)
+        return float(head.mean() - tail.mean()), se
+
+    (ref_fall, ref_se), (mig_fall, mig_se) = fall(r), fall(m)
+    numbers = (
+        f"over steps {steps[0]}-{steps[-1]} the mean loss of the first and last 25% goes from "
+        f"{r[:quarter].mean():.4g} to {r[-quarter:].mean():.4g} in the reference, from {m[:quarter].mean():.4g} to "
+        f"{m[-quarter:].mean():.4g} in the migrated run"
+    )
+    if ref_fall <= limits.noise_z * ref_se:
+        return Stop("not_falling", False, f"the reference does not clearly fall either ({numbers})", against=against)
+    if mig_fall > limits.noise_z * mig_se:
+        return Stop("not_falling", False, f"the loss falls like the reference's ({numbers})", against=against)
+    return Stop(
+        "not_falling",
+        True,
+        f"the migrated loss is not falling while the reference's does: {numbers} (a fall of more than "
+        f"{limits.noise_z:g} standard errors in the reference only)",
+        step=int(steps[0]),
+        against=against,
+    )
+
+
 def compare_loss(ref: Series, mig: Series, limits: Thresholds) -> LossComparison:
     """L1 numbers for the training loss, and whether the migrated curve is the same, better or worse."""
     bad = first_bad_value(mig)
@@ -424,10 +662,12 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds) -> LossComparison
     result.curve_distance = float(np.mean(np.abs(rel)))
     result.ref_trend, result.mig_trend = spearman(steps, r), spearman(steps, m)
     result.curve_spearman = spearman(r, m)
+    # apart: beyond the tolerance and outside the reference's own noise band (a shared spike is not apart)
+    covered, low, high = _band_at(reference_band(ref, limits.noise_z), steps)
     apart = np.abs(rel) > limits.loss_tolerance
-    if apart[-1]:
-        start = len(apart) - int(np.argmin(apart[::-1])) if not apart.all() else 0
-        result.separates_at_step = int(steps[start])
+    apart[covered] &= (m[covered] > high) | (m[covered] < low)
+    result.separates_at_step = stays_outside_from(steps, apart)
+    result.departs_at_step = int(steps[int(np.argmax(apart))]) if apart.any() else None
     # Both runs use the same seed and data order, so batch-to-batch noise is shared and cancels in the
     # paired difference; what is left is the noise of the difference itself. When the runs do not share
     # their noise (other random streams), this equals the two runs' own noise combined.
@@ -456,10 +696,12 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds) -> LossComparison
     if diff > limits.loss_tolerance and not explained_by_noise:
         result.verdict = "worse"
         where = (
-            f"; the curves separate from step {result.separates_at_step}"
-            if result.separates_at_step is not None
+            f"; the curves first leave the reference's noise band at step {result.departs_at_step}"
+            if result.departs_at_step is not None
             else ""
         )
+        if result.separates_at_step is not None:
+            where += f" and stay apart from step {result.separates_at_step}"
         result.reasons.append(
             f"mean loss over the last 25% of steps is {diff:+.1%} higher than the reference "
             f"({result.mig_tail_mean:.4g} vs {result.ref_tail_mean:.4g}; tolerance {limits.loss_tolerance:.0%}, "

@@ -18,11 +18,14 @@ import json
 import os
 import runpy
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from xlaport.eval.tied_weights import shared_groups
 
 MARK = "__xlaport__"  # key of an input spec dict (a literal dict argument never has it)
 TRIAL_TIMEOUT_S = 60
@@ -181,8 +184,8 @@ class NetworkBlocked(OSError):
 
 def block_network() -> None:
     """Makes every connection to a non-local address fail: importing or replaying user code must not
-    download anything (a data-preparation module fetching a data set, a model hub)."""
-    import socket
+    download anything (a data-preparation module fetching a data set, a model hub). The sandbox's network
+    namespace already does this where Linux allows it; this holds where it does not."""
 
     def refuse(address) -> None:
         host = address[0] if isinstance(address, tuple) and address else address
@@ -251,7 +254,6 @@ def run_case(side: str, module, case: dict, seed: int, device, device_arg) -> di
     """One target on this side: a module is built under `seed` (the migrated one then gets the
     original's weights), run in eval(), and back-propagated once through `weighted_sum`."""
     import torch
-    from xlaport.eval.tied_weights import shared_groups
 
     result: dict[str, Any] = {"outputs": {}, "grads": {}, "error": None, "sharing": [], "notes": []}
     try:

@@ -5,8 +5,10 @@
 1. The migrated command runs on the XLA device under the execution check (eval/check.py), which gives
    L0 (it ran) and L2 (no CPU fallback, no recompilation after warm-up, no per-step host syncs, no NaN,
    no stale optimizer parameters) plus per-step XLA metrics.
-2. Fail fast: verify stops before spending a reference run when the migrated smoke test already
-   diverged (NaN, exploding loss) or its projected full run exceeds the time budget, and says why.
+2. Fail fast: verify stops before spending a reference run when the migrated smoke test produced
+   NaN/inf or its projected full run exceeds the time budget. Divergence and "loss is not falling"
+   are judged only against the reference run's curve over the same steps and its noise band (a
+   spike the original has too is no failure). Every gate is recorded in the report, stopped or not.
 3. The original command runs unchanged as the reference: on CUDA when this machine has a GPU, else on
    the CPU with CUDA calls mapped to it (eval/cuda_to_cpu.py). Same seed and settings: same command.
 4. Both runs' loss and metrics are captured (eval/curves.py) and compared: L1 numbers, then L3 (the goal
@@ -73,7 +75,8 @@ class VerifyConfig:
     budget_hours: float | None = None  # stop when the projected full migrated run exceeds this
     price_reference: float | None = None  # $/hour of the reference machine (e.g. 0.85 for an L4 GPU)
     price_migrated: float | None = None  # $/hour of the target (e.g. 1.20 for a TPU v5e-1)
-    reference: str = "auto"  # "auto" (CUDA if present, else CPU), "cuda" or "cpu"
+    reference: str = "auto"  # "auto" (CUDA if present, else CPU), "cuda", "cpu", or "none" (only a reference log)
+    reference_log: str | None = None  # JSON/JSONL/CSV of a GPU run of the original (cv.read_reference_log)
     reference_cache: str | None = None  # folder where reference runs are kept and reused
     timeout_s: float = 600.0  # per run
     memory_mb: int = 8192  # per run
@@ -92,8 +95,10 @@ class VerifyConfig:
     def validate(self) -> VerifyConfig:
         if self.require not in LEVELS[1:]:
             raise VerifyUsageError(f"require must be one of L0, L2, L3, L4, not {self.require!r}")
-        if self.reference not in ("auto", "cuda", "cpu"):
-            raise VerifyUsageError(f"reference must be auto, cuda or cpu, not {self.reference!r}")
+        if self.reference not in ("auto", "cuda", "cpu", "none"):
+            raise VerifyUsageError(f"reference must be auto, cuda, cpu or none, not {self.reference!r}")
+        if self.reference == "none" and not self.reference_log:
+            raise VerifyUsageError("reference = none needs a reference_log (a recorded run of the original)")
         if self.claim:
             try:
                 cv.parse_claim(self.claim)
@@ -181,6 +186,7 @@ class RunRecord:
     timing: cv.Timing
     stdout_tail: str = ""
     cached: bool = False
+    log: str | None = None  # the recorded log this run comes from (verify --reference-log), None for a run here
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -360,6 +366,28 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def reference_from_log(config: VerifyConfig) -> tuple[RunRecord, float | None]:
+    """The recorded GPU run of `config.reference_log` as a reference run, and the price per hour it states;
+    VerifyUsageError when it cannot be read."""
+    try:
+        log = cv.read_reference_log(Path(config.reference_log), config.warmup_steps)
+    except ValueError as exc:
+        raise VerifyUsageError(str(exc)) from None
+    notes = [] if log.step_s is not None else ["the log has no step times: speed and cost (L4) cannot be compared"]
+    return RunRecord(
+        role="reference",
+        device=f"cuda: {log.label}",
+        argv=[],
+        returncode=0,
+        wall_s=sum(log.per_step_s),
+        error=None,
+        curves=log.curves,
+        timing=cv.Timing(step_s=log.step_s, per_step_s=log.per_step_s),
+        log=log.path,
+        notes=notes,
+    ), log.price_per_hour
+
+
 def run_reference(original: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path) -> RunRecord:
     """The original command, unchanged: on CUDA, or on the CPU with CUDA mapped to it. Reused from the cache when
     the same tree, command and settings already ran."""
@@ -435,11 +463,14 @@ class VerifyReport:
     reasons: list[str]  # every reason, tagged with the level it concerns
     improvements: list[str] = field(default_factory=list)  # better than the reference: reported, never failed
     stopped: str | None = None  # why verify stopped early (fail-fast), if it did
+    stops: list[dict] = field(default_factory=list)  # every smoke gate (cv.Stop), whether it stopped or not
     loss: cv.LossComparison | None = None
     metrics: list[cv.MetricComparison] = field(default_factory=list)
     claim: dict | None = None
     performance: dict = field(default_factory=dict)
-    reference_run: RunRecord | None = None
+    reference_run: RunRecord | None = None  # the reference the verdict uses (a GPU log when given)
+    fallback_run: RunRecord | None = None  # the run of the original here, when a GPU log is the reference
+    references: list[dict] = field(default_factory=list)  # every reference, what it says and whether it decides
     migrated_run: RunRecord | None = None
     check: dict | None = None
     config: dict = field(default_factory=dict)
@@ -462,11 +493,14 @@ class VerifyReport:
             "reasons": self.reasons,
             "improvements": self.improvements,
             "stopped": self.stopped,
+            "stops": self.stops,
             "loss": self.loss.to_dict() if self.loss else None,
             "metrics": [m.to_dict() for m in self.metrics],
             "claim": self.claim,
             "performance": self.performance,
             "reference_run": self.reference_run.to_dict() if self.reference_run else None,
+            "fallback_run": self.fallback_run.to_dict() if self.fallback_run else None,
+            "references": self.references,
             "migrated_run": self.migrated_run.to_dict() if self.migrated_run else None,
             "check": self.check,
             "config": self.config,
@@ -510,29 +544,53 @@ def projected_seconds(run: RunRecord, full_steps: int) -> float | None:
     return overhead + full_steps * run.timing.step_s
 
 
-def smoke_stop(mig: RunRecord, check, config: VerifyConfig) -> str | None:
-    """Why the migrated smoke test alone already settles the outcome (then no reference run is spent)."""
+def absolute_gates(mig: RunRecord, check, config: VerifyConfig) -> list[cv.Stop]:
+    """The gates that need no reference: NaN/inf (the only stop on the loss alone) and the user's time budget
+    (a cost ceiling on the migrated run, not a judgment of its numbers). Both come before the reference run."""
     bad = cv.first_bad_value(mig.curves.loss)
     if bad is not None:
-        return f"the migrated smoke test diverged: loss {bad[1]} at step {bad[0]}"
-    if check.nan:
-        return "the migrated smoke test produced NaN/Inf: " + "; ".join(check.nan_details[:3])
-    losses = mig.curves.loss.values
-    if len(losses) >= 2 and losses[0] > 0 and max(losses) > config.explode_factor * losses[0]:
-        at = mig.curves.loss.steps[losses.index(max(losses))]
-        return (
-            f"the migrated smoke test diverged: loss rose to {max(losses):.4g} at step {at}, more than "
-            f"{config.explode_factor:g}x its first value {losses[0]:.4g}"
-        )
+        gates = [cv.Stop("nan", True, f"the migrated smoke test diverged: loss {bad[1]} at step {bad[0]}", step=bad[0])]
+    elif check.nan:
+        gates = [cv.Stop("nan", True, "the migrated smoke test produced NaN/Inf: " + "; ".join(check.nan_details[:3]))]
+    else:
+        gates = [cv.Stop("nan", False, "no NaN/inf in the migrated loss or parameters")]
     if config.budget_hours is not None and config.full_run_steps:
         projected = projected_seconds(mig, config.full_run_steps)
-        if projected is not None and projected > config.budget_hours * 3600:
-            return (
-                f"the projected full run takes {projected / 3600:.2f} h, over the budget of {config.budget_hours:g} h "
-                f"({config.full_run_steps} steps at {mig.timing.step_s:.3g} s/step after warm-up, plus "
-                f"{projected - config.full_run_steps * mig.timing.step_s:.0f} s of start-up and compilation)"
+        if projected is None:
+            gates.append(cv.Stop("budget", False, "the migrated step time is unknown: the budget is not judged"))
+        else:
+            over = projected > config.budget_hours * 3600
+            gates.append(
+                cv.Stop(
+                    "budget",
+                    over,
+                    f"the projected full run takes {projected / 3600:.2f} h, "
+                    f"{'over' if over else 'within'} the budget of {config.budget_hours:g} h "
+                    f"({config.full_run_steps} steps at {mig.timing.step_s:.3g} s/step after warm-up, plus "
+                    f"{projected - config.full_run_steps * mig.timing.step_s:.0f} s of start-up and compilation)",
+                    against=f"budget_hours = {config.budget_hours:g}",
+                )
             )
-    return None
+    return gates
+
+
+def relative_gates(ref: RunRecord | None, mig: RunRecord, config: VerifyConfig) -> list[cv.Stop]:
+    """Divergence and "loss is not falling", judged against the reference's curve over the same steps and its noise."""
+    if ref is None or not ref.ok or not len(ref.curves.loss) or not len(mig.curves.loss):
+        return [
+            cv.Stop(
+                "divergence",
+                False,
+                "no reference loss curve to hold the migrated one against: divergence and 'not falling' are not "
+                "judged (only NaN/inf stops a run on its own)",
+            )
+        ]
+    limits = config.thresholds()
+    gates = [cv.divergence_gate(ref.curves.loss, mig.curves.loss, limits)]
+    gates.append(cv.falling_gate(ref.curves.loss, mig.curves.loss, limits))
+    for gate in gates:
+        gate.against = f"{ref.role} on {ref.device}: {gate.against}"
+    return gates
 
 
 def judge_claim(claim: cv.Claim, ref: RunRecord | None, mig: RunRecord, metric_verdicts: dict[str, str]) -> dict:
@@ -586,6 +644,9 @@ def assess(
     limits = config.thresholds()
 
     # L0 and L2 come from the execution check of the migrated run.
+    if getattr(check, "stopped", None):  # the execution check stopped a run that could never reach L2
+        reasons.extend(f"L2: stopped by the execution check: {reason}" for reason in check.reasons)
+        return "L0", reasons, improvements, False, None, [], None, {}
     if not mig.ok:
         reasons.append("L0: the migrated run did not finish: " + "; ".join(check.reasons or [mig.error or "?"]))
         return "none", reasons, improvements, False, None, [], None, {}
@@ -745,7 +806,7 @@ def assess_performance(
             seconds = perf[f"{side}_full_run_s"]
             price = config.price_reference if side == "reference" else config.price_migrated
             perf[f"{side}_full_run_cost"] = seconds / 3600 * price if seconds is not None and price else None
-    if ref is None or not ref.device.startswith("cuda"):
+    if ref is None or not (ref.device.startswith("cuda") or ref.log):
         return perf, "not assessable here: the reference did not run on a GPU, so its step time is not the GPU's", True
     if "CPU" in mig.device:
         return perf, "not assessable here: the migrated run used XLA on the CPU, not a TPU", True
@@ -781,31 +842,102 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         reasons=[],
         config=asdict(config),
     )
+    log_ref, log_price = reference_from_log(config) if config.reference_log else (None, None)
+    if log_price is not None and config.price_reference is None:
+        config = config.with_overrides(price_reference=log_price)
+        report.config = asdict(config)
     with tempfile.TemporaryDirectory(prefix="xlaport-verify-") as tmp:
         scratch = Path(tmp)
         mig, check = run_migrated(migrated, script, args, config, scratch)
         report.migrated_run, report.check = mig, check.to_dict()
-        stop = smoke_stop(mig, check, config) if mig.ok else None
-        ref = None
-        if stop is None and mig.ok:
-            ref = run_reference(original, script, args, config, scratch)
+        gates = absolute_gates(mig, check, config) if mig.ok else []
+        ran = None
+        if mig.ok and not any(g.stopped for g in gates) and config.reference != "none":
+            ran = run_reference(original, script, args, config, scratch)
+        ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
+        if mig.ok and not any(g.stopped for g in gates):
+            gates += relative_gates(ref, mig, config)
         report.reference_run = ref
+    if log_ref is not None and log_ref.steps_run > mig.steps_run > 0:
+        log_ref.notes.append(
+            f"the log runs to step {log_ref.steps_run - 1}, the migrated run to step {mig.steps_run - 1}: losses are "
+            "compared over the common steps, final metrics at the end of each run"
+        )
 
     level, reasons, improvements, undecided, loss_cmp, metric_cmps, claim, perf = assess(ref, mig, check, config)
-    if stop is not None:
-        report.stopped = stop
-        reasons.append(f"stopped: {stop}; the reference run was not started")
+    if ref is not None:
+        report.references.append(reference_summary(ref, level, loss_cmp, metric_cmps, config, decides=True))
+    if log_ref is not None and ran is not None:
+        fb_level, _, _, _, fb_loss, fb_metrics, *_ = assess(ran, mig, check, config)
+        report.fallback_run = ran
+        report.references.append(reference_summary(ran, fb_level, fb_loss, fb_metrics, config, decides=False))
+        reasons.append(
+            f"L1: also held against the run of the original on {ran.device} (fallback reference, not deciding): "
+            + _verdicts_line(fb_level, fb_loss, fb_metrics)
+        )
+    report.stops = [g.to_dict() for g in gates]
+    stops = [g for g in gates if g.stopped]
+    if stops:
+        report.stopped = "; ".join(g.reason for g in stops)
+        for gate in stops:
+            after = f" (held against {gate.against})" if gate.against else ""
+            if ran is None and config.reference != "none":
+                after += "; the reference run was not started"
+            reasons.append(f"stopped ({gate.gate}): {gate.reason}{after}")
         undecided = False
         if level_at_least(level, "L3"):
             level = "L2"
-    for run in (ref, mig):
+    for run in (ref, report.fallback_run, mig):
         if run is not None:
-            reasons.extend(f"note ({run.role}): {note}" for note in run.notes)
+            role = "fallback reference" if run is report.fallback_run else run.role
+            reasons.extend(f"note ({role}): {note}" for note in run.notes)
     report.level, report.reasons, report.improvements = level, reasons, improvements
     report.loss, report.metrics, report.claim, report.performance = loss_cmp, metric_cmps, claim, perf
-    report.status = "fail" if stop is not None else _status(level, config.require, undecided)
+    report.status = "fail" if stops else _status(level, config.require, undecided)
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def reference_summary(
+    run: RunRecord,
+    level: str,
+    loss_cmp: cv.LossComparison | None,
+    metric_cmps: list[cv.MetricComparison],
+    config: VerifyConfig,
+    decides: bool,
+) -> dict:
+    """What one reference is and what the migration reaches against it (the report's "references" table)."""
+    if run.log:
+        kind = "recorded GPU run (log)"
+    elif run.device.startswith("cuda"):
+        kind = "run of the original on CUDA here"
+    else:
+        kind = "run of the original here, CUDA mapped to the CPU"
+    band = cv.reference_band(run.curves.loss, config.noise_z)
+    return {
+        "kind": kind,
+        "device": run.device,
+        "source": run.log or " ".join(run.argv),
+        "cached": run.cached,
+        "decides": decides,
+        "ok": run.ok,
+        "level": level,
+        "loss_points": len(run.curves.loss),
+        "loss_verdict": loss_cmp.verdict if loss_cmp else None,
+        "metric_verdicts": {m.name: m.verdict for m in metric_cmps},
+        "step_s": run.timing.step_s,
+        "noise": {"step_noise": band.noise, "z": band.z, "window": band.window},
+    }
+
+
+def _verdicts_line(level: str, loss_cmp: cv.LossComparison | None, metric_cmps: list[cv.MetricComparison]) -> str:
+    parts = [f"level {level}", f"loss {loss_cmp.verdict if loss_cmp else 'not compared'}"]
+    parts += [f"{m.name} {m.verdict} ({_fmt_num(m.mig_final)} vs {_fmt_num(m.ref_final)})" for m in metric_cmps]
+    return ", ".join(parts)
+
+
+def _fmt_num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def verify_tree(

@@ -15,21 +15,29 @@ class ReferenceMode(StrEnum):
     auto = "auto"
     cuda = "cuda"
     cpu = "cpu"
+    none = "none"
 
 
 def render_text(report) -> str:
     """Verdict, runs and every reason, for the terminal."""
     data = report.to_dict()
     lines = [f"xlaport verify: level {data['level']} (required {data['required']}): {data['status'].upper()}"]
-    for key in ("reference_run", "migrated_run"):
-        run = data.get(key)
-        if run:
-            lines.append(
-                f"  {run['role']:<9} {run['device']}: exit {run['returncode']}, {len(run['curves']['loss']['values'])} "
-                f"loss points, {run['wall_s']:.1f} s" + (" (cached)" if run["cached"] else "")
-            )
-    if data.get("stopped"):
-        lines.append(f"  stopped early: {data['stopped']}")
+    for ref in data.get("references") or []:
+        lines.append(
+            f"  reference {ref['kind']} on {ref['device']}: {ref['loss_points']} loss points"
+            + (", decides the verdict" if ref["decides"] else ", fallback (shown, not deciding)")
+            + f"; level against it {ref['level']}"
+            + (" (cached)" if ref["cached"] else "")
+        )
+    run = data.get("migrated_run")
+    if run:
+        lines.append(
+            f"  migrated  {run['device']}: exit {run['returncode']}, {len(run['curves']['loss']['values'])} "
+            f"loss points, {run['wall_s']:.1f} s"
+        )
+    for gate in data.get("stops") or []:
+        mark = "STOP" if gate["stopped"] else "ok  "
+        lines.append(f"  gate {gate['gate']:<11} {mark} {gate['reason']}")
     lines.append("  reasons:")
     lines += [f"    - {reason}" for reason in data["reasons"]]
     if data["improvements"]:
@@ -71,7 +79,19 @@ def register(app: typer.Typer) -> None:
         budget_hours: Annotated[float | None, typer.Option(help="Stop when the projected full run exceeds it.")] = None,
         price_reference: Annotated[float | None, typer.Option(help="$/hour of the reference machine.")] = None,
         price_migrated: Annotated[float | None, typer.Option(help="$/hour of the target machine.")] = None,
-        reference: Annotated[ReferenceMode | None, typer.Option(help="Run the original on cuda, cpu, or auto.")] = None,
+        reference: Annotated[
+            ReferenceMode | None,
+            typer.Option(help="Run the original on cuda, cpu, auto, or none (only --reference-log)."),
+        ] = None,
+        reference_log: Annotated[
+            Path | None,
+            typer.Option(
+                exists=True,
+                dir_okay=False,
+                help="JSON/JSONL/CSV of a GPU run of the original (loss per step, metrics, step_time_s, device, "
+                "price_per_hour): the reference the verdict uses; the run of the original here is the fallback.",
+            ),
+        ] = None,
         reference_cache: Annotated[Path | None, typer.Option(help="Folder to keep and reuse reference runs.")] = None,
         timeout: Annotated[float | None, typer.Option(help="Seconds per run (600).")] = None,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
@@ -104,6 +124,7 @@ def register(app: typer.Typer) -> None:
                 price_reference=price_reference,
                 price_migrated=price_migrated,
                 reference=reference.value if reference else None,
+                reference_log=str(reference_log) if reference_log else None,
                 reference_cache=str(reference_cache) if reference_cache else None,
                 timeout_s=timeout,
             )

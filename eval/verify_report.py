@@ -1,8 +1,10 @@
 """The verify report as JSON and as one self-contained HTML page with its plots embedded (base64 PNG).
 
-Plots follow the study's figures: (a) training loss of both runs overlaid, (b) the evaluation metric
-per evaluation, (c) step time, (d) XLA compilations per step of the migrated run. They are drawn with
-matplotlib's object API on the Agg canvas (no pyplot, no display, no global state).
+Plots follow the study's figures: (a) training loss of both runs overlaid, with the deciding reference's
+noise band (where a correct migration's curve may lie), (b) the evaluation metric per evaluation, (c) step
+time, (d) XLA compilations per step of the migrated run. They are drawn with matplotlib's object API on the
+Agg canvas (no pyplot, no display, no global state). The page says which references were used (a recorded
+GPU log, the run of the original here), what the band is, and why the verdict is what it is.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from matplotlib.figure import Figure
 
 from xlaport.files import atomic_write
 
-from .curves import parse_claim
+from .curves import Series, parse_claim, reference_band
 from .verify import VerifyReport
 
 REFERENCE_COLOR = "#1f77b4"
+FALLBACK_COLOR = "#7f7f7f"
 MIGRATED_COLOR = "#d62728"
 STATUS_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#ef6c00"}
 
@@ -27,7 +30,8 @@ STATUS_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#ef6c00"
 def _label(run: dict | None, fallback: str) -> str:
     if not run:
         return fallback
-    return f"{run['role']} on {run['device']}" + (", cached" if run.get("cached") else "")
+    role = "fallback reference" if fallback == "fallback_run" else run["role"]
+    return f"{role} on {run['device']}" + (", cached" if run.get("cached") else "")
 
 
 def _png(fig: Figure) -> bytes:
@@ -43,16 +47,40 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
+def band_of(data: dict) -> dict | None:
+    """The deciding reference's noise band (steps, low, high, noise, z, window), or None without a reference loss."""
+    loss = ((data.get("reference_run") or {}).get("curves") or {}).get("loss") or {}
+    if not loss.get("values"):
+        return None
+    z = (data.get("config") or {}).get("noise_z", 2.0)
+    return reference_band(Series("loss", loss["steps"], loss["values"]), z).to_dict()
+
+
 def plot_loss(data: dict) -> bytes:
-    """(a) Training loss per step of both runs; the last 25% of the compared steps shaded."""
+    """(a) Training loss per step of the runs, the reference's noise band around it, the last 25% shaded."""
     fig = Figure(figsize=(6.4, 3.8))
     ax = fig.subplots()
     drawn = False
-    for key, color in (("reference_run", REFERENCE_COLOR), ("migrated_run", MIGRATED_COLOR)):
+    band = band_of(data)
+    if band and band["steps"]:
+        ax.fill_between(
+            band["steps"],
+            band["low"],
+            band["high"],
+            color=REFERENCE_COLOR,
+            alpha=0.15,
+            lw=0,
+            label=f"reference noise band (±{band['window']} steps, ±{band['z']:g}σ, σ={band['noise']:.3g})",
+        )
+    for key, color, style in (
+        ("fallback_run", FALLBACK_COLOR, "--"),
+        ("reference_run", REFERENCE_COLOR, "-"),
+        ("migrated_run", MIGRATED_COLOR, "-"),
+    ):
         run = data.get(key)
         loss = (run or {}).get("curves", {}).get("loss", {})
         if loss.get("values"):
-            ax.plot(loss["steps"], loss["values"], color=color, lw=1.4, label=_label(run, key))
+            ax.plot(loss["steps"], loss["values"], color=color, ls=style, lw=1.4, label=_label(run, key))
             drawn = True
     comparison = data.get("loss")
     if drawn and comparison and comparison.get("steps_compared"):
@@ -63,6 +91,8 @@ def plot_loss(data: dict) -> bytes:
         for key, color in (("ref_tail_mean", REFERENCE_COLOR), ("mig_tail_mean", MIGRATED_COLOR)):
             if comparison.get(key) is not None:
                 ax.axhline(comparison[key], color=color, ls=":", lw=1)
+        if comparison.get("departs_at_step") is not None and comparison.get("verdict") == "worse":
+            ax.axvline(comparison["departs_at_step"], color="black", ls=":", lw=0.8, label="leaves the band")
         if comparison.get("separates_at_step") is not None:
             ax.axvline(comparison["separates_at_step"], color="black", ls="--", lw=0.8, label="curves separate")
     if not drawn:
@@ -239,6 +269,8 @@ def render_html(report: VerifyReport | dict) -> str:
     ]
     if data.get("stopped"):
         parts.append(f"<p><b>Stopped early:</b> {esc(data['stopped'])}</p>")
+    parts += _why_section(data)
+    parts += _references_section(data)
     parts.append("<h2>Reasons</h2><ul>")
     parts += [f"<li class='{_reason_class(r, data)}'>{esc(r)}</li>" for r in data["reasons"]]
     parts.append("</ul>")
@@ -347,6 +379,52 @@ def render_html(report: VerifyReport | dict) -> str:
     parts.append("</pre>" + (f"<p>from {esc(data['config_file'])}</p>" if data.get("config_file") else ""))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _why_section(data: dict) -> list[str]:
+    """The reasons that decided the verdict (failures and open questions, or what holds), then every smoke gate."""
+    esc = html.escape
+    deciding = [r for r in data["reasons"] if _reason_class(r, data) in ("fail", "undecided")]
+    if not deciding:
+        deciding = [r for r in data["reasons"] if r.startswith(("L3: the goal holds", "L4:", "L3: judged"))]
+    parts = [f"<h2>Why this verdict ({esc(data['status'])}, level {esc(data['level'])})</h2><ul>"]
+    parts += [f"<li class='{_reason_class(r, data) or 'good'}'>{esc(r)}</li>" for r in deciding]
+    parts.append("</ul>")
+    if data.get("stops"):
+        parts.append("<p>Smoke gates (only NaN/inf stops on the migrated run alone; the others hold it against the "
+                     "reference's curve and noise band):</p><table>")  # fmt: skip
+        parts.append(_row(["gate", "stopped", "reason", "held against"], header=True))
+        parts += [_row([g["gate"], g["stopped"], g["reason"], g.get("against")]) for g in data["stops"]]
+        parts.append("</table>")
+    return parts
+
+
+def _references_section(data: dict) -> list[str]:
+    """Each reference used (recorded GPU log, run of the original here) and the noise band of the deciding one."""
+    references = data.get("references") or []
+    if not references:
+        return ["<h2>References</h2><p>No usable reference: nothing to compare against.</p>"]
+    parts = ["<h2>References</h2><table>"]
+    parts.append(
+        _row(["reference", "device", "source", "role", "loss points", "level against it", "loss", "metrics", "s/step"],
+             header=True)
+    )  # fmt: skip
+    for ref in references:
+        metrics = ", ".join(f"{name} {verdict}" for name, verdict in ref["metric_verdicts"].items())
+        role = "decides the verdict" if ref["decides"] else "fallback: shown, not deciding"
+        parts.append(
+            _row([ref["kind"] + (" (cached)" if ref["cached"] else ""), ref["device"], ref["source"], role,
+                  ref["loss_points"], ref["level"], ref["loss_verdict"], metrics, ref["step_s"]])
+        )  # fmt: skip
+    parts.append("</table>")
+    band = references[0]["noise"]
+    parts.append(
+        f"<p>The noise band of the deciding reference (shaded in plot (a)): at each step, the lowest and highest "
+        f"reference loss within ±{band['window']} steps, widened by {band['z']:g}× the reference's step-to-step "
+        f"noise over its last 25% (σ = {_fmt(band['step_noise'])}). A spike the original has too stays inside it; "
+        "the migrated run is only stopped for divergence when it rises far above the band and stays above it.</p>"
+    )
+    return parts
 
 
 def _pct(value: float | None) -> str:

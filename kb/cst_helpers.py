@@ -1,10 +1,12 @@
 """The one copy of each small libcst helper the rules share: reading nodes, building nodes, edits of calls.
 
-Nothing here needs a rule's metadata except `whole_statement`, which takes the rule for its parent lookup.
+Nothing here needs a rule's metadata except `whole_statement`, `block_of` and `calls_in`, which take the rule
+for its parent and name lookups.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -115,6 +117,14 @@ def find_nodes(root: cst.CSTNode, *types: type, enter_root: bool = True) -> list
     return finder.found
 
 
+def every_call(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Every call inside `node` (itself included, nested functions too), outermost first."""
+    if isinstance(node, cst.Call):
+        yield node
+    for child in node.children:
+        yield from every_call(child)
+
+
 def whole_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | None:
     """The statement line when `call` is all of it (so deleting the line deletes just the call)."""
     expr_node = rule.parent(call)
@@ -123,6 +133,60 @@ def whole_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | Non
         if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
             return line
     return None
+
+
+def block_of(rule: Rule, stmt: cst.CSTNode) -> cst.IndentedBlock | cst.Module | None:
+    """The block whose statement list holds `stmt`."""
+    parent = rule.parent(stmt)
+    return parent if isinstance(parent, (cst.IndentedBlock, cst.Module)) else None
+
+
+def calls_in(rule: Rule, root: cst.CSTNode, names: set[str] | frozenset[str]) -> list[cst.Call]:
+    """Calls of `names` (qualified) under `root`, not inside nested defs/lambdas."""
+    return [c for c in find_nodes(root, cst.Call, enter_root=False) if rule.qualified_names(c.func) & names]
+
+
+def bound_names(root: cst.CSTNode) -> set[str]:
+    """Names (and dotted attribute targets) that statements under `root` assign, import or define."""
+    bound: set[str] = set()
+
+    def targets(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            targets(node.value)
+        elif (name := dotted(node)) is not None:
+            bound.add(name)
+
+    kinds = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName, cst.NamedExpr)
+    for node in find_nodes(root, *kinds, enter_root=False):
+        if isinstance(node, cst.AssignTarget):
+            targets(node.target)
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr)):
+            targets(node.target)
+        elif isinstance(node, cst.AsName):
+            targets(node.name)
+    for node in find_nodes(root, cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, enter_root=False):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            bound.add(node.name.value)
+        elif not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                if alias.asname is None:
+                    bound.add((dotted(alias.name) or "").split(".")[0])
+    return bound
+
+
+def used_names(root: cst.CSTNode) -> set[str]:
+    """Names and dotted chains read under `root` (`self.model.to(dev)`: self, self.model, self.model.to, dev)."""
+    not_reads = {id(a.attr) for a in find_nodes(root, cst.Attribute)}
+    not_reads |= {id(a.keyword) for a in find_nodes(root, cst.Arg) if a.keyword is not None}
+    used = set()
+    for node in find_nodes(root, cst.Name, cst.Attribute):
+        name = dotted(node)
+        if name is not None and id(node) not in not_reads:
+            used.add(name)
+    return used
 
 
 # --- building nodes --------------------------------------------------------------------
@@ -190,3 +254,21 @@ def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     else:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return call.with_changes(args=[*args, new])
+
+
+def bound_arguments(call: cst.Call, positions: tuple[str, ...]) -> dict[str, cst.BaseExpression]:
+    """Parameter name -> argument value of `call`, positional arguments named by `positions`."""
+    given = dict(zip(positions, [a.value for a in positional_args(call)], strict=False))
+    given.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
+    return given
+
+
+def launch_arguments(given: dict[str, cst.BaseExpression]) -> list[cst.Arg]:
+    """`torch_xla.launch` arguments for a spawn call's `fn`, `args` and `start_method` (spawn is the default)."""
+    args = [cst.Arg(given["fn"])]
+    if "args" in given:
+        args.append(kwarg("args", given["args"]))
+    start = given.get("start_method")
+    if start is not None and string_value(start) != "spawn":
+        args.append(kwarg("start_method", start))
+    return args

@@ -17,9 +17,7 @@ from libcst.metadata import (
 )
 
 from .analysis.module import ModuleAnalysis
-
-# Node helpers the rule modules import from here (their one copy is in cst_helpers).
-from .cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, statements, string_value  # noqa: F401
+from .cst_helpers import whole_statement
 
 Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
 Applicability = Literal["safe", "unsafe", "manual"]
@@ -44,6 +42,14 @@ IMPORT_XM: ImportSpec = ("torch_xla.core.xla_model", None, "xm")
 IMPORT_PL: ImportSpec = ("torch_xla.distributed.parallel_loader", None, "pl")
 IMPORT_XR: ImportSpec = ("torch_xla.runtime", None, "xr")
 IMPORT_TORCH: ImportSpec = ("torch", None, None)
+IMPORT_XLA_BACKENDS: ImportSpec = ("torch_xla.backends", None, None)
+
+# The device expression rewrites put where CUDA code named a GPU.
+XLA_DEVICE = "torch_xla.device()"
+
+# torch's float32 matmul precision -> the equivalent `torch_xla.backends.set_mat_mul_precision` value.
+MATMUL_PRECISIONS = {"highest": "highest", "high": "high", "medium": "default"}
+SET_MATMUL_PRECISION = "torch_xla.backends.set_mat_mul_precision"
 
 # Removes the reported statement; the engine keeps its leading comments.
 REMOVE = cst.RemovalSentinel.REMOVE
@@ -60,6 +66,9 @@ class Report:
     # The node the replacement swaps when it is not `node` (e.g. a block whose statements are
     # reordered, while the finding points at one statement of it).
     target: cst.CSTNode | None = None
+    # This occurrence's applicability when it differs from the rule's (Ruff's per-fix applicability):
+    # an unsafe rule whose analysis is certain here keeps the numbers, so its fix is safe.
+    fix: Applicability | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +146,17 @@ class Rule(cst.BatchableCSTVisitor):
         replacement: cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel | None = None,
         imports: tuple[ImportSpec, ...] = (),
         target: cst.CSTNode | None = None,
+        fix: Applicability | None = None,
     ) -> None:
-        self.reports.append(Report(node, message or self.message or self.title, replacement, imports, target))
+        self.reports.append(Report(node, message or self.message or self.title, replacement, imports, target, fix))
+
+    def report_removal(self, call: cst.Call) -> None:
+        """Reports `call`, with its statement's removal as the fix when the call is the whole statement."""
+        line = whole_statement(self, call)
+        if line is not None:
+            self.report(line, replacement=REMOVE)
+        else:
+            self.report(call)
 
     # --- name resolution -----------------------------------------------------------
     def qualified_names(self, node: cst.CSTNode) -> set[str]:

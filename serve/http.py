@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
-from xlaport.eval.sandbox import sandbox_status
+from xlaport.eval.sandbox import host_memory_mb, sandbox_status
 from xlaport.kb import SourceError
 from xlaport.kb.retrieval import FixHit
 
@@ -217,6 +217,8 @@ def create_app(
         if server_token is None:
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
+        if "memory_mb" in body.model_fields_set and body.memory_mb > host_memory_mb():
+            raise HTTPException(422, f"memory_mb={body.memory_mb} is more than this machine has ({host_memory_mb()} MB)")
         run = lambda: state["pipeline"].check(  # noqa: E731
             source=body.source, args=body.args, timeout_s=body.timeout_s, memory_mb=body.memory_mb
         )

@@ -31,6 +31,7 @@ from pathlib import Path
 from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
+from xlaport.kb.engine import parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
@@ -59,13 +60,14 @@ from .results import (
     verdict,
     with_verdict,
 )
-from .source import compile_or_raise, unified_diff
+from .source import unified_diff
 from .tree import (
     GENERATED_TESTS_DIR,
     IN_PLACE_REPORT_DIR,
     Progress,
     check_destination,
     plan_tree,
+    rewrite_configs,
     rewrite_files,
     trace_records,
     write_in_place,
@@ -123,7 +125,6 @@ class Pipeline:
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         rules = self.rules(options.select, options.ignore)
-        compile_or_raise(source, name)
         fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
         evidence = Evidence(
@@ -206,7 +207,6 @@ class Pipeline:
             if proposal is None:
                 continue
             try:
-                compile_or_raise(proposal.source, path)
                 left = lint_source(proposal.source, path, rules)
             except SourceError as exc:
                 notes.append(f"{function}: proposal dropped, it does not parse ({exc})")
@@ -254,7 +254,7 @@ class Pipeline:
             if not path.is_file():
                 raise ValueError(f"no such script: {path}")
             return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
-        compile_or_raise(source, SNIPPET_NAME)
+        parse(source)  # refuse what is not Python before running it
         with readable_scratch("xlaport-check-") as tmp:
             script = Path(tmp, "script.py")
             script.write_text(source, encoding="utf-8")
@@ -272,8 +272,8 @@ class Pipeline:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
         if not name.endswith(".py") or Path(name).name != name:
             raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
-        compile_or_raise(original, name)
-        compile_or_raise(migrated, name)
+        parse(original)
+        parse(migrated)
         with readable_scratch("xlaport-verify-") as tmp:
             for folder, text in (("original", original), ("migrated", migrated)):
                 Path(tmp, folder).mkdir()
@@ -339,6 +339,17 @@ class Pipeline:
                 )
             )
             notes += [n for n in file_notes if n == RULES_ONLY]
+        for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
+            by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
+            outcomes.append(
+                FileOutcome(
+                    path=str(rel),
+                    status="changed" if result.changed else "unchanged",
+                    diff=unified_diff(result.source, result.fixed, str(rel)),
+                    codes_applied=[f.code for f in result.applied],
+                    manual=self.manual_items(result.fixed, result.findings, options.k),
+                )
+            )
 
         validation = Validation(reason="validation was not requested (--validate)")
         verification = None

@@ -15,16 +15,17 @@ from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
 
-from xlaport.kb import SourceError, get_rule
+from xlaport.kb import get_rule
 from xlaport.kb.batch import FileResult, fix_file
+from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
 
-from xlaport.files import SKIP_DIRS, UnreadableSource, atomic_write, backup_path, check_in_place_allowed, read_source
+from xlaport.files import SKIP_DIRS, atomic_write, backup_path, check_in_place_allowed
 from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
 
 from .results import FileOutcome, MigrationResult
-from .source import compile_or_raise, unified_diff
+from .source import unified_diff
 
 IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
 GENERATED_TESTS_DIR = "tests_xla"  # the differential tests that validation generated, in the migrated tree
@@ -63,13 +64,7 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
 def _fix_task(task: tuple[str, str, list[str] | None, bool]) -> FileResult:
     path, display, codes, unsafe = task
     rules = None if codes is None else [get_rule(c) for c in codes]
-    try:
-        compile_or_raise(read_source(Path(path)), display)
-    except SourceError as exc:
-        return FileResult(display, error=f"{display}: {exc}")
-    except (UnreadableSource, OSError):
-        pass  # fix_file reports it
-    try:
+    try:  # reads the file once; kb's parse refuses what would crash libcst (see xlaport.kb.engine.parse)
         return fix_file(Path(path), rules, unsafe=unsafe, display=display)
     except Exception as exc:  # one broken file must not end the run; it is reported and copied as is
         return FileResult(display, error=f"{display}: internal error while fixing ({type(exc).__name__}: {exc})")
@@ -101,6 +96,13 @@ def rewrite_files(
         with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
             collect(pool.map(_fix_task, tasks, chunksize=max(1, len(tasks) // (jobs * 4))))
     return results
+
+
+def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None) -> dict[Path, FileResult]:
+    """The config files and run scripts among `other` that name a CUDA device or NCCL (kb/configs.py), fixed;
+    the others, and files that are not text, are copied as they are."""
+    results = {rel: fix_file(src / rel, rules, display=str(rel)) for rel in other if config_kind(rel)}
+    return {rel: r for rel, r in results.items() if not r.error and (r.applied or r.findings)}
 
 
 def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
@@ -166,7 +168,7 @@ def trace_records(
                 error=outcome.error,
             )
         )
-        if not outcome.error:
+        if not outcome.error and not config_kind(rel):
             records += _function_records(common, outcome, original, migrated, results[rel])
     return records
 

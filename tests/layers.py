@@ -58,9 +58,8 @@ HEAVY = frozenset(
         "rich",
     }
 )
-# Known function-local imports inside an area, left to their owners (issue 14's kb restructuring replaces
-# the registry): (importer, imported).
-KNOWN_LOCAL = frozenset({("xlaport.kb.engine", "xlaport.kb.rules")})
+# Known function-local imports inside an area, left to their owners: (importer, imported).
+KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

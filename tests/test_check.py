@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval.check import CheckReport, check_source, parse_compilation_analysis, run_check
+from xlaport.eval.check import CheckReport, build_report, check_source, parse_compilation_analysis, run_check
+from xlaport.eval.sandbox import SandboxResult
 
 from xlaport.cli import app
 
@@ -32,6 +33,9 @@ TORCH_PROGRAMS = [
     "fault_fallback",
     "fault_stale_optimizer",
     "fault_nan",
+    "fault_no_barrier",
+    "fault_cpu_device",
+    "fault_growing_reads",
 ]
 JSON_KEYS = {
     "exit_code", "level", "reasons", "fallback_ops", "host_reads", "compiles_total", "compiles_after_warmup",
@@ -45,6 +49,7 @@ REASON_KINDS = {
     "nan": "NaN/Inf",
     "stale": "does not hold the model's parameters",
     "off_device": "not on the XLA device",
+    "no_barrier": "no step barrier",
 }
 
 
@@ -197,6 +202,80 @@ def test_fault_nan(runs):
     assert report.nan
     assert "non-finite values in last loss" in report.nan_details
     assert any("read nan" in detail and "fault_nan.py" in detail for detail in report.nan_details)
+
+
+@pytest.mark.slow
+def test_fault_no_barrier(runs):
+    # the step goes through GradScaler.step, so no barrier: the check stops the run within a few steps
+    report = runs["fault_no_barrier"].result()
+    assert report.level == "L0" and report.stopped == "no_barrier", report.reasons
+    assert reason_kinds(report) == {"no_barrier"}
+    assert "goes through GradScaler.step" in report.reasons[0]
+    assert f"fault_no_barrier.py:{line_of('fault_no_barrier', 'scaler.step(optimizer)')}" in report.reasons[0]
+    assert "growing from" in report.reasons[0] and report.compiles_total >= 5
+    assert report.wall_s <= 60 and not report.timed_out and report.error is None
+
+
+@pytest.mark.slow
+def test_fault_growing_reads(runs):
+    # no optimizer: the evidence is the host read compiling an ever-larger graph each iteration
+    report = runs["fault_growing_reads"].result()
+    assert report.level == "L0" and report.stopped == "no_barrier", report.reasons
+    assert reason_kinds(report) == {"no_barrier"} and "each of a bigger graph" in report.reasons[0]
+    assert f"fault_growing_reads.py:{line_of('fault_growing_reads', '.item()')}" in report.reasons[0]
+    assert report.wall_s <= 60
+
+
+@pytest.mark.slow
+def test_fault_cpu_device(runs):
+    # the model stays on the CPU (torch.accelerator knows nothing of XLA): stopped after a few optimizer steps
+    report = runs["fault_cpu_device"].result()
+    assert report.level == "L0" and report.stopped == "off_xla", report.reasons
+    assert reason_kinds(report) == {"off_device"}
+    assert report.reasons[0].startswith("ran on the CPU, not on the XLA device")
+    where = f"fault_cpu_device.py:{line_of('fault_cpu_device', 'device = torch.accelerator')}"
+    assert where in report.reasons[0] and report.wall_s <= 60
+
+
+@pytest.mark.slow
+def test_short_cpu_run_that_exits_cleanly_is_l0_and_never_validated():
+    from xlaport.serve.pipeline import run_xla_check, verdict
+
+    # through the pipeline's validation adapter, as `migrate --validate` runs it
+    run = run_xla_check(PROGRAMS / "fault_cpu_device.py", ["3"], timeout_s=300, memory_mb=8192)
+    assert run.passed is False and verdict([run])[0] == "rejected"
+    report = CheckReport(**{**run.report, "per_step": [], "recompile_sources": []})
+    assert report.exit_code == 0 and report.stopped is None
+    assert report.level == "L0" and reason_kinds(report) == {"off_device"}, report.reasons
+    assert report.reasons[0].startswith("ran on the CPU, not on the XLA device: 3 optimizer step(s)")
+
+
+@pytest.mark.slow
+def test_memory_limit_names_the_limit_the_peak_and_the_phase():
+    report = run_check(PROGRAMS / "fault_memory.py", timeout_s=300, memory_mb=1500)
+    assert report.memory_exceeded and report.level == "none" and report.peak_rss_mb > 1500
+    assert len(report.reasons) == 1, report.reasons
+    assert report.reasons[0].startswith("did not finish: killed by the memory limit of 1500 MB (peak ")
+    assert "last phase: after importing torch_xla" in report.reasons[0]
+
+
+def test_child_killed_by_a_signal_says_how_far_it_got_and_its_peak():
+    # the study's case: the graph grew until LLVM could not allocate memory and the child died with SIGSEGV
+    result = SandboxResult(-11, "", "LLVM ERROR: out of memory\nAllocation failed", wall_s=305.0, peak_rss_mb=7012.0)
+    events = [
+        {"event": "start", "t": 0.0, "pid": 7},
+        {"event": "script_start", "t": 0.1, "pid": 7},
+        {"event": "torch_xla_imported", "t": 3.0, "pid": 7},
+        {"event": "heartbeat", "t": 300.0, "pid": 7, "steps": 0, "optimizer_steps": 2, "compiles": 41,
+         "graph_nodes": 91234, "rss_mb": 6900.0},
+    ]  # fmt: skip
+    report = build_report(Path("train.py"), [], 2, 600, result, events, [], 0.0, "CPU", memory_mb=8192)
+    assert report.level == "none" and report.exit_code == -11
+    assert report.compiles_total == 41
+    (reason,) = report.reasons
+    assert "killed by signal SIGSEGV" in reason and "LLVM ERROR: out of memory" in reason
+    assert "before the first XLA step: 41 graph compilation(s) so far, the last graph had 91234 nodes" in reason
+    assert "peak memory 7012 MB" in reason
 
 
 def test_crash_reports_error_text():

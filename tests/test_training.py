@@ -44,7 +44,7 @@ def _fn(source: str, imports: str = "import torch\n", file: str = "pkg/mod.py") 
 # --- corpus -----------------------------------------------------------------------------------------
 def test_extract_functions_dedents_methods_keeps_decorators_and_used_imports():
     source = textwrap.dedent(
-        '''
+        """
         from __future__ import annotations
         import os
         import torch
@@ -61,7 +61,7 @@ def test_extract_functions_dedents_methods_keeps_decorators_and_used_imports():
 
         def short(x):
             return x
-        '''
+        """
     )
     functions = extract_functions(source, "pkg/net.py")
     assert [f.name for f in functions] == ["Net.forward"]  # `short` has fewer than 3 lines
@@ -197,7 +197,10 @@ def test_edit_scripts_round_trip_and_refuse_what_does_not_fit():
 
 def test_target_join_and_split_round_trip():
     target = join_target(["import torch_xla", "import torch_xla.core.xla_model as xm"], "def f():\n    pass\n")
-    assert split_target(target) == (["import torch_xla", "import torch_xla.core.xla_model as xm"], "def f():\n    pass\n")
+    assert split_target(target) == (
+        ["import torch_xla", "import torch_xla.core.xla_model as xm"],
+        "def f():\n    pass\n",
+    )
     assert split_target("@dec\ndef g():\n    pass\n") == ([], "@dec\ndef g():\n    pass\n")
 
 
@@ -206,9 +209,19 @@ def test_recorded_traces_read_the_records_migrate_writes(tmp_path):
 
     def record(unit, function, original, migrated, status="validated", **extra):
         return TraceRecord(
-            run_id="r1", time="2026-01-01T00:00:00+00:00", src="/proj", path="train.py", unit=unit,
-            function=function, original=original, migrated=migrated, patch="", codes_applied=extra.get("codes", []),
-            codes_left=[], proposed_by=["rules"], validation=TraceValidation(status=status, level="L2"),
+            run_id="r1",
+            time="2026-01-01T00:00:00+00:00",
+            src="/proj",
+            path="train.py",
+            unit=unit,
+            function=function,
+            original=original,
+            migrated=migrated,
+            patch="",
+            codes_applied=extra.get("codes", []),
+            codes_left=[],
+            proposed_by=["rules"],
+            validation=TraceValidation(status=status, level="L2"),
         )
 
     original = "    def step(self, x):\n        return x.cuda()\n"
@@ -263,7 +276,9 @@ def test_encode_trace_trains_only_on_the_target(tokenizer):
 def test_lora_batches_have_fixed_shapes_and_warm_up_every_bucket_first(tokenizer):
     short = _trace("def f(x):\n    return x.cuda()\n", "def f(x):\n    return x\n")
     body = "".join(f"    y{i} = torch.zeros({i}, device='cuda')\n" for i in range(12))
-    long = _trace(f"def g(x):\n{body}    return x\n", f"def g(x):\n{body.replace(', device=' + repr('cuda'), '')}    return x\n")
+    long = _trace(
+        f"def g(x):\n{body}    return x\n", f"def g(x):\n{body.replace(', device=' + repr('cuda'), '')}    return x\n"
+    )
     lengths = [len(encode_trace(tokenizer, t, 1024)[0]) for t in (short, long)]
     buckets = (max(lengths[0], 64), max(lengths) + 8)
     assert lengths[1] > buckets[0], "the long trace needs the second bucket"
@@ -398,7 +413,13 @@ def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatc
     job_dir = out / JOB_DIR
     batches = Batches.load(job_dir / loop.BATCHES_FILE)
     assert len({tuple(t.shape) for t in batches.input_ids}) == 2, "both buckets are used"
-    report = run_check(Path(loop.__file__), [str(job_dir), str(out)], steps_warmup=batches.warmup_steps, timeout_s=600)
+    report = run_check(
+        Path(loop.__file__),
+        [str(job_dir), str(out)],
+        steps_warmup=batches.warmup_steps,
+        timeout_s=600,
+        writable=[tmp_path / "models"],  # the sandboxed child reads the job and base, writes its checkpoint
+    )
     assert report.level == "L2", report.reasons
     assert report.steps == 6 and report.compiles_total == 3 and report.compiles_after_warmup == 0
     assert report.fallback_ops == {} and not report.nan and not report.stale_optimizer_params

@@ -20,10 +20,12 @@ from xlaport.eval.verify import (
     RunRecord,
     VerifyConfig,
     VerifyUsageError,
+    absolute_gates,
     assess,
     judge_claim,
     load_config,
-    smoke_stop,
+    reference_from_log,
+    relative_gates,
     split_command,
     verify,
     verify_tree,
@@ -35,6 +37,7 @@ from xlaport.cli import app
 PROGRAMS = Path(__file__).parent / "programs"
 CLASSIFIER = PROGRAMS / "verify_classifier"
 DIVERGE = PROGRAMS / "verify_diverge"
+SPIKE = PROGRAMS / "verify_spike"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 COMMAND = ["python", "train.py", "--steps", "40"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -281,14 +284,117 @@ def test_claim_missed_by_the_original_too_is_inherited():
     assert result["verdict"] == "fail" and "reference reaches 0.96" in result["reason"]
 
 
-def test_smoke_stop_on_budget_and_divergence():
+def test_absolute_gates_are_nan_and_budget_only():
     config = VerifyConfig(full_run_steps=100_000, budget_hours=1.0)
     run = record("migrated", decaying(), step_s=0.5, wall_s=30.0)
-    why = smoke_stop(run, FakeCheck(), config)
-    assert why is not None and "over the budget of 1 h" in why and "13.89 h" in why
-    assert smoke_stop(run, FakeCheck(), VerifyConfig()) is None
+    nan, budget = absolute_gates(run, FakeCheck(), config)
+    assert not nan.stopped and budget.stopped and "over the budget of 1 h" in budget.reason and "13.89 h" in budget.reason
+    assert [g.stopped for g in absolute_gates(run, FakeCheck(), VerifyConfig())] == [False]
+    # a loss that rises to 30x its first value is no reason to stop on its own: only NaN/inf is
     exploding = record("migrated", [1.0, 2.0, 8.0, 30.0])
-    assert "diverged" in smoke_stop(exploding, FakeCheck(), VerifyConfig())
+    assert not any(g.stopped for g in absolute_gates(exploding, FakeCheck(), VerifyConfig()))
+    (gate,) = absolute_gates(record("migrated", [1.0, 2.0, float("inf")]), FakeCheck(), VerifyConfig())
+    assert gate.stopped and gate.reason == "the migrated smoke test diverged: loss inf at step 2"
+
+
+def spiky(n=60, spike_at=4, lr_times_10_from=None):
+    """A loss that spikes to ~20x its first value at `spike_at` and recovers; optionally a regression after it."""
+    values = []
+    for i in range(n):
+        value = 2.0 * 0.97**i + 0.05 * ((-1) ** i)
+        if spike_at <= i < spike_at + 3:
+            value = 40.0 / (1 + i - spike_at)
+        if lr_times_10_from is not None and i >= lr_times_10_from:
+            value = 8.0 + 0.3 * ((-1) ** i)  # stuck far above, and noisy
+        values.append(value)
+    return values
+
+
+def test_relative_gates_let_a_shared_spike_through_and_stop_a_real_divergence():
+    ref = record("reference", spiky())
+    # the same spike one step later on other hardware: inside the band (±2 steps), no stop
+    shifted = record("migrated", spiky(spike_at=5))
+    divergence, falling = relative_gates(ref, shifted, VerifyConfig())
+    assert not divergence.stopped and not falling.stopped, (divergence.reason, falling.reason)
+    assert "reference on cpu" in divergence.against and "noise band" in divergence.against
+    # a spike the reference does not have, that comes back: noted, not stopped
+    lone = record("migrated", spiky(spike_at=30))
+    divergence, _ = relative_gates(record("reference", spiky(spike_at=100)), lone, VerifyConfig())
+    assert not divergence.stopped and "a spike, not a divergence" in divergence.reason and divergence.step == 30
+    # a regression after the shared spike: stays above the band, the separating step is named
+    regressed = record("migrated", spiky(lr_times_10_from=10))
+    divergence, falling = relative_gates(ref, regressed, VerifyConfig())
+    assert divergence.stopped and divergence.step == 10, divergence.reason
+    assert "stays above the band from step 10" in divergence.reason
+    # a flat migrated curve against a falling reference
+    flat = record("migrated", [2.0 + 0.01 * ((-1) ** i) for i in range(60)])
+    _, falling = relative_gates(record("reference", decaying(n=60)), flat, VerifyConfig())
+    assert falling.stopped and "not falling" in falling.reason
+    # no reference curve: nothing relative is judged, nothing stops
+    (gate,) = relative_gates(None, regressed, VerifyConfig())
+    assert not gate.stopped and "not judged" in gate.reason
+
+
+def test_stopped_execution_check_is_l0_with_its_reason():
+    check = FakeCheck("L0", ["no step barrier: 5 optimizer steps ran without a torch_xla.sync()"])
+    check.stopped = "no_barrier"
+    stopped_run = record("migrated", [])
+    stopped_run.returncode = None
+    level, reasons, *_ = assess(record("reference", decaying()), stopped_run, check, VerifyConfig())
+    assert level == "L0" and reasons == [f"L2: stopped by the execution check: {check.reasons[0]}"]
+
+
+def write_gpu_log(path: Path, losses, accuracy=0.9, step_s=0.004, price=3.5, device="NVIDIA H200") -> Path:
+    """A recorded GPU run as JSON lines: one record per step, the run facts on the first."""
+    records = [{"step": i, "loss": v, "step_time_s": step_s * (20 if i == 0 else 1)} for i, v in enumerate(losses)]
+    records[0] |= {"device": device, "price_per_hour": price}
+    records[-1]["eval_accuracy"] = accuracy
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_read_reference_log_in_each_form(tmp_path):
+    log = cv.read_reference_log(write_gpu_log(tmp_path / "gpu.jsonl", decaying()))
+    assert log.device == "NVIDIA H200" and log.price_per_hour == 3.5
+    assert len(log.curves.loss) == 40 and log.curves.metrics["eval_accuracy"].values == [0.9]
+    assert set(log.curves.metrics) == {"eval_accuracy"}  # step times and prices are not metrics
+    assert log.step_s == pytest.approx(0.004) and log.per_step_s[0] == pytest.approx(0.08)
+
+    summary = tmp_path / "gpu.json"
+    summary.write_text(json.dumps({"device_name": "A100", "usd_per_hour": 1.1, "loss": [2.0, 1.0, 0.5],
+                                   "step_time_s": 0.05, "accuracy": 0.97}))  # fmt: skip
+    log = cv.read_reference_log(summary)
+    assert (log.device, log.price_per_hour, log.step_s) == ("A100", 1.1, 0.05)
+    assert log.curves.loss.values == [2.0, 1.0, 0.5] and log.curves.metrics["accuracy"].values == [0.97]
+
+    table = tmp_path / "gpu.csv"
+    table.write_text("step,loss,step_time_s,device\n0,2.0,0.5,L4\n1,1.5,0.1,L4\n2,1.2,0.1,L4\n3,1.0,0.1,L4\n")
+    log = cv.read_reference_log(table)
+    assert (log.device, log.price_per_hour, log.step_s) == ("L4", None, pytest.approx(0.1))
+    assert log.curves.loss.values == [2.0, 1.5, 1.2, 1.0] and not log.curves.metrics
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"step": 0, "lr": 0.1}\n')
+    with pytest.raises(ValueError, match="no loss and no metric"):
+        cv.read_reference_log(empty)
+    with pytest.raises(VerifyUsageError, match="reference = none needs a reference_log"):
+        VerifyConfig(reference="none").validate()
+
+
+def test_gpu_log_reference_gives_l4_with_its_step_time_and_price(tmp_path):
+    config = VerifyConfig(reference_log=str(write_gpu_log(tmp_path / "gpu.jsonl", decaying(), step_s=0.1, price=3.5)))
+    ref, price = reference_from_log(config)
+    assert ref.device == "cuda: NVIDIA H200 (recorded in gpu.jsonl)" and ref.log and price == 3.5
+    config = config.with_overrides(price_reference=price, price_migrated=1.2, require="L4")
+    tpu = record("migrated", decaying(), [0.9], device="xla (TPU)", step_s=0.05)
+    level, reasons, _, undecided, loss, metrics, _, perf = assess(ref, tpu, FakeCheck(), config)
+    assert level == "L4" and loss.verdict == "same" and metrics[0].verdict == "same", reasons
+    assert perf["speedup"] == pytest.approx(2.0) and perf["cost_ratio"] == pytest.approx(0.05 * 1.2 / (0.1 * 3.5))
+    # on XLA's CPU device the numbers are computed, the level is not claimed
+    cpu = record("migrated", decaying(), [0.9], step_s=0.05)
+    level, reasons, _, undecided, *_, perf = assess(ref, cpu, FakeCheck(), config)
+    assert level == "L3" and perf["speedup"] == pytest.approx(2.0) and perf["cost_ratio"] is not None
+    assert any("the migrated run used XLA on the CPU, not a TPU" in r for r in reasons)
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -485,3 +591,70 @@ def test_migrated_example_reaches_l3(tmp_path):
     report = verify_tree(example, out, ["python", "train.py", "--steps", "40"], VerifyConfig(timeout_s=180))
     print(f"\n{example.name}: {report.level} {report.status} ({report.wall_s:.1f} s)\n" + "\n".join(report.reasons))
     assert report.status == "pass" and report.level in ("L3", "L4"), "\n".join(report.reasons)
+
+
+# the real regression of the spike program: the learning rate x10 once the shared spike is over
+SPIKE_REGRESSION = (
+    "return base * burst if step in (3, 4) else base",
+    "return base * burst if step in (3, 4) else (base * 10 if step > 4 else base)",
+)
+
+
+@pytest.fixture(scope="module")
+def spike_reports(tmp_path_factory) -> tuple:
+    """The chaotic but correct migration (its loss spikes at step 5 like the original's) and its lr x10 regression."""
+    config = VerifyConfig(reference_cache=str(tmp_path_factory.mktemp("spike-reference")))
+    regressed = tmp_path_factory.mktemp("spike-regressed")
+    source = (SPIKE / "migrated" / "train.py").read_text()
+    assert source.count(SPIKE_REGRESSION[0]) == 1
+    (regressed / "train.py").write_text(source.replace(*SPIKE_REGRESSION))
+    correct = verify(SPIKE / "original", SPIKE / "migrated", ["python", "train.py"], config)
+    return correct, verify(SPIKE / "original", regressed, ["python", "train.py"], config), config.reference_cache
+
+
+@pytest.mark.slow
+def test_spike_the_original_has_too_is_not_stopped(spike_reports):
+    report = spike_reports[0]
+    losses = report.migrated_run.curves.loss.values
+    assert max(losses) > 3 * losses[0]  # what the absolute smoke gate stopped ("more than 3x its first value")
+    assert (report.status, report.level, report.stopped) == ("pass", "L3", None), report.reasons
+    gates = {g["gate"]: g for g in report.stops}
+    assert set(gates) == {"nan", "divergence", "not_falling"} and not any(g["stopped"] for g in gates.values())
+    assert "reference on cpu" in gates["divergence"]["against"]
+
+
+@pytest.mark.slow
+def test_regression_after_the_spike_fails_naming_where_the_curves_separate(spike_reports):
+    report = spike_reports[1]
+    assert (report.status, report.level) == ("fail", "L2"), report.reasons
+    assert report.loss.verdict == "worse" and 5 <= report.loss.departs_at_step <= 12  # after the shared spike
+    step = report.loss.departs_at_step
+    assert any(f"the curves first leave the reference's noise band at step {step}" in r for r in report.reasons)
+
+
+@pytest.mark.slow
+def test_cli_reference_log_decides_and_the_cpu_run_is_the_fallback(spike_reports, tmp_path):
+    # a recorded GPU run of the original: close to, not equal to, the CPU-mapped run (other hardware)
+    cpu_losses = spike_reports[0].reference_run.curves.loss.values
+    losses = [v * (1 + 0.01 * (-1) ** i) for i, v in enumerate(cpu_losses)]
+    log = write_gpu_log(tmp_path / "h200.jsonl", losses, accuracy=0.81, step_s=0.002, price=3.5)
+    result = CliRunner().invoke(
+        app,
+        ["verify", str(SPIKE / "original"), str(SPIKE / "migrated"), "--reference-log", str(log),
+         "--reference-cache", spike_reports[2], "--price-migrated", "1.2", "--json", str(tmp_path / "v.json"),
+         "--html", str(tmp_path / "v.html"), "--", "python", "train.py"],
+    )  # fmt: skip
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert result.exit_code == 0 and (data["status"], data["level"]) == ("pass", "L3"), result.output
+    decides, fallback = data["references"]
+    assert decides["decides"] and decides["kind"] == "recorded GPU run (log)" and decides["level"] == "L3"
+    assert decides["device"] == "cuda: NVIDIA H200 (recorded in h200.jsonl)"
+    assert not fallback["decides"] and "CUDA mapped to the CPU" in fallback["kind"] and fallback["cached"]
+    assert data["loss"]["verdict"] == "same" and data["metrics"][0]["verdict"] == "same"
+    assert any(r.startswith("L1: also held against the run of the original on cpu") for r in data["reasons"])
+    perf = data["performance"]  # L4 numbers against the GPU's step time and price; not claimed on XLA's CPU device
+    assert perf["reference_step_s"] == pytest.approx(0.002) and perf["price_reference_per_h"] == 3.5
+    assert perf["speedup"] is not None and perf["cost_ratio"] is not None
+    assert any("L4: not assessable here: the migrated run used XLA on the CPU" in r for r in data["reasons"])
+    page = (tmp_path / "v.html").read_text()
+    assert "recorded GPU run (log)" in page and "noise band" in page and "Why this verdict" in page

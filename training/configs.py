@@ -1,9 +1,8 @@
 """Model sizes and training settings, one named configuration per size.
 
-`tiny` is for tests (seconds). `small` is the default and is sized to finish base + LoRA training
-within 30 minutes on a 2-core CPU through torch_xla (measured on a shared, busy machine: ~700
-tokens/s, so ~1.5 M training tokens in all; see bench/model.py). `base` and `large` are meant
-for a TPU.
+`tiny` is the test configuration: a from-scratch base of ~1 M parameters (seconds). `cpu` (the
+default) fine-tunes a LoRA adapter on the pretrained SmolLM2-135M (model/base.py) within 60
+minutes on 2 CPU cores through torch_xla; `tpu` is the same on real hardware.
 """
 
 from __future__ import annotations
@@ -40,6 +39,9 @@ class SizeConfig:
     checkpoint_every: int = 200
     log_every: int = 10
     max_new_tokens: int = 512  # generation bound at serving time
+    pretrained: bool = False  # LoRA on the packaged SmolLM2 (model/base.py), not on a from-scratch base
+    max_synth: int = 0  # synthesized manual-finding pairs (training/synth.py)
+    lora_targets: tuple[str, ...] | str = "all-linear"
 
     def with_overrides(self, **changes: object) -> SizeConfig:
         """A copy with the given fields changed; None values are ignored."""
@@ -48,6 +50,8 @@ class SizeConfig:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["buckets"] = list(self.buckets)
+        if isinstance(self.lora_targets, tuple):
+            data["lora_targets"] = list(self.lora_targets)
         return data
 
 
@@ -74,76 +78,64 @@ SIZES: dict[str, SizeConfig] = {
         checkpoint_every=1000,
         log_every=2,
         max_new_tokens=96,
+        max_synth=40,
     ),
-    "small": SizeConfig(
-        name="small",
-        vocab_size=4096,
-        hidden=192,
-        layers=4,
-        heads=3,
-        intermediate=512,
-        context=512,
+    # LoRA on the pretrained SmolLM2-135M (model/base.py); the model fields above are unused.
+    # Sized to finish on 2 idle CPU cores in <= 60 min through torch_xla: 4x256 steps take ~4 s,
+    # 4x512 ~9 s (r=16 on q/k/v/o); 360 steps ~40 min + dataset, load and 4 compiles.
+    "cpu": SizeConfig(
+        name="cpu",
+        pretrained=True,
+        vocab_size=0,
+        hidden=0,
+        layers=0,
+        heads=0,
+        intermediate=0,
+        context=8192,
         buckets=(256, 512),
         max_files=None,
-        max_injected=3000,
-        max_rule_traces=1500,
-        max_function_chars=800,
-        batch_size=8,
-        base_steps=160,
-        lora_steps=200,
-        base_lr=2e-3,
-        lora_lr=3e-3,
-        warmup_steps=10,
-        checkpoint_every=50,
+        max_injected=300,
+        max_rule_traces=300,
+        max_synth=1500,
+        max_function_chars=1500,
+        batch_size=4,
+        base_steps=0,
+        lora_steps=360,
+        lora_lr=5e-4,
+        warmup_steps=20,
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
+        checkpoint_every=40,
+        max_new_tokens=256,
     ),
-    # TPU sizes: same code path, bigger shapes.
-    "base": SizeConfig(
-        name="base",
-        vocab_size=16384,
-        hidden=768,
-        layers=12,
-        heads=12,
-        intermediate=2048,
-        context=1024,
-        buckets=(256, 512, 1024),
-        max_files=None,
-        max_injected=20000,
-        max_rule_traces=20000,
-        max_function_chars=3000,
-        batch_size=32,
-        base_steps=20000,
-        lora_steps=3000,
-        base_lr=6e-4,
-        lora_lr=1e-3,
-        warmup_steps=500,
-        checkpoint_every=1000,
-    ),
-    "large": SizeConfig(
-        name="large",
-        vocab_size=32768,
-        hidden=1536,
-        layers=24,
-        heads=16,
-        intermediate=4096,
-        context=2048,
+    # The same on a TPU: longer examples, bigger batches, every projection adapted.
+    "tpu": SizeConfig(
+        name="tpu",
+        pretrained=True,
+        vocab_size=0,
+        hidden=0,
+        layers=0,
+        heads=0,
+        intermediate=0,
+        context=8192,
         buckets=(512, 1024, 2048),
         max_files=None,
-        max_injected=50000,
-        max_rule_traces=50000,
+        max_injected=5000,
+        max_rule_traces=5000,
+        max_synth=20000,
         max_function_chars=6000,
-        batch_size=64,
-        base_steps=50000,
-        lora_steps=5000,
-        base_lr=3e-4,
-        lora_lr=5e-4,
-        warmup_steps=1000,
+        batch_size=32,
+        base_steps=0,
+        lora_steps=3000,
+        lora_lr=3e-4,
+        warmup_steps=100,
         lora_r=32,
         lora_alpha=64,
-        checkpoint_every=2000,
+        checkpoint_every=500,
+        max_new_tokens=1024,
     ),
 }
 
-DEFAULT_SIZE = "small"
+DEFAULT_SIZE = "cpu"
 
 
 def get_size(name: str) -> SizeConfig:

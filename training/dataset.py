@@ -27,6 +27,7 @@ from xlaport.files import atomic_write
 
 from .configs import SizeConfig
 from .corpus import Function, corpus_files, extract_functions, normalized_key, split_of
+from .synth import synth_traces
 from .traces import (
     Trace,
     inject,
@@ -117,6 +118,11 @@ def build_dataset(
             add(injected_trace(fn, rng, injected=injected, findings=findings))
     injected_count = len(traces) - before
     log(f"injected traces: {injected_count} ({time.perf_counter() - start:.0f} s)")
+
+    before = len(traces)
+    for trace in synth_traces([fn for _, fn in functions], size.max_synth, seed):
+        add(trace)
+    log(f"synthesized manual-finding traces: {len(traces) - before} ({time.perf_counter() - start:.0f} s)")
 
     recorded_count = 0
     for path in recorded:

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from xlaport.model.artifacts import new_artifact_dir, newest, read_meta, write_meta
+from xlaport.model.base import BaseModelMissing, default_base_model
 from xlaport.model.prompts import PROMPT_FORMAT
 
 from xlaport.paths import models_dir, traces_path
@@ -127,6 +128,8 @@ def prepare_base_job(
     """
     import torch
 
+    if size.pretrained:
+        raise TrainingError(f"size {size.name} fine-tunes the pretrained SmolLM2 base: run `xlaport train lora`")
     out = out or new_artifact_dir("base", size.name)
     job_dir = out / JOB_DIR
     if (job_dir / JOB_FILE).exists():
@@ -223,7 +226,7 @@ def lora_settings(size: SizeConfig, model_type: str) -> dict:
         "r": size.lora_r,
         "lora_alpha": size.lora_alpha,
         "lora_dropout": size.lora_dropout,
-        "target_modules": "all-linear",
+        "target_modules": list(size.lora_targets) if isinstance(size.lora_targets, tuple) else size.lora_targets,
     }
     if model_type == "gpt2":
         settings["fan_in_fan_out"] = True  # GPT-2 uses Conv1D layers
@@ -248,6 +251,11 @@ def prepare_lora_job(
     if (job_dir / JOB_FILE).exists():
         log(f"resuming the job in {job_dir}" if (job_dir / CHECKPOINT).exists() else f"running the job in {job_dir}")
         return out
+    if base is None and size.pretrained:
+        try:
+            base = default_base_model(log=log)
+        except BaseModelMissing as exc:
+            raise TrainingError(str(exc)) from None
     base = base or newest("base")
     if base is None:
         raise TrainingError("no base model: run `xlaport train base` first, or pass --base-model PATH")

@@ -50,6 +50,7 @@ def own_cgroup(controller: str) -> str | None:
     folder = cgroup_path(controller)
     if folder is None:
         return None
+    _remove_stale(Path(folder))
     probe = Path(folder, f"xlaport-probe-{os.getpid()}")
     try:
         probe.mkdir()
@@ -57,6 +58,20 @@ def own_cgroup(controller: str) -> str | None:
     except OSError:
         return None
     return folder
+
+
+def _remove_stale(folder: Path) -> None:
+    """Empty run cgroups (xlaport-PID-...) of xlaport processes that were killed before they could remove them."""
+    for group in folder.glob("xlaport-*-*"):
+        try:
+            os.kill(int(group.name.split("-")[1]), 0)
+        except ProcessLookupError:
+            try:
+                group.rmdir()
+            except OSError:
+                pass  # not empty: something still runs in it
+        except (ValueError, PermissionError):
+            continue
 
 
 @functools.cache

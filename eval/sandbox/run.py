@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import os
@@ -26,6 +27,8 @@ DEFAULT_FILE_SIZE_MB = 4096
 OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024  # per stream; the tail is kept
 POLL_S = 0.1
 READER_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+LIBC = ctypes.CDLL(None, use_errno=True)
 ENV_NAMES = {"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USE_TORCH_XLA", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
 ENV_PREFIXES = ("LC_", "PJRT_", "XLA_", "TPU_", "PT_XLA_", "TF_CPP_", "PYTHON")
 
@@ -40,6 +43,7 @@ class SandboxResult:
     memory_exceeded: bool = False
     peak_rss_mb: float = 0.0  # whole tree, polled every POLL_S; on a memory kill at least the cgroup's high-water mark
     kill_reason: str | None = None  # "timeout", "memory" or None (ended by itself)
+    memory_limit_mb: int = 0  # the limit applied: the one asked for, at most the host's memory
     survivors: list[int] = field(default_factory=list)  # host PIDs still alive after the end (should be none)
     guarantees: list[str] = field(default_factory=list)  # what held for this run
     gaps: list[str] = field(default_factory=list)  # what did not, and why
@@ -94,8 +98,7 @@ def run_sandboxed(
     /tmp nothing else.
     Where the sandbox user could not use one of them the run stays with xlaport's user, and says so in `gaps`.
     The environment is the allowlist plus `env`."""
-    if memory_mb > host_memory_mb():
-        raise ValueError(f"memory_mb={memory_mb} is more than this machine has ({host_memory_mb()} MB)")
+    memory_mb = min(memory_mb, host_memory_mb())  # fronts refuse explicit requests above it; defaults are clamped
     mech = sandbox_status()
     gaps = list(mech.refused)
     python_path = (env or {}).get("PYTHONPATH", "")
@@ -165,6 +168,7 @@ def run_sandboxed(
         memory_exceeded=kill_reason == "memory",
         peak_rss_mb=peak,
         kill_reason=kill_reason,
+        memory_limit_mb=memory_mb,
         survivors=survivors,
         guarantees=mech.guarantees(dropped=user is not None),
         gaps=gaps,
@@ -223,7 +227,12 @@ class _Cgroups:
 
 
 def _child_setup(cgroups: _Cgroups | None, timeout_s: float, max_tasks: int, file_size_mb: int, dropped: bool) -> None:
-    """In the forked child before exec: join the cgroups, set the rlimits (all inherited by every descendant)."""
+    """In the forked child before exec: die with the thread that started the run (then `unshare --kill-child`
+    takes the whole namespace along), join the cgroups, set the rlimits (inherited by every descendant)."""
+    parent = os.getppid()
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # xlaport died before the line above
+        os._exit(1)
     if cgroups:
         cgroups.join()
     cpu_s = math.ceil(timeout_s * (os.cpu_count() or 1)) + 10

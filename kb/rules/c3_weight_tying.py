@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..rule import Rule, register, statements
-from .c2_device import SCOPES, code_of, dotted, find_nodes, moved_module
+from ..analysis.optimizers import moved_module
+from ..cst_helpers import SCOPES, code_of, dotted, find_nodes, statements
+from ..rule import Rule, register
 
 WEIGHT_NAMES = ("weight", "bias")
 HF_MODEL_ROOTS = ("transformers.",)

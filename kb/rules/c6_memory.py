@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import DATALOADERS, whole_statement
-from ..rule import REMOVE, Rule, keyword_arg, register
+from ..cst_helpers import DATALOADERS, keyword_arg
+from ..rule import Rule, register
 
 HBM_OOM = (
     "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
@@ -77,7 +77,9 @@ class CudaMemoryStats(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         for short, advice in MEMORY_READERS.items():
             if self.qualified_names(node.func) & cuda_names(short):
-                self.report(node, f"`torch.cuda.{short}()` reads the CUDA allocator (0 or an error on TPU); use {advice}")
+                self.report(
+                    node, f"`torch.cuda.{short}()` reads the CUDA allocator (0 or an error on TPU); use {advice}"
+                )
                 return
 
 
@@ -89,11 +91,7 @@ class _RemoveCudaCall(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.qualified_names(node.func) & self.names:
             return
-        line = whole_statement(self, node)
-        if line is not None:
-            self.report(line, replacement=REMOVE)
-        else:
-            self.report(node)
+        self.report_removal(node)
 
 
 @register
@@ -228,9 +226,7 @@ class CudaOomHandler(Rule):
         "import torch\n\ntry:\n    loss = step(batch)\nexcept torch.cuda.OutOfMemoryError:\n"
         "    batch = batch[: len(batch) // 2]\n"
     )
-    message = (
-        "XLA reports OOM as `RuntimeError: RESOURCE_EXHAUSTED ... hbm` at compile time; this handler never runs"
-    )
+    message = "XLA reports OOM as `RuntimeError: RESOURCE_EXHAUSTED ... hbm` at compile time; this handler never runs"
     symptoms = (HBM_OOM, "RuntimeError: RESOURCE_EXHAUSTED", "torch.OutOfMemoryError: CUDA out of memory")
     references = ("cloud.google.com/tpu/docs/v5e", "LargeWorldModel/LWM #60")
     valid = ("try:\n    step()\nexcept RuntimeError as e:\n    handle(e)\n",)

@@ -1,0 +1,206 @@
+"""`ScopedRule`: the rule base class that reads the module-wide analysis: the module's nodes by kind,
+the nodes inside a subtree, what each function binds (scopes), and whole-module facts."""
+
+from __future__ import annotations
+
+import bisect
+
+import libcst as cst
+from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
+
+from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
+from ..rule import Rule
+from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, inside
+
+DEVICE_LOADERS = frozenset(
+    {
+        "torch_xla.distributed.parallel_loader.MpDeviceLoader",
+        "torch_xla.distributed.parallel_loader.ParallelLoader",
+    }
+)
+AUTOCASTS = frozenset(
+    {
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.amp.autocast_mode.autocast",
+        "torch.cuda.amp.autocast",
+        "torch_xla.amp.autocast",
+        "torch_xla.amp.autocast_mode.autocast",
+    }
+)
+
+FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
+
+
+def may_hold_tensor(param: cst.Param) -> bool:
+    """A `forward` parameter holds a tensor unless its name, annotation or default says otherwise."""
+    name = param.name.value
+    if name in ("self", "cls", "training", "deterministic") or name.startswith(FLAG_PREFIXES):
+        return False
+    if param.annotation is not None:
+        return "Tensor" in code_of(param.annotation.annotation)
+    default = param.default
+    return default is None or (isinstance(default, cst.Name) and default.value == "None")
+
+
+class ScopedRule(Rule):
+    """A rule that reads the module's analysis: nodes by kind, scopes and module facts."""
+
+    # --- names ---------------------------------------------------------------------
+    def is_builtin(self, node: cst.CSTNode, *names: str) -> bool:
+        found = self.get_metadata(QualifiedNameProvider, node, set())
+        return any(
+            q.source is QualifiedNameSource.BUILTIN and q.name in {f"builtins.{n}" for n in names} for q in found
+        )
+
+    def qualified_startswith(self, node: cst.CSTNode, *prefixes: str) -> bool:
+        return any(q == p or q.startswith(p + ".") for q in self.qualified_names(node) for p in prefixes)
+
+    # --- module index ------------------------------------------------------------------
+    def module_nodes(self) -> Nodes:
+        return self.analysis.nodes
+
+    def nodes_in(self, root: cst.CSTNode, enter_functions: bool = True) -> Nodes:
+        """The module's nodes inside `root` (without nested functions and lambdas unless `enter_functions`).
+
+        Found by source range (a binary search over the nodes sorted by start), not by walking the tree.
+        """
+        index = self.analysis
+        if isinstance(root, cst.Module):
+            return index.nodes
+        key = (id(root), enter_functions)
+        if key not in index.subtrees:
+            if index.by_start is None:
+                self._sort_by_start(index)
+            span = self._span(root)
+            holes = [] if enter_functions else [h for h in index.function_spans if inside(h, span) and h != span]
+            found = Nodes()
+            i = bisect.bisect_left(index.by_start, (span[0],))
+            while i < len(index.by_start) and index.by_start[i][0] <= span[1]:
+                start, end, _, node = index.by_start[i]
+                if end <= span[1] and not any(inside((start, end), h) for h in holes):
+                    found.add(node)
+                i += 1
+            index.subtrees[key] = found
+        return index.subtrees[key]
+
+    def _span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+        pos = self.position(node)
+        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+
+    def _sort_by_start(self, index: ModuleAnalysis) -> None:
+        rows = []
+        for kind in (index.nodes.calls, index.nodes.assigns, index.nodes.names, index.nodes.strings):
+            for node in kind:
+                start, end = self._span(node)
+                rows.append((start, end, len(rows), node))
+        rows.sort(key=lambda row: (row[0], row[2]))
+        index.by_start = rows
+        index.function_spans = [self._span(f) for f in index.nodes.functions]
+
+    def facts(self) -> ModuleFacts:
+        index = self.analysis
+        if index.facts is None:
+            index.facts = self._scan_module(index.nodes)
+        return index.facts
+
+    def _scan_module(self, found: Nodes) -> ModuleFacts:
+        facts = ModuleFacts()
+        for name in found.names:
+            if not isinstance(self.parent(name), cst.Attribute):  # outermost names only
+                facts.qnames |= self.qualified_names(name)
+        for assign in found.assigns:
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+            key = code_of(target)
+            if isinstance(target, cst.Attribute) and target.attr.value == "cache_implementation":
+                facts.sets_static_cache = True
+            if not isinstance(assign.value, cst.Call):
+                continue
+            call = assign.value
+            for q in self.qualified_names(call.func):
+                last = q.rsplit(".", 1)[-1]
+                if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional") and last[:1].isupper():
+                    facts.nn_keys.add(key)
+                if (q.startswith("torch.optim.") and "lr_scheduler" not in q) or q.startswith(
+                    "torch_xla.amp.syncfree."
+                ):
+                    facts.optimizer_keys.add(key)
+                if q in DEVICE_LOADERS:
+                    facts.device_loader_keys.add(key)
+            if method_name(call) == "per_device_loader":
+                facts.device_loader_keys.add(key)
+        cuda_strings = any(is_cuda_string(s) for s in found.strings)
+        cuda_calls = any(method_name(c) == "cuda" for c in found.calls)
+        facts.device_code = cuda_strings or cuda_calls or facts.uses("torch_xla", "torch.cuda")
+        facts.uses_bf16 = (
+            any(self._casts_to_bf16(name) for name in found.names)
+            or any(method_name(c) == "bfloat16" for c in found.calls)
+            or any(string_value(s) in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "bfloat16") for s in found.strings)
+        )
+        return facts
+
+    def _casts_to_bf16(self, name: cst.CSTNode) -> bool:
+        """`torch.bfloat16` used outside autocast (autocast keeps weights and reductions in float32)."""
+        if "torch.bfloat16" not in self.qualified_names(name):
+            return False
+        return not any(isinstance(a, cst.Call) and self.is_call_to(a, *AUTOCASTS) for a in self.ancestors(name))
+
+    # --- scopes ----------------------------------------------------------------------
+    def scope_node(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The function (or module) whose local names `node` sees."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.Module)):
+                return anc
+        return self.analysis.module
+
+    def scope(self, scope_node: cst.CSTNode) -> Scope:
+        index = self.analysis
+        if index.scopes is None:
+            index.scopes = self._build_scopes(index)
+        return index.scopes.get(id(scope_node), Scope())
+
+    def _owner(self, node: cst.CSTNode, kinds: tuple[type, ...]) -> cst.CSTNode | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, kinds):
+                return anc
+        return None
+
+    def _build_scopes(self, index: ModuleAnalysis) -> dict[int, Scope]:
+        scopes: dict[int, Scope] = {}
+
+        def scope_at(owner: cst.CSTNode | None) -> Scope:
+            return scopes.setdefault(id(owner), Scope())
+
+        for assign in index.nodes.assigns:
+            owner = self._owner(assign, (cst.FunctionDef, cst.ClassDef, cst.Module))
+            if isinstance(assign, cst.Assign):
+                targets = [t.target for t in assign.targets]
+            else:
+                targets = [assign.target] if assign.value is not None else []
+            for target in targets:
+                if isinstance(target, cst.Name):
+                    scope_at(owner).assigns.setdefault(target.value, []).append(assign.value)
+        for call in index.nodes.calls:
+            if method_name(call) == "backward" and isinstance(call.func.value, cst.Name):
+                owner = self._owner(call, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module))
+                scope_at(owner).backward_names.add(call.func.value.value)
+        for func in index.nodes.functions:
+            if not isinstance(func, cst.FunctionDef):
+                continue
+            scope = scope_at(func)
+            params = func.params
+            for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+                scope.params.add(param.name.value)
+                if func.name.value == "forward" and may_hold_tensor(param):
+                    scope.tensor_params.add(param.name.value)
+        return scopes
+
+    def assigned_values(self, name: cst.Name) -> list[cst.BaseExpression]:
+        """Values assigned to `name` in its function, or in the module when the function never binds it."""
+        scope_node = self.scope_node(name)
+        scope = self.scope(scope_node)
+        if name.value in scope.assigns or name.value in scope.params or isinstance(scope_node, cst.Module):
+            return scope.assigns.get(name.value, [])
+        return self.scope(self.analysis.module).assigns.get(name.value, [])

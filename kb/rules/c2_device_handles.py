@@ -1,0 +1,331 @@
+"""C2 — the CUDA device by name: `.cuda()`, `"cuda"` strings, `is_available()` fallbacks, CUDA type checks, device counting and selection."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..analysis.devices import analyse as analyse_devices
+from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, same_quotes, string_value, with_commas
+from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+
+
+@register
+class CudaMethod(Rule):
+    code = "XLA201"
+    title = "`.cuda()` moves to a GPU that a TPU host does not have"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = "Calls of the `.cuda()` method on tensors and modules, with or without a device index."
+    why = (
+        "A TPU VM has no NVIDIA driver: with the CUDA build of torch, `.cuda()` raises "
+        "`RuntimeError: Found no NVIDIA driver on your system`. On XLA the device is `torch_xla.device()`."
+    )
+    before = "x = x.cuda()\nmodel.cuda(0)\n"
+    after = "import torch_xla\n\nx = x.to(torch_xla.device())\nmodel.to(torch_xla.device())\n"
+    symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
+    references = ("pytorch/xla docs: migration-to-xla-on-tpus.md",)
+    message = "`.cuda()` targets a GPU; move to `torch_xla.device()`"
+    valid = ("import torch\nx = torch.cuda.is_initialized\n", "cuda = make()\ncuda.to(dev)\n")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda"):
+            return
+        if "torch.cuda" in self.qualified_names(func):  # the module, not the method
+            return
+        kept = [a for a in node.args if a.keyword is not None and a.keyword.value == "non_blocking"]
+        args = [cst.Arg(expr(XLA_DEVICE)), *kept]
+        replacement = node.with_changes(func=func.with_changes(attr=cst.Name("to")), args=with_commas(args))
+        self.report(node, replacement=replacement, imports=(IMPORT_TORCH_XLA,))
+
+
+@register
+class CudaDeviceString(Rule):
+    code = "XLA202"
+    title = 'Device given as the string `"cuda"`'
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = (
+        '`torch.device("cuda")`, `torch.device("cuda", 0)`, `.to("cuda:0")` and `device="cuda"` keyword '
+        "arguments of tensor factories and `.to()`."
+    )
+    why = (
+        "There is no CUDA device on a TPU host: allocation fails with `Found no NVIDIA driver`, "
+        "or, behind a fallback, the code silently runs on the CPU."
+    )
+    before = "import torch\n\nd = torch.device('cuda:0')\ny = x.to('cuda')\nz = torch.zeros(3, device='cuda')\n"
+    after = (
+        "import torch\nimport torch_xla\n\nd = torch_xla.device()\ny = x.to(torch_xla.device())\n"
+        "z = torch.zeros(3, device=torch_xla.device())\n"
+    )
+    symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
+    references = ("pytorch/xla docs: migration-to-xla-on-tpus.md",)
+    message = "CUDA device string; use `torch_xla.device()`"
+    valid = ("print('cuda')\n", "# runs on cuda\nx = 1\n", "name = 'cuda'\n")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call_to(node, "torch.device"):
+            args = positional_args(node)
+            type_arg = args[0].value if args else getattr(keyword_arg(node, "type"), "value", None)
+            if is_cuda_string(type_arg):
+                self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            return
+        device_kw = keyword_arg(node, "device")
+        if device_kw is not None and is_cuda_string(device_kw.value):
+            self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "to":
+            args = positional_args(node)
+            if args and is_cuda_string(args[0].value):
+                self.report(args[0].value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+
+
+@register
+class CudaIsAvailableFallback(Rule):
+    code = "XLA203"
+    title = "`torch.cuda.is_available()` fallback trains on the CPU"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`torch.cuda.is_available()` used to pick a device (`'cuda' if torch.cuda.is_available() else 'cpu'`, "
+        "`torch.device(...)` around it) or in any other condition."
+    )
+    why = (
+        "On a TPU host `torch.cuda.is_available()` is False, so the fallback picks the CPU and the whole "
+        "run trains on the host CPU, slowly, with exit code 0 — a silent failure. A string stays a string "
+        "(`'cuda' if ... else 'cpu'` becomes `'xla'`, so `'xla' in device` still works); a `torch.device(...)` "
+        "becomes `torch_xla.device()`. Guards whose protected code picks the device are XLA230's; guards around "
+        "CUDA-only housekeeping are code a TPU never runs and are not reported."
+    )
+    before = "import torch\n\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+    after = "import torch\nimport torch_xla\n\ndevice = torch_xla.device()\n"
+    references = ("xla_migration_facts C2: is_available() fallback",)
+    message = "`torch.cuda.is_available()` is False on TPU: this picks the CPU silently"
+    valid = ("import torch_xla\ndevice = torch_xla.device()\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call_to(node, "torch.device"):
+            args = positional_args(node)
+            if args and self._is_fallback(args[0].value):
+                self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            return
+        if self.is_call_to(node, "torch.cuda.is_available"):
+            parent = self.parent(node)
+            if isinstance(parent, cst.IfExp) and self._is_fallback(parent):
+                return  # reported on the IfExp / torch.device call
+            if any(g.test is node and g.flips for g in analyse_devices(self.analysis.module).facts.guards):
+                return  # a guard around the device choice: XLA230 rewrites it
+            self.report(
+                node,
+                "`torch.cuda.is_available()` is False on TPU; branch on the XLA device instead "
+                "(e.g. `torch_xla.device()`), or the CPU branch runs silently",
+            )
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        if not self._is_fallback(node):
+            return
+        parent = self.parent(self.parent(node))  # IfExp -> Arg -> Call
+        if isinstance(parent, cst.Call) and self.is_call_to(parent, "torch.device"):
+            return
+        if isinstance(node.body, cst.SimpleString):  # one representation: strings stay strings
+            self.report(node, replacement=same_quotes(node.body, "xla"), imports=(IMPORT_TORCH_XLA,))
+        else:
+            self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+
+    def _is_fallback(self, node: cst.CSTNode) -> bool:
+        return (
+            isinstance(node, cst.IfExp)
+            and self.is_call_to(node.test, "torch.cuda.is_available")
+            and (is_cuda_string(node.body) or self.is_call_to(node.body, "torch.device"))
+        )
+
+
+# --- device counting and selection -----------------------------------------------------
+LAUNCHERS = frozenset(
+    {
+        "torch.multiprocessing.spawn",
+        "torch_xla.launch",
+        "torch_xla.torch_xla.launch",
+        "torch_xla.distributed.xla_multiprocessing.spawn",
+    }
+)
+
+
+@register
+class CudaDeviceCount(Rule):
+    code = "XLA211"
+    title = "`torch.cuda.device_count()` is 0 on TPU"
+    category = "C2"
+    fix = "unsafe"
+    autofix = True
+    detects = "Calls of `torch.cuda.device_count()`."
+    why = (
+        "It returns 0 without a GPU, so world sizes, per-device batch sizes and `if n > 1:` branches silently take "
+        "the wrong value (or divide by zero). `torch_xla.device_count()` counts the XLA devices this process can "
+        "address. Unsafe: that call starts the XLA runtime, and a runtime started in the parent makes "
+        "`torch_xla.launch` fail (`RuntimeError: Runtime is already initialized. Do not use the XLA device before "
+        "calling xmp.spawn.`) — so in files that launch processes xlaport only reports it: read the world size "
+        "inside the launched function with `xr.world_size()`."
+    )
+    before = "import torch\n\nn_gpus = torch.cuda.device_count()\n"
+    after = "import torch\nimport torch_xla\n\nn_gpus = torch_xla.device_count()\n"
+    message = "`torch.cuda.device_count()` is 0 on TPU; use `torch_xla.device_count()`"
+    symptoms = (
+        "ZeroDivisionError: division by zero",
+        "Runtime is already initialized. Do not use the XLA device before calling xmp.spawn.",
+    )
+    references = ("torch_xla/torch_xla.py device_count", "torch_xla/runtime.py world_size")
+    valid = ("import torch_xla\nn = torch_xla.device_count()\n",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: list[cst.Call] = []
+        self.launches = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.qualified_names(node.func)
+        if "torch.cuda.device_count" in names:
+            self.counts.append(node)
+        elif names & LAUNCHERS:
+            self.launches = True
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for call in self.counts:
+            if self.launches:
+                self.report(
+                    call,
+                    "`torch.cuda.device_count()` is 0 on TPU, and counting XLA devices before `torch_xla.launch` "
+                    "breaks the launch: let the runtime pick one process per chip and read `xr.world_size()` "
+                    "inside the launched function",
+                )
+            else:
+                self.report(call, replacement=expr("torch_xla.device_count()"), imports=(IMPORT_TORCH_XLA,))
+
+
+@register
+class CudaSetDevice(Rule):
+    code = "XLA212"
+    title = "`torch.cuda.set_device()` is not needed on TPU"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = "`torch.cuda.set_device(local_rank)` statements (per-rank GPU selection)."
+    why = (
+        "Without a GPU it raises `RuntimeError: Found no NVIDIA driver on your system`. Under `torch_xla.launch` "
+        "each process already owns its chip and sees it as `torch_xla.device()` (`xla:0`): the call has no "
+        "XLA counterpart and is deleted."
+    )
+    before = "import torch\n\ntorch.cuda.set_device(local_rank)\nmodel = build()\n"
+    after = "import torch\n\nmodel = build()\n"
+    message = "`torch.cuda.set_device` raises on TPU; each process already sees its chip as `torch_xla.device()`"
+    symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
+    references = ("docs/source/learn/pytorch-on-xla-devices.md (launch)",)
+    valid = ("import torch_xla\ndevice = torch_xla.device()\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, "torch.cuda.set_device"):
+            return
+        self.report_removal(node)
+
+
+@register
+class CudaCurrentDevice(Rule):
+    code = "XLA213"
+    title = "`torch.cuda.current_device()` / `torch.cuda.device(i)` select a GPU index"
+    category = "C2"
+    fix = "manual"
+    detects = "Calls of `torch.cuda.current_device()` and `torch.cuda.device(i)` (often as a context manager)."
+    why = (
+        "Both initialise CUDA: on a TPU host they raise `RuntimeError: Found no NVIDIA driver on your system`. "
+        "There is no 'current device' to switch on XLA: each launched process has one chip, `torch_xla.device()`. "
+        "Use `xr.local_ordinal()` / `xr.global_ordinal()` where the code wanted the process' index, and drop "
+        "`with torch.cuda.device(i):` blocks (keep their body)."
+    )
+    before = "import torch\n\nrank = torch.cuda.current_device()\n"
+    message = "`torch.cuda.current_device()` raises on TPU; use `torch_xla.device()` / `xr.local_ordinal()`"
+    symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
+    references = ("torch_xla/runtime.py local_ordinal",)
+    valid = ("import torch_xla.runtime as xr\nrank = xr.local_ordinal()\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call_to(node, "torch.cuda.current_device"):
+            self.report(node)
+        elif self.is_call_to(node, "torch.cuda.device"):
+            self.report(
+                node,
+                "`torch.cuda.device(i)` raises on TPU; drop it (each process sees its chip as `torch_xla.device()`)",
+            )
+
+
+# --- device-type branches ---------------------------------------------------------------
+def _is_cudaish(rule: Rule, node: cst.CSTNode) -> bool:
+    if is_cuda_string(node) or (string_value(node) or "").startswith("torch.cuda."):
+        return True
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return any(_is_cudaish(rule, e.value) for e in node.elements)
+    return False
+
+
+def _is_type_probe(node: cst.CSTNode) -> bool:
+    """`x.device.type` or `x.type()`."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value == "type"
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "type"
+        and not node.args
+    )
+
+
+@register
+class CudaTypeCheck(Rule):
+    code = "XLA220"
+    title = "Device-type checks for CUDA are False for XLA tensors"
+    category = "C2"
+    fix = "manual"
+    detects = (
+        '`t.is_cuda`, `t.device.type == "cuda"` (also `in ("cuda", ...)`), `t.type() == "torch.cuda.FloatTensor"` '
+        "and `torch.cuda.*Tensor` types."
+    )
+    why = (
+        "An XLA tensor has `is_cuda == False`, `device.type == 'xla'` and `type() == 'torch.xla.FloatTensor'`: "
+        "every GPU branch silently takes its CPU/else path on TPU (slow host code, skipped AMP, wrong batch "
+        "size). Test for XLA instead (`t.device.type == 'xla'`, `xm.is_xla_tensor(t)`), or drop the branch; "
+        "use `.to()`/`.type_as()` rather than `.type(...)` conversions."
+    )
+    before = "def step(x):\n    if x.is_cuda:\n        return fast(x)\n    return slow(x)\n"
+    message = "CUDA device-type check is False for XLA tensors: this takes the non-GPU branch on TPU"
+    symptoms = ("is_cuda=False on XLA tensor", "type()=='torch.xla.FloatTensor'")
+    references = ("lucidrains/reformer-pytorch #105",)
+    valid = (
+        "def f(x):\n    return x.device.type == 'xla'\n",
+        "import torch\nwith torch.autocast(device_type='cuda'):\n    pass\n",
+        "kind = cfg.type == 'cuda_like'\n",
+    )
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "is_cuda" and not self.qualified_names(node):
+            self.report(
+                node, "`.is_cuda` is False for XLA tensors; use `t.device.type == 'xla'` or `xm.is_xla_tensor(t)`"
+            )
+            return
+        for name in self.qualified_names(node):
+            if (
+                name.startswith("torch.cuda.")
+                and name.endswith("Tensor")
+                and not isinstance(self.parent(node), cst.Attribute)
+            ):
+                self.report(
+                    node,
+                    f"`{name}` is a CUDA tensor type; XLA tensors are `torch.xla.*Tensor`: use dtype/device checks",
+                )
+                return
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(c.comparator for c in node.comparisons)]
+        if any(_is_type_probe(o) for o in operands) and any(_is_cudaish(self, o) for o in operands):
+            self.report(node)

@@ -1,0 +1,321 @@
+"""C2 — moving data and models to the device: pinned memory, the optimizer built before the move, host work on device tensors in the training loop."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, parameter_owners, related
+from ..analysis.steps import training_loop
+from ..cst_helpers import (
+    DATALOADERS,
+    SCOPES,
+    add_kwarg,
+    bound_names,
+    code_of,
+    dotted,
+    drop_args,
+    expr,
+    find_nodes,
+    has_star_args,
+    is_literal,
+    keyword_arg,
+    positional_args,
+    string_value,
+    used_names,
+)
+from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+
+
+@register
+class PinMemory(Rule):
+    code = "XLA214"
+    title = "`DataLoader(pin_memory=True)` pins for a GPU that is not there"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = "`DataLoader(..., pin_memory=<anything but False>)` and `pin_memory_device=...`."
+    why = (
+        "Pinned host memory speeds up CUDA copies only. On a TPU host torch warns `UserWarning: 'pin_memory' "
+        "argument is set as true but no accelerator is found, then device pinned memory won't be used` and "
+        "pins nothing. Host-to-device prefetch on XLA is done by `pl.MpDeviceLoader(loader, device)`. "
+        "Dropping the keyword keeps the behaviour and removes the warning."
+    )
+    before = "from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=32, pin_memory=True)\n"
+    after = "from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=32)\n"
+    message = "`pin_memory` has no effect on TPU; drop it (MpDeviceLoader prefetches to the device)"
+    symptoms = ("UserWarning: 'pin_memory' argument is set as true but no accelerator is found",)
+    references = ("torch_xla/distributed/parallel_loader.py",)
+    valid = ("from torch.utils.data import DataLoader\nloader = DataLoader(ds, pin_memory=False)\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.qualified_names(node.func) & DATALOADERS:
+            return
+        drop = [a for a in (keyword_arg(node, "pin_memory"), keyword_arg(node, "pin_memory_device")) if a is not None]
+        drop = [a for a in drop if not is_literal(a.value, "False") and string_value(a.value) != ""]
+        if drop:
+            self.report(node, replacement=drop_args(node, drop))
+
+
+@register
+class OptimizerBeforeMove(Rule):
+    code = "XLA215"
+    title = "Optimizer built before the model moves to the XLA device trains nothing"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`opt = torch.optim.X(model.parameters(), ...)` followed, later in the same function or module, by "
+        "`model.to(device)` / `model = model.to(device)` / `model.cuda()` of that model (or of a module that "
+        "contains the optimized one), with no move before the optimizer."
+    )
+    why = (
+        "On CUDA `.to()` keeps the Parameter objects and swaps their data, so the order does not matter there. "
+        "Moving a CPU module to XLA creates NEW Parameter objects: the optimizer keeps the old CPU tensors, "
+        "`optimizer.step()` updates tensors the model no longer uses, and the model never learns — the loss stays "
+        "flat, exit code 0, no error (accelerate and the HF Trainer raise `ValueError: The model and the optimizer "
+        "parameters are not on the same device` for this). The fix moves the model first. Safe: the optimizer then "
+        "holds the parameters that train, as it does on CUDA, so the numbers are the program's; xlaport only "
+        "rewrites when the move is a plain statement of the same block and nothing it uses is assigned in "
+        "between — other layouts are reported for a manual fix."
+    )
+    before = (
+        "import torch\n\nmodel = Net()\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\nmodel.to(device)\n"
+    )
+    after = (
+        "import torch\n\nmodel = Net()\nmodel.to(device)\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+    )
+    message = "optimizer built before the model moves to the device: it updates stale CPU parameters"
+    symptoms = (
+        "loss does not decrease on TPU",
+        "ValueError: The model and the optimizer parameters are not on the same device",
+    )
+    references = ("pytorch/xla #1623", "pytorch/xla #3675", "accelerate accelerator.py _get_devices check")
+    valid = (
+        "import torch\nmodel = Net()\nmodel.to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "import torch\ndef f(model, device):\n    model = model.to(device)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    model.to(device)\n    return opt\n",
+        "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to(torch.bfloat16)\n"
+        "model.to('cpu')\nx.to(device)\n",
+        "import torch\nmodel = Net().to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to(device)\n",
+        "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nsched = torch.optim.lr_scheduler.StepLR(opt, 1)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not is_optimizer(self, node):
+            return
+        owners = parameter_owners(node)
+        if not owners:
+            return
+        levels = self._levels(node)
+        if any(self._moved_before(stmt, owners) for block, i in levels for stmt in block.body[:i]):
+            return
+        for block, i in levels:
+            for j in range(i + 1, len(block.body)):
+                moves = [c for c in find_nodes(block.body[j], cst.Call, enter_root=False) if self._moves(c, owners)]
+                if moves:
+                    self._report(node, block, i, j, moves[0])
+                    return
+
+    def _levels(self, node: cst.CSTNode) -> list[tuple[cst.IndentedBlock | cst.Module, int]]:
+        """(block, index of the statement holding `node`) from the innermost block out to the function/module."""
+        levels, child = [], node
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.IndentedBlock, cst.Module)):
+                levels.append((anc, next(k for k, s in enumerate(anc.body) if s is child)))
+            if isinstance(anc, (*SCOPES, cst.Module)):
+                break
+            child = anc
+        return levels
+
+    def _moves(self, call: cst.Call, owners: list[str]) -> bool:
+        moved = moved_module(self, call)
+        return moved is not None and any(related(moved, o) for o in owners)
+
+    def _moved_before(self, stmt: cst.CSTNode, owners: list[str]) -> bool:
+        if any(self._moves(c, owners) for c in find_nodes(stmt, cst.Call, enter_root=False)):
+            return True
+        # `model = Net().to(device)`: the module is created on the device
+        for assign in find_nodes(stmt, cst.Assign, enter_root=False):
+            names = [dotted(t.target) for t in assign.targets]
+            if any(n and any(related(n, o) for o in owners) for n in names) and self._creates_on_device(assign.value):
+                return True
+        return False
+
+    def _creates_on_device(self, value: cst.BaseExpression) -> bool:
+        func = value.func if isinstance(value, cst.Call) else None
+        return isinstance(func, cst.Attribute) and func.attr.value in {"to", "cuda"} and dotted(func.value) is None
+
+    def _report(self, opt: cst.Call, block, i: int, j: int, move: cst.Call) -> None:
+        move_line = self.position(move).start.line
+        where = f"`{code_of(move.func.value)}` moves at line {move_line}"
+        stmt = block.body[j]
+        blocker = self._why_not_movable(block, i, j, move)
+        if blocker:
+            self.report(
+                opt,
+                f"{self.message} ({where}); build the optimizer after the move, or move the model first "
+                f"(not rewritten: {blocker})",
+            )
+            return
+        body = list(block.body)
+        comments = [line for line in stmt.leading_lines if line.comment is not None]
+        blanks = [line for line in stmt.leading_lines if line.comment is None]
+        new_body = [*body[:i], stmt.with_changes(leading_lines=comments), *body[i:j], *body[j + 1 :]]
+        if j + 1 < len(body) and blanks:
+            after = body[j + 1]
+            new_body[j + 1] = after.with_changes(leading_lines=[*blanks, *after.leading_lines])
+        self.report(
+            opt,
+            f"{self.message} ({where}); move the model before building the optimizer",
+            replacement=block.with_changes(body=new_body),
+            target=block,
+        )
+
+    def _why_not_movable(self, block, i: int, j: int, move: cst.Call) -> str | None:
+        stmt = block.body[j]
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return "the move is not a plain statement of the same block"
+        small = stmt.body[0]
+        plain = isinstance(small, cst.Expr) and small.value is move
+        reassigned = (
+            isinstance(small, cst.Assign)
+            and small.value is move
+            and len(small.targets) == 1
+            and dotted(small.targets[0].target) == dotted(move.func.value)
+        )
+        if not (plain or reassigned):
+            return "the move is part of a larger statement"
+        changed = set().union(*(bound_names(s) for s in block.body[i:j]))
+        clash = sorted(used_names(stmt) & changed)
+        if clash:
+            return f"`{'`, `'.join(clash)}` is assigned between the optimizer and the move"
+        return None
+
+
+# --- host work in the step loop -----------------------------------------------------------
+@register
+class NumpyOfDeviceTensor(Rule):
+    code = "XLA221"
+    title = "`.numpy()` on a tensor of the training loop fails once it lives on XLA"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`t.numpy()` / `t.detach().numpy()` without `.cpu()` / `.to(...)` in the chain, inside a training-step loop "
+        "(where MpDeviceLoader batches and model outputs are XLA tensors after the migration)."
+    )
+    why = (
+        "Converting an XLA tensor raises `TypeError: can't convert xla:0 device type tensor to numpy. Use "
+        "Tensor.cpu() to copy the tensor to host memory first.` On GPU such code worked because the tensors were "
+        "still CPU tensors (e.g. labels straight from a DataLoader); once MpDeviceLoader puts batches on the device "
+        "it breaks. Inserting `.cpu()` is a no-op for CPU tensors. Each such copy is a host sync: move per-step "
+        "metrics into `xm.add_step_closure` when speed matters."
+    )
+    before = (
+        "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    opt.step()\n"
+        "    preds = out.detach().numpy()\n"
+    )
+    after = (
+        "for x, y in loader:\n    loss = step(x, y)\n    loss.backward()\n    opt.step()\n"
+        "    preds = out.detach().cpu().numpy()\n"
+    )
+    message = "`.numpy()` raises for XLA tensors; copy to the host with `.cpu()` first"
+    symptoms = (
+        "TypeError: can't convert xla:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.",
+    )
+    references = ("xla_migration_facts C2 .numpy() on device tensors",)
+    valid = (
+        "for x, y in loader:\n    loss.backward()\n    opt.step()\n    a = loss.detach().cpu().numpy()\n",
+        "preds = out.detach().numpy()\n",
+        "for x, y in loader:\n    loss.backward()\n    opt.step()\n    a = loss.numpy(force=True)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or node.args:
+            return
+        receiver: cst.CSTNode = func.value
+        while True:
+            if isinstance(receiver, cst.Call):
+                inner = receiver.func
+                if isinstance(inner, cst.Attribute) and inner.attr.value in {"cpu", "to"}:
+                    return  # already copied to the host
+                receiver = inner
+            elif isinstance(receiver, (cst.Attribute, cst.Subscript)):
+                receiver = receiver.value
+            else:
+                break
+        if self.qualified_names(receiver) or training_loop(self, node) is None:
+            return  # `np...`, `torch.from_numpy(...)...`: not a device tensor; outside the loop: unknown
+        to_host = cst.Call(cst.Attribute(func.value, cst.Name("cpu")))
+        self.report(node, replacement=node.with_changes(func=func.with_changes(value=to_host)))
+
+
+FACTORIES = frozenset(
+    f"torch.{n}" for n in "randn rand randint randperm normal zeros ones empty full arange linspace eye".split()
+)
+
+
+@register
+class HostTensorMovedInLoop(Rule):
+    code = "XLA222"
+    title = "Tensor built on the host then moved, every step"
+    category = "C2"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "`torch.randn(...).to(device)` / `torch.zeros(...).cuda()` (tensor factories) inside a training-step loop."
+    )
+    why = (
+        "The factory runs on the CPU and each step pays an extra host-to-device transfer (`TransferToDeviceTime` "
+        "grows with steps); the constant also becomes a graph input instead of being generated inside the XLA "
+        "graph. Build it on the device: `torch.randn(shape, device=device)`. Unsafe: random factories then draw "
+        "from the XLA generator, so the numbers differ from the CPU-generated ones (seed with `torch_xla.manual_seed`)."
+    )
+    before = (
+        "import torch\n\nfor x, y in loader:\n    noise = torch.randn(x.shape).to(device)\n"
+        "    loss = model(x + noise, y)\n    loss.backward()\n    opt.step()\n"
+    )
+    after = (
+        "import torch\n\nfor x, y in loader:\n    noise = torch.randn(x.shape, device=device)\n"
+        "    loss = model(x + noise, y)\n    loss.backward()\n    opt.step()\n"
+    )
+    message = "tensor created on the CPU and copied each step; create it on the device (`device=`)"
+    symptoms = ("TransferToDeviceTime grows every step",)
+    references = ("pytorch/xla #8861",)
+    valid = (
+        "import torch\nfor x in loader:\n    n = torch.randn(3, device=device)\n    loss.backward()\n",
+        "import torch\nnoise = torch.randn(3).to(device)\n",
+        "import torch\nfor x in loader:\n    m = torch.ones(3).to(torch.bfloat16)\n    loss.backward()\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in {"to", "cuda"}):
+            return
+        factory = func.value
+        if not (isinstance(factory, cst.Call) and self.qualified_names(factory.func) & FACTORIES):
+            return
+        if keyword_arg(factory, "device") is not None or training_loop(self, node) is None:
+            return
+        device = self._device(node)
+        if device is False:
+            return
+        if device is None or has_star_args(factory):
+            self.report(node)
+            return
+        imports = (IMPORT_TORCH_XLA,) if code_of(device) == XLA_DEVICE else ()
+        self.report(node, replacement=add_kwarg(factory, "device", device), imports=imports)
+
+    def _device(self, call: cst.Call) -> cst.BaseExpression | None | bool:
+        """The device expression of `.to(...)`/`.cuda()`; False when it is not a device move; None if unclear."""
+        if call.func.attr.value == "cuda":
+            return None if call.args and any(a.keyword is None for a in call.args) else expr(XLA_DEVICE)
+        args = positional_args(call)
+        extra = [a for a in call.args if a.keyword is not None and a.keyword.value != "non_blocking"]
+        if len(args) != 1 or extra:
+            return None if args else False
+        target = args[0].value
+        if self.qualified_names(target) & DTYPE_NAMES or string_value(target) == "cpu":
+            return False
+        return target

@@ -1,0 +1,330 @@
+"""C4 — host syncs in the training loop: `.item()`, `float(t)`, logging tensors, host copies, tensor-valued branches.
+
+Each one runs the partial graph and waits for the device, every step.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..analysis.context import StepContextRule
+from ..cst_helpers import method_name, positional_args, string_value
+from ..rule import register
+
+HOST_SYNC_FIX = (
+    "log every N steps after the step barrier, or hand the tensor to "
+    "`xm.add_step_closure(fn, args=(loss,))`; accumulate metrics on the device"
+)
+
+
+@register
+class ItemInStepLoop(StepContextRule):
+    code = "XLA401"
+    title = "`.item()` inside the training loop syncs with the host every step"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "`t.item()` executed in every iteration of a loop that runs `backward()` / `optimizer.step()`, "
+        "including `print(loss.item())` and `tqdm.set_postfix(loss=loss.item())`. Reads in the body of an "
+        "every-N-steps branch (`if step % N == 0:`) are not flagged."
+    )
+    why = (
+        "`.item()` must return a Python number, so XLA cuts the lazy graph there, compiles and runs the partial "
+        "graph, and copies the value back, every step. The step loop runs as two graphs and waits on the device: "
+        "counters `aten::_local_scalar_dense` and `TransferFromDeviceTime` grow per step; with `PT_XLA_DEBUG=1`: "
+        "`TransferFromDeviceTime too frequent`. No error, just a much slower run."
+    )
+    before = (
+        "for x, y in loader:\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    print(loss.item())\n"
+    )
+    message = f"`.item()` in the step loop copies the value to the host every step; {HOST_SYNC_FIX}"
+    symptoms = (
+        "aten::_local_scalar_dense",
+        "pt-xla-profiler: TransferFromDeviceTime too frequent",
+        "Compilation Cause: most likely user code trying to access tensor value before torch_xla.sync",
+    )
+    references = ("pytorch/xla troubleshoot.md: Known Performance Caveats", "pytorch/xla#2120")
+    valid = (
+        "import torch_xla.core.xla_model as xm\n"
+        "for x, y in loader:\n"
+        "    loss = model(x).sum()\n"
+        "    loss.backward()\n"
+        "    xm.optimizer_step(optimizer)\n"
+        "    xm.add_step_closure(lambda v: print(v.item()), args=(loss,))\n",
+        "def log(v):\n    print(v.item())\n\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    log(loss)\n",
+        "for epoch in range(3):\n"
+        "    for x in loader:\n"
+        "        loss = model(x)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "    print(loss.item())\n",
+        "for x in loader:\n    total += model(x).sum().item()\n",
+        "import torch_xla\n"
+        "for step, x in enumerate(loader):\n"
+        "    loss = model(x)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    torch_xla.sync()\n"
+        "    if step % 100 == 0:\n"
+        "        print(loss.item())\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) != "item" or node.args:
+            return
+        if self.per_step_loop(node) is None or self.is_host_value(node.func.value):
+            return
+        message = None
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.Call) and method_name(anc) in ("set_postfix", "set_description"):
+                message = (
+                    f"`tqdm.{method_name(anc)}(... .item())` syncs with the host every step; update the progress bar "
+                    "every N steps or from `xm.add_step_closure(fn, args=(loss,))`"
+                )
+                break
+            if isinstance(anc, cst.BaseStatement):
+                break
+        self.report(node, message)
+
+
+@register
+class ScalarCastInStepLoop(StepContextRule):
+    code = "XLA402"
+    title = "`float(t)` / `int(t)` / `bool(t)` on a tensor in the training loop syncs every step"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "`float()`, `int()`, `bool()` and `math.isnan/isinf/isfinite()` applied to a tensor (a loss, a model "
+        "output, a reduction such as `.sum()`) inside a loop that runs the training step. `float(args.lr)` and "
+        "other Python values are not flagged."
+    )
+    why = (
+        "Converting a lazy XLA tensor to a Python number is a hidden `.item()`: the partial graph is compiled and "
+        "run, and the value is copied to the host every step (`aten::_local_scalar_dense`, "
+        "`TransferFromDeviceTime`). The run is silently slower."
+    )
+    before = (
+        "import torch.nn.functional as F\n\n"
+        "for x, y in loader:\n"
+        "    loss = F.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    history.append(float(loss))\n"
+    )
+    message = f"converting a tensor to a Python number in the step loop syncs with the host every step; {HOST_SYNC_FIX}"
+    symptoms = ("aten::_local_scalar_dense", "pt-xla-profiler: TransferFromDeviceTime too frequent")
+    references = ("pytorch/xla troubleshoot.md: Known Performance Caveats", "pytorch/xla#2120")
+    valid = (
+        "for x, y in loader:\n    loss = model(x)\n    loss.backward()\n    optimizer.step()\n    lr = float(args.lr)\n",
+        "for step, x in enumerate(loader):\n    loss = model(x)\n    loss.backward()\n    n = int(step)\n",
+        "loss = model(x)\nloss.backward()\nprint(float(loss))\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not (
+            self.is_builtin(node.func, "float", "int", "bool")
+            or self.is_call_to(node, "math.isnan", "math.isinf", "math.isfinite")
+        ):
+            return
+        args = positional_args(node)
+        if len(args) != 1 or self.per_step_loop(node) is None:
+            return
+        if self.is_tensor(args[0].value):
+            self.report(node)
+
+
+LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_scalars", "info", "debug", "warning"})
+
+
+@register
+class TensorLoggedInStepLoop(StepContextRule):
+    code = "XLA403"
+    title = "Printing or logging a tensor in the training loop syncs every step"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "`print(loss)`, f-strings with a tensor, `pbar.set_postfix(loss=loss)`, `writer.add_scalar(tag, loss, "
+        'step)`, `logger.info(f"{loss}")` and `wandb.log({...: loss})` inside the training-step loop.'
+    )
+    why = (
+        "Formatting a lazy tensor reads its value: XLA runs the pending graph and copies the value to the host "
+        "every step. TensorBoard's `add_scalar` calls `.item()` itself. Counters `aten::_local_scalar_dense` / "
+        "`TransferFromDeviceTime` grow per step."
+    )
+    before = (
+        "for x, y in loader:\n"
+        "    loss = criterion(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        '    print(f"loss {loss}")\n'
+    )
+    message = f"logging a tensor in the step loop reads it on the host every step; {HOST_SYNC_FIX}"
+    symptoms = ("aten::_local_scalar_dense", "pt-xla-profiler: TransferFromDeviceTime too frequent")
+    references = ("pytorch/xla troubleshoot.md: Known Performance Caveats",)
+    valid = (
+        "for step, x in enumerate(loader):\n"
+        "    loss = model(x)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        '    print(f"step {step}")\n',
+        "import torch_xla.core.xla_model as xm\n"
+        "for x in loader:\n"
+        "    loss = model(x)\n"
+        "    loss.backward()\n"
+        "    xm.optimizer_step(optimizer)\n"
+        "    xm.add_step_closure(lambda v: print(v), args=(loss,))\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        is_print = isinstance(node.func, cst.Name) and self.is_builtin(node.func, "print")
+        is_log = method_name(node) in LOG_METHODS or self.is_call_to(node, "wandb.log")
+        if not (is_print or is_log) or self.per_step_loop(node) is None:
+            return
+        if any(self._logs_tensor(arg.value) for arg in node.args):
+            self.report(node)
+
+    def _logs_tensor(self, value: cst.CSTNode) -> bool:
+        if isinstance(value, cst.FormattedString):
+            return any(
+                isinstance(part, cst.FormattedStringExpression) and self._logs_tensor(part.expression)
+                for part in value.parts
+            )
+        if isinstance(value, cst.Dict):
+            return any(isinstance(e, cst.DictElement) and self._logs_tensor(e.value) for e in value.elements)
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
+            right = value.right
+            items = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+            return any(self._logs_tensor(i) for i in items)
+        if isinstance(value, cst.Call) and self.is_builtin(value.func, "str", "repr", "format"):
+            return any(self._logs_tensor(a.value) for a in value.args)
+        return self.is_tensor(value)
+
+
+HOST_COPY_METHODS = frozenset({"cpu", "tolist", "numpy"})
+
+
+@register
+class HostCopyInStepLoop(StepContextRule):
+    code = "XLA404"
+    title = "`.cpu()` / `.tolist()` / `.numpy()` in the training loop copies to the host every step"
+    category = "C4"
+    fix = "manual"
+    detects = '`.cpu()`, `.tolist()`, `.numpy()` and `.to("cpu")` executed in every iteration of the step loop.'
+    why = (
+        "Moving a lazy tensor to the CPU executes the pending graph and waits for the device-to-host transfer "
+        "every step (`TransferFromDeviceTime` grows per step, the step runs as several graphs)."
+    )
+    before = (
+        "for x, y in loader:\n"
+        "    out = model(x)\n"
+        "    loss = criterion(out, y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    preds.extend(out.argmax(-1).cpu().tolist())\n"
+    )
+    message = (
+        "copying to the host in the step loop waits for the device every step; keep results on the device "
+        "(accumulate, concatenate after the loop) or copy them in `xm.add_step_closure(fn, args=(t,))`"
+    )
+    symptoms = ("pt-xla-profiler: TransferFromDeviceTime too frequent", "TransferFromDeviceTime")
+    references = ("pytorch/xla troubleshoot.md: Known Performance Caveats",)
+    valid = (
+        "for x in loader:\n    loss = model(x)\n    loss.backward()\n    optimizer.step()\n"
+        "preds = model(x).cpu().numpy()\n",
+        "for x in loader:\n    x = x.to(device)\n    loss = model(x)\n    loss.backward()\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = method_name(node)
+        to_cpu = name == "to" and len(node.args) == 1 and string_value(node.args[0].value) == "cpu"
+        if not (name in HOST_COPY_METHODS and not node.args) and not to_cpu:
+            return
+        # report a chain like `t.cpu().numpy()` once, at its outermost call
+        parent = self.parent(node)
+        grand = self.parent(parent) if isinstance(parent, cst.Attribute) else None
+        if isinstance(grand, cst.Call) and method_name(grand) in HOST_COPY_METHODS:
+            return
+        if self.per_step_loop(node) is not None and not self.is_host_value(node.func.value):
+            self.report(node)
+
+
+@register
+class TensorControlFlow(StepContextRule):
+    code = "XLA405"
+    title = "Python `if` / `while` on a tensor value syncs and splits the graph"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "`if`, `elif`, `while`, conditional expressions and `assert` whose condition is a tensor: "
+        "`if loss > best:`, `if mask.any():`, `while err > tol:`, `assert torch.isfinite(loss)`, in the step loop "
+        "or in a model's `forward`."
+    )
+    why = (
+        "Python needs a real bool, so `bool(t)` reads the value on the host (`aten::_local_scalar_dense`) and "
+        "XLA traces one graph per branch taken: extra compiles and a host round trip every step."
+    )
+    before = (
+        "import torch\n\n"
+        "for x, y in loader:\n"
+        "    loss = model(x, y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if torch.isnan(loss).any():\n"
+        "        break\n"
+    )
+    message = (
+        "the condition reads a tensor on the host every step and branches the graph; keep it on the device "
+        "(`torch.where`, masks, fixed trip counts) or check it every N steps after the barrier"
+    )
+    symptoms = (
+        "aten::_local_scalar_dense",
+        "pt-xla-profiler: CompileTime too frequent",
+        "Compilation Cause: most likely user code trying to access tensor value before torch_xla.sync",
+    )
+    references = ("pytorch/xla perf/recompilation.md: #3 From control flow",)
+    valid = (
+        "for step, x in enumerate(loader):\n"
+        "    loss = model(x)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if step % 100 == 0:\n"
+        "        save()\n",
+        "class M(nn.Module):\n"
+        "    def forward(self, x, mask=None, return_dict: bool = True):\n"
+        "        if mask is None:\n"
+        "            mask = x\n"
+        "        if return_dict:\n"
+        "            return {'x': x}\n"
+        "        if x.shape[1] > 8:\n"
+        "            x = x[:, :8]\n"
+        "        return x\n",
+    )
+
+    def _check(self, test: cst.BaseExpression) -> None:
+        func = self.enclosing_function(test)
+        in_forward = func is not None and func.name.value == "forward" and self.step_loop(test) is None
+        if (self.step_loop(test) is not None or in_forward) and self._is_tensor_condition(test):
+            self.report(test)
+
+    def _is_tensor_condition(self, test: cst.BaseExpression) -> bool:
+        if isinstance(test, cst.BooleanOperation):
+            return self._is_tensor_condition(test.left) or self._is_tensor_condition(test.right)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self._is_tensor_condition(test.expression)
+        return self.is_tensor(test)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._check(node.test)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._check(node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._check(node.test)
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._check(node.test)

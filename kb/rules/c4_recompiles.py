@@ -1,0 +1,239 @@
+"""C4 — input shapes that change every step: padding to the longest sequence, a short last batch, a growing generation cache."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..analysis.context import StepContextRule
+from ..cst_helpers import DATALOADERS, add_kwarg, keyword_arg, method_name, string_value
+from ..rule import register
+
+COLLATORS = frozenset(
+    {
+        "DataCollatorWithPadding",
+        "DataCollatorForSeq2Seq",
+        "DataCollatorForTokenClassification",
+        "DataCollatorForLanguageModeling",
+        "DataCollatorForWholeWordMask",
+    }
+)
+
+
+def _is_collator(names: set[str]) -> bool:
+    return any(n.startswith("transformers.") and n.rsplit(".", 1)[-1] in COLLATORS for n in names)
+
+
+@register
+class PadToLongest(StepContextRule):
+    code = "XLA412"
+    title = "Tokenizer pads to the longest sequence: a new input shape per batch"
+    category = "C4"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "Tokenizer calls (`tokenizer(...)`, `tokenizer.pad(...)`, `batch_encode_plus`) with `padding=True` or "
+        '`padding="longest"`. When `max_length` is given, the fix pads to it: `padding="max_length"`.'
+    )
+    why = (
+        "Each batch gets the length of its longest sequence, so XLA sees a new shape and compiles a new graph "
+        "almost every step (`UncachedCompile` grows, `pt-xla-profiler: CompileTime too frequent`). Fixed lengths "
+        "(or a few buckets) compile once. Padding more changes the compute per step, and losses that do not "
+        "mask pads change: review the fix."
+    )
+    before = 'enc = tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")\n'
+    after = 'enc = tokenizer(texts, padding="max_length", truncation=True, max_length=128, return_tensors="pt")\n'
+    message = (
+        "padding to the longest sequence gives XLA a new shape (a new compile) per batch; pad to a fixed "
+        '`max_length` (`padding="max_length"`) or to a few bucket sizes'
+    )
+    symptoms = ("pt-xla-profiler: CompileTime too frequent", "UncachedCompile", "CompileTime")
+    references = ("huggingface/accelerate examples/nlp_example.py", "huggingface/trl#2001", "pytorch/xla#1509")
+    valid = (
+        'enc = tokenizer(texts, padding="max_length", max_length=128)\n',
+        "import torch\nconv = torch.nn.Conv2d(3, 8, 3, padding=1)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        padding = keyword_arg(node, "padding")
+        if padding is None or not _pads_to_longest(padding.value):
+            return
+        names = self.qualified_names(node.func)
+        if _is_collator(names) or any(n.startswith("torch") for n in names):
+            return  # collators: XLA413
+        if keyword_arg(node, "max_length") is not None:
+            new_value = cst.SimpleString('"max_length"')
+            self.report(padding.value, replacement=new_value)
+        else:
+            self.report(node)
+
+
+def _pads_to_longest(value: cst.CSTNode) -> bool:
+    return (isinstance(value, cst.Name) and value.value == "True") or string_value(value) == "longest"
+
+
+@register
+class CollatorPadsToLongest(StepContextRule):
+    code = "XLA413"
+    title = "Collator pads each batch to its longest sequence"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "HF `DataCollatorWithPadding` / `DataCollatorForSeq2Seq` / `DataCollatorForTokenClassification` / "
+        '`DataCollatorForLanguageModeling` without `pad_to_multiple_of` or `padding="max_length"`, and '
+        "`torch.nn.utils.rnn.pad_sequence` (always pads to the longest)."
+    )
+    why = (
+        "Dynamic padding makes the batch length vary from step to step; on XLA every new length is a new "
+        "graph to compile (`CompileTime too frequent`). Reported ORPO training went from ~10 min to ~2 s per step "
+        "after padding to a fixed length."
+    )
+    before = "from transformers import DataCollatorWithPadding\n\ncollator = DataCollatorWithPadding(tokenizer)\n"
+    message = (
+        "the collator pads to the longest sequence of each batch (a new XLA compile per length); pass "
+        '`padding="max_length", max_length=N` or `pad_to_multiple_of=64`/`128` to bound the shapes'
+    )
+    symptoms = ("pt-xla-profiler: CompileTime too frequent", "UncachedCompile")
+    references = ("huggingface/trl#2001", "pytorch/xla#1509", "pytorch/xla#3356")
+    valid = (
+        "from transformers import DataCollatorWithPadding\n"
+        "collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=128)\n",
+        "from transformers import DataCollatorWithPadding\n"
+        "collator = DataCollatorWithPadding(tokenizer, padding='max_length', max_length=256)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call_to(node, "torch.nn.utils.rnn.pad_sequence"):
+            self.report(
+                node,
+                "`pad_sequence` pads to the longest sequence of the batch (a new XLA compile per length); pad to a "
+                "fixed length (`F.pad` to N) or a few bucket sizes",
+            )
+            return
+        if not _is_collator(self.qualified_names(node.func)):
+            return
+        if keyword_arg(node, "pad_to_multiple_of") is not None:
+            return
+        padding = keyword_arg(node, "padding")
+        if padding is not None and string_value(padding.value) in ("max_length", "do_not_pad"):
+            return
+        self.report(node)
+
+
+@register
+class DataLoaderWithoutDropLast(StepContextRule):
+    code = "XLA414"
+    title = "Training DataLoader without `drop_last=True`: the last partial batch compiles a new graph"
+    category = "C4"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "`DataLoader(...)` used for training (`shuffle=True`, or iterated by the training-step loop) without a "
+        "`drop_last` argument. The fix adds `drop_last=True`."
+    )
+    why = (
+        "When the dataset size is not a multiple of the batch size, the last batch of every epoch has another "
+        "shape: one more compile (minutes on large models), and in multi-replica runs uneven batch counts can "
+        "hang collectives. `drop_last=True` drops at most `batch_size - 1` samples per epoch."
+    )
+    before = "from torch.utils.data import DataLoader\n\nloader = DataLoader(train_ds, batch_size=64, shuffle=True)\n"
+    after = (
+        "from torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(train_ds, batch_size=64, shuffle=True, drop_last=True)\n"
+    )
+    message = "the last partial batch has a new shape (one more XLA compile per epoch); pass `drop_last=True`"
+    symptoms = ("UncachedCompile", "CompileTime", "hang at the end of an epoch (multi-replica)")
+    references = ("pytorch/xla#2749", "pytorch/xla troubleshoot.md: static shapes")
+    valid = (
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=64, shuffle=True, drop_last=False)\n",
+        "from torch.utils.data import DataLoader\nval_loader = DataLoader(val_ds, batch_size=64)\n",
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_sampler=sampler, shuffle=True)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, *DATALOADERS):
+            return
+        if keyword_arg(node, "drop_last") is not None or keyword_arg(node, "batch_sampler") is not None:
+            return
+        batch_size = keyword_arg(node, "batch_size")
+        if batch_size is not None and isinstance(batch_size.value, cst.Name) and batch_size.value.value == "None":
+            return
+        shuffle = keyword_arg(node, "shuffle")
+        shuffled = shuffle is not None and isinstance(shuffle.value, cst.Name) and shuffle.value.value == "True"
+        if shuffled or self._iterated_by_step_loop(node):
+            self.report(node, replacement=add_kwarg(node, "drop_last", cst.Name("True")))
+
+    def _iterated_by_step_loop(self, call: cst.Call) -> bool:
+        assign = self.parent(call)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return False
+        target = assign.targets[0].target
+        if not isinstance(target, cst.Name):
+            return False
+        scope_node = self.scope_node(call)
+        for loop in self.module_nodes().fors:
+            if self.scope_node(loop) is not scope_node:
+                continue
+            name = self.iterated_name(loop)
+            if name is not None and name.value == target.value and self.runs_step(loop):
+                return True
+        return False
+
+
+GENERATE_KWARGS = frozenset(
+    {
+        "max_new_tokens",
+        "max_length",
+        "do_sample",
+        "num_beams",
+        "input_ids",
+        "attention_mask",
+        "temperature",
+        "top_k",
+        "top_p",
+    }
+)
+
+
+@register
+class GenerateWithDynamicCache(StepContextRule):
+    code = "XLA415"
+    title = "HF `generate()` with the default dynamic KV cache recompiles every token"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "`model.generate(...)` in a module that uses transformers/peft/trl, without `cache_implementation=` "
+        "(or a `generation_config` / `past_key_values` that could set it)."
+    )
+    why = (
+        "The default DynamicCache grows by one position per generated token, so every decoding step has new "
+        "shapes and XLA compiles a new graph per token: generation is extremely slow but correct. A static cache "
+        '(`cache_implementation="static"`, updated in place with `index_copy_`) keeps the shapes fixed.'
+    )
+    before = (
+        "from transformers import AutoModelForCausalLM\n\n"
+        "model = AutoModelForCausalLM.from_pretrained(path)\n"
+        "out = model.generate(**inputs, max_new_tokens=32)\n"
+    )
+    message = (
+        "the dynamic KV cache changes shape every token (one XLA compile per token); pass "
+        '`cache_implementation="static"` (and pad prompts to a fixed length)'
+    )
+    symptoms = ("pt-xla-profiler: CompileTime too frequent", "generation recompiles every token")
+    references = ("huggingface/transformers#31126", "huggingface/transformers PR #31129")
+    valid = (
+        "from transformers import AutoModelForCausalLM\n"
+        "out = model.generate(**inputs, max_new_tokens=32, cache_implementation='static')\n",
+        "out = sampler.generate(prompt, max_new_tokens=3)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) != "generate":
+            return
+        facts = self.facts()
+        if not facts.uses("transformers", "peft", "trl") or facts.sets_static_cache:
+            return
+        keywords = {a.keyword.value for a in node.args if a.keyword is not None}
+        if keywords & {"cache_implementation", "generation_config", "past_key_values"}:
+            return
+        if keywords & GENERATE_KWARGS or any(a.star == "**" for a in node.args):
+            self.report(node)

@@ -1,0 +1,297 @@
+"""C5 — ops without an XLA lowering: each runs on the CPU, a device->host->device round trip every time.
+
+The fallback lists were measured with torch_xla 2.9 on PJRT_DEVICE=CPU (`met.executed_fallback_ops()`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from ..analysis.context import StepContextRule
+from ..cst_helpers import keyword_arg, method_name, positional_args
+from ..rule import register
+
+
+class _FallbackOp(StepContextRule):
+    """Ops without an XLA lowering in 2.9: reported in device code, with the measured counter name."""
+
+    category = "C5"
+    fix = "manual"
+    functions: ClassVar[dict[str, str]] = {}  # qualified name -> aten counter
+    methods: ClassVar[dict[str, str]] = {}  # tensor method -> aten counter
+
+    def counter(self, node: cst.Call) -> str | None:
+        for name in self.qualified_names(node.func):
+            if name in self.functions:
+                return self.functions[name]
+        method = method_name(node)
+        if method in self.methods and not self._is_torch_function(node.func):
+            if not self.is_host_value(node.func.value):
+                return self.methods[method]
+        return None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        counter = self.counter(node)
+        if counter is not None and self.in_device_context(node):
+            self.report(node, f"{self.message} [{counter}]")
+
+
+@register
+class GridSample(_FallbackOp):
+    code = "XLA508"
+    title = "`grid_sample` runs on the CPU (forward and backward)"
+    detects = "`F.grid_sample(...)` in device code (spatial transformers, deformable sampling, optical flow warps)."
+    why = (
+        "`aten::grid_sampler_2d` and its backward have no XLA lowering in 2.9: each call moves the input and "
+        "the grid to the host and back, in both passes."
+    )
+    before = (
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "class Warp(torch.nn.Module):\n"
+        "    def forward(self, img, grid):\n"
+        "        return F.grid_sample(img, grid, align_corners=False)\n"
+    )
+    message = (
+        "`grid_sample` falls back to the CPU every call; express the bilinear sampling with gathers "
+        "(floor/ceil indices + `torch.gather` + weights), or sample in the CPU data pipeline"
+    )
+    symptoms = (
+        "aten::grid_sampler_2d",
+        "aten::grid_sampler_2d_backward",
+        "pt-xla-profiler: Op(s) not lowered: aten::grid_sampler_2d",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
+    functions = {
+        "torch.nn.functional.grid_sample": "aten::grid_sampler_2d",
+        "torch.grid_sampler": "aten::grid_sampler_2d",
+    }
+
+
+@register
+class RepeatInterleaveTensor(_FallbackOp):
+    code = "XLA509"
+    title = "`repeat_interleave` with a tensor of repeats runs on the CPU"
+    detects = (
+        "`torch.repeat_interleave(x, repeats)` / `x.repeat_interleave(repeats)` where `repeats` is a tensor, and "
+        "the one-argument `torch.repeat_interleave(counts)`. Integer repeats (`repeat_kv(x, n_rep)`) are fine."
+    )
+    why = (
+        "With tensor repeats the output length depends on the data: `aten::repeat_interleave.Tensor` falls back "
+        "to the CPU and each new total length is a new graph."
+    )
+    before = (
+        "import torch\n\n"
+        "class Expand(torch.nn.Module):\n"
+        "    def forward(self, x, lengths):\n"
+        "        return torch.repeat_interleave(x, lengths, dim=0)\n"
+    )
+    message = (
+        "tensor `repeats` gives a data-dependent length (CPU fallback + recompiles); use integer repeats, a "
+        "padded fixed-size layout, or `torch_xla.experimental.custom_kernel.repeat_with_fixed_output_size`"
+    )
+    symptoms = ("aten::repeat_interleave.Tensor", "pt-xla-profiler: Op(s) not lowered: aten::repeat_interleave.Tensor")
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report", "torch_xla/experimental/custom_kernel.py")
+    valid = (
+        "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return torch.repeat_interleave(x, 2, dim=1)\n",
+        "import torch\nclass M(torch.nn.Module):\n    def forward(self, x, n_rep: int):\n"
+        "        return x.repeat_interleave(n_rep, dim=1)\n",
+    )
+
+    def counter(self, node: cst.Call) -> str | None:
+        if self.is_call_to(node, "torch.repeat_interleave"):
+            args = positional_args(node)
+            repeats = args[1].value if len(args) > 1 else getattr(keyword_arg(node, "repeats"), "value", None)
+            if len(args) == 1 and repeats is None:
+                return "aten::repeat_interleave.Tensor"
+        elif method_name(node) == "repeat_interleave" and not self._is_torch_function(node.func):
+            args = positional_args(node)
+            repeats = args[0].value if args else getattr(keyword_arg(node, "repeats"), "value", None)
+        else:
+            return None
+        if repeats is not None and (
+            self.is_tensor(repeats) or self.is_call_to(repeats, "torch.tensor", "torch.as_tensor")
+        ):
+            return "aten::repeat_interleave.Tensor"
+        return None
+
+
+@register
+class CountingOps(_FallbackOp):
+    code = "XLA510"
+    title = "`bincount` / `histc` / `searchsorted` / `bucketize` run on the CPU"
+    detects = "`torch.bincount`, `torch.histc`, `torch.searchsorted`, `torch.bucketize` and `.bincount()` / `.histc()` in device code."
+    why = (
+        "None of them is lowered in torch_xla 2.9 (`aten::bincount`, `aten::histc`, `aten::searchsorted.Tensor`, "
+        "`aten::bucketize.Tensor`): each call syncs the device and copies the data to the host and back; "
+        "`bincount`'s output size also depends on the data."
+    )
+    before = (
+        "import torch\n\n"
+        "class ClassBalance(torch.nn.Module):\n"
+        "    def forward(self, labels):\n"
+        "        return torch.bincount(labels, minlength=10)\n"
+    )
+    message = (
+        "this op falls back to the CPU on XLA; use lowered forms: `F.one_hot(labels, n).sum(0)` for bincount, "
+        "`(x[..., None] >= edges).sum(-1)` for bucketize/searchsorted/histc with fixed edges"
+    )
+    symptoms = (
+        "aten::bincount",
+        "aten::histc",
+        "aten::searchsorted.Tensor",
+        "aten::bucketize.Tensor",
+        "pt-xla-profiler: Op(s) not lowered: aten::bincount",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report", "pytorch/xla#2405")
+    valid = ("import numpy as np\ncounts = np.bincount(np.array([1, 2]))\n",)
+    functions = {
+        "torch.bincount": "aten::bincount",
+        "torch.histc": "aten::histc",
+        "torch.searchsorted": "aten::searchsorted.Tensor",
+        "torch.bucketize": "aten::bucketize.Tensor",
+    }
+    methods = {"bincount": "aten::bincount", "histc": "aten::histc"}
+
+
+@register
+class CtcLoss(_FallbackOp):
+    code = "XLA511"
+    title = "CTC loss runs on the CPU"
+    detects = "`F.ctc_loss(...)` and `nn.CTCLoss()` in device code (speech / OCR models)."
+    why = (
+        "`aten::_ctc_loss.Tensor` (and its backward) have no XLA lowering in 2.9: every step moves log-probs and "
+        "targets to the host and back, and the variable target lengths add dynamic shapes."
+    )
+    before = (
+        "import torch.nn as nn\n\n"
+        "class Asr(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.ctc = nn.CTCLoss(blank=0)\n"
+    )
+    message = (
+        "CTC loss falls back to the CPU every step; pad targets to a fixed length and expect the fallback cost, "
+        "or implement the CTC forward recursion with `torch_xla.experimental.scan`"
+    )
+    symptoms = (
+        "aten::_ctc_loss.Tensor",
+        "aten::_ctc_loss_backward",
+        "pt-xla-profiler: Op(s) not lowered: aten::_ctc_loss",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
+    functions = {
+        "torch.nn.functional.ctc_loss": "aten::_ctc_loss.Tensor",
+        "torch.nn.CTCLoss": "aten::_ctc_loss.Tensor",
+        "torch.nn.modules.loss.CTCLoss": "aten::_ctc_loss.Tensor",
+        "torch.ctc_loss": "aten::_ctc_loss.Tensor",
+    }
+
+
+FFT_FUNCTIONS = (
+    "fft ifft fft2 ifft2 fftn ifftn rfft irfft rfft2 irfft2 rfftn irfftn hfft ihfft hfft2 ihfft2 hfftn ihfftn".split()
+)
+
+
+@register
+class Fft(_FallbackOp):
+    code = "XLA512"
+    title = "FFTs (`torch.fft.*`, `torch.stft`) run on the CPU"
+    detects = "`torch.fft.fft/rfft/irfft/fft2/...`, `torch.stft`, `torch.istft` and `.stft()` in device code."
+    why = (
+        "torch_xla 2.9 has no FFT lowering: `aten::_fft_r2c`, `aten::_fft_c2c`, `aten::_fft_c2r` fall back to the "
+        "CPU on every call (spectrogram front-ends, FNet/Hyena-style mixing, spectral losses)."
+    )
+    before = (
+        "import torch\n\n"
+        "class SpectralMix(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.fft.rfft(x, dim=-1).abs()\n"
+    )
+    message = (
+        "FFTs fall back to the CPU on XLA; for fixed sizes multiply by a precomputed DFT matrix (cos/sin "
+        "weights, runs on the MXU), or compute spectrograms in the CPU data pipeline"
+    )
+    symptoms = (
+        "aten::_fft_r2c",
+        "aten::_fft_c2c",
+        "aten::_fft_c2r",
+        "pt-xla-profiler: Op(s) not lowered: aten::_fft_r2c",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
+    valid = (
+        "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return torch.fft.fftshift(x)\n",
+    )
+    functions = {
+        **{f"torch.fft.{name}": "aten::_fft_r2c / aten::_fft_c2c / aten::_fft_c2r" for name in FFT_FUNCTIONS},
+        "torch.stft": "aten::_fft_r2c",
+        "torch.istft": "aten::_fft_c2r",
+    }
+    methods = {"stft": "aten::_fft_r2c", "istft": "aten::_fft_c2r"}
+
+
+@register
+class EmbeddingBag(_FallbackOp):
+    code = "XLA513"
+    title = "`EmbeddingBag` runs on the CPU"
+    detects = "`nn.EmbeddingBag(...)` and `F.embedding_bag(...)` in device code (recommenders, fastText-style models)."
+    why = (
+        "`aten::_embedding_bag` (also `_embedding_bag_forward_only` without grad) has no XLA lowering in 2.9, "
+        "measured in training and under `no_grad`: the table lookup runs on the host every step."
+    )
+    before = (
+        "import torch.nn as nn\n\n"
+        "class Bag(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        '        self.emb = nn.EmbeddingBag(10000, 64, mode="mean")\n'
+    )
+    message = (
+        "EmbeddingBag falls back to the CPU; use `nn.Embedding` on fixed-size padded bags and reduce with a mask "
+        "(`(emb(ids) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)`)"
+    )
+    symptoms = (
+        "aten::_embedding_bag",
+        "aten::_embedding_bag_forward_only",
+        "pt-xla-profiler: Op(s) not lowered: aten::_embedding_bag",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
+    functions = {
+        "torch.nn.EmbeddingBag": "aten::_embedding_bag",
+        "torch.nn.modules.sparse.EmbeddingBag": "aten::_embedding_bag",
+        "torch.nn.functional.embedding_bag": "aten::_embedding_bag",
+        "torch.embedding_bag": "aten::_embedding_bag",
+    }
+
+
+@register
+class Median(_FallbackOp):
+    code = "XLA514"
+    title = "`median` / `nanmedian` run on the CPU"
+    detects = "`torch.median`, `torch.nanmedian` and `.median()` / `.nanmedian()` on tensors in device code."
+    why = (
+        "`aten::median`, `aten::median.dim_values` and `aten::nanmedian` are not lowered in torch_xla 2.9 "
+        "(measured): each call syncs the device and runs on the host. `sort`, `kthvalue` and `quantile` are lowered."
+    )
+    before = (
+        "import torch\n\n"
+        "class RobustNorm(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x - x.median(dim=-1, keepdim=True).values\n"
+    )
+    message = (
+        "median falls back to the CPU on XLA; use `torch.quantile(x, 0.5, dim)` (interpolates for even sizes) or "
+        "`x.sort(dim).values` indexed at `(n - 1) // 2` (the same lower median)"
+    )
+    symptoms = (
+        "aten::median",
+        "aten::median.dim_values",
+        "aten::nanmedian",
+        "pt-xla-profiler: Op(s) not lowered: aten::median",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
+    valid = ("import pandas as pd\ndf = pd.read_csv('a.csv')\nm = df.median()\n",)
+    functions = {"torch.median": "aten::median", "torch.nanmedian": "aten::nanmedian"}
+    methods = {"median": "aten::median", "nanmedian": "aten::nanmedian"}

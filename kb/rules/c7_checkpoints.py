@@ -1,0 +1,131 @@
+"""C7 — saving and loading checkpoints of device tensors."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..analysis.devices import analyse as analyse_devices
+from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, same_quotes, string_value
+from ..rule import IMPORT_XM, Rule, register
+
+
+def holds_state_dict(node: cst.CSTNode) -> bool:
+    """`m.state_dict()`, or a dict literal with such a value (a checkpoint dict)."""
+    if isinstance(node, cst.Call):
+        return isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict"
+    if isinstance(node, cst.Dict):
+        return any(holds_state_dict(e.value) for e in node.elements if isinstance(e, cst.DictElement))
+    return False
+
+
+@register
+class TorchSaveDeviceTensors(Rule):
+    code = "XLA701"
+    title = "`torch.save(model.state_dict())` writes XLA tensors: use `xm.save`"
+    category = "C7"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "`torch.save(x.state_dict(), path)` and `torch.save({... x.state_dict() ...}, path)` (checkpoint dicts). "
+        "Calls with extra arguments (`pickle_protocol=`, ...) are reported without a rewrite."
+    )
+    why = (
+        "A `torch.save` of device tensors pickles them as XLA tensors: loading needs torch_xla and a device and "
+        "puts them back on `xla:0`; on a CPU-only host it fails with `don't know how to restore data location of "
+        "torch.FloatStorage (tagged with xla:0)` (transformers #4963). `xm.save(data, path)` first syncs and copies "
+        "every tensor of the (nested) object to the CPU, then writes. Unsafe because `xm.save` writes only on "
+        "each host's master process (`master_only=True`): code that saves a different file per rank must pass "
+        "`master_only=False`. Prefer `.state_dict()`: `xm.save` converts plain tensors, not `nn.Parameter`s."
+    )
+    before = "import torch\n\ntorch.save(model.state_dict(), 'model.pt')\n"
+    after = "import torch\nimport torch_xla.core.xla_model as xm\n\nxm.save(model.state_dict(), 'model.pt')\n"
+    message = "`torch.save` of device tensors reloads onto xla:0; use `xm.save` (CPU copy, master process writes)"
+    symptoms = (
+        "don't know how to restore data location of torch.FloatStorage (tagged with xla:0)",
+        "RuntimeError: don't know how to restore data location of torch.storage.UntypedStorage (tagged with xla:0)",
+        "Attempted to access the data pointer on an invalid python storage",
+    )
+    references = (
+        "docs/source/learn/pytorch-on-xla-devices.md Saving and Loading",
+        "docs/source/learn/troubleshoot.md XLA Tensor Quirks",
+        "huggingface/transformers #4963",
+        "torch_xla/core/xla_model.py save",
+    )
+    valid = (
+        "import torch_xla.core.xla_model as xm\nxm.save(model.state_dict(), 'm.pt')\n",
+        "import torch\ntorch.save(metrics, 'metrics.pt')\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, "torch.save"):
+            return
+        args = positional_args(node)
+        data = args[0].value if args else getattr(keyword_arg(node, "obj"), "value", None)
+        if data is None or not holds_state_dict(data):
+            return
+        if len(args) == 2 and len(node.args) == 2:
+            self.report(node, replacement=node.with_changes(func=expr("xm.save")), imports=(IMPORT_XM,))
+        else:
+            self.report(node, self.message + "; drop the extra torch.save arguments")
+
+
+@register
+class LoadOntoCudaOrXla(Rule):
+    code = "XLA711"
+    title = "`torch.load(..., map_location='cuda')`: load on the CPU, then move"
+    category = "C7"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "`torch.load` whose `map_location` is a CUDA device (`'cuda'`, `'cuda:0'`, `torch.device('cuda')`) or an "
+        "XLA device (`'xla'`, `torch_xla.device()`), written there or held by a name (`map_location=device` after "
+        "`device = 'cuda'`: the device-value analysis)."
+    )
+    why = (
+        "On a TPU host mapping to CUDA raises `RuntimeError: Attempting to deserialize object on a CUDA device but "
+        "torch.cuda.is_available() is False`, and mapping straight to XLA is not supported either "
+        "(`don't know how to restore data location of torch.storage.UntypedStorage (tagged with xla:0)`). Load with "
+        "`map_location='cpu'`; `model.load_state_dict(sd)` then copies into the device parameters and "
+        "`optimizer.load_state_dict` casts state to the parameters' device. Unsafe: tensors used directly "
+        "stay on the CPU unless moved with `.to(torch_xla.device())` (or `xm.send_cpu_data_to_device`)."
+    )
+    before = "import torch\n\nstate = torch.load('ckpt.pt', map_location='cuda:0')\n"
+    after = "import torch\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
+    message = "load checkpoints with `map_location='cpu'`, then load_state_dict / move to `torch_xla.device()`"
+    symptoms = (
+        "RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. "
+        "If you are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu') "
+        "to map your storages to the CPU.",
+        "don't know how to restore data location of torch.storage.UntypedStorage (tagged with xla:0)",
+    )
+    references = ("huggingface/transformers #4963", "accelerate optimizer.py move_to_device")
+    valid = (
+        "import torch\nsd = torch.load('c.pt', map_location='cpu')\n",
+        "import torch\nsd = torch.load('c.pt', map_location=device)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, "torch.load"):
+            return
+        positional = positional_args(node)
+        arg = positional[1] if len(positional) > 1 else keyword_arg(node, "map_location")
+        if arg is None or not self._device_target(arg.value):
+            return
+        value = arg.value
+        cpu = same_quotes(value, "cpu") if isinstance(value, cst.SimpleString) else cst.SimpleString('"cpu"')
+        self.report(value, replacement=cpu)
+
+    def _device_target(self, value: cst.BaseExpression) -> bool:
+        if any(value is n for n in analyse_devices(self.analysis.module).facts.map_locations):
+            return True  # a name that holds the device (`map_location=device`, `device = 'cuda'` above)
+        text = string_value(value)
+        if text is not None:
+            return is_cuda_string(value) or text == "xla" or text.startswith("xla:")
+        if not isinstance(value, cst.Call):
+            return False
+        if self.is_call_to(value, "torch_xla.device", "torch_xla.core.xla_model.xla_device"):
+            return True
+        if self.is_call_to(value, "torch.device"):
+            args = positional_args(value)
+            return bool(args) and (is_cuda_string(args[0].value) or string_value(args[0].value) in {"xla"})
+        return False

@@ -1,0 +1,146 @@
+"""C7 — profiling and monitoring: NVTX ranges, the CUDA profiler, GPU identity queries."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..cst_helpers import expr, is_cuda_string, keyword_arg
+from ..rule import Rule, register
+
+IMPORT_XP = ("torch_xla.debug.profiler", None, "xp")
+NVTX = "torch.cuda.nvtx."
+NVTX_STATEMENTS = {NVTX + n for n in ("range_push", "range_pop", "mark", "range_start", "range_end")}
+
+
+@register
+class NvtxRanges(Rule):
+    code = "XLA704"
+    title = "NVTX ranges annotate nothing on TPU"
+    category = "C7"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`torch.cuda.nvtx.range_push/range_pop/mark/range_start/range_end(...)` statements (removed) and "
+        "`with torch.cuda.nvtx.range(name):` (becomes `with xp.Trace(name):`)."
+    )
+    why = (
+        "NVTX marks feed Nsight, which does not exist on TPU: the calls succeed (`range_push` returns -2) and "
+        "annotate nothing, so profiles show no named regions. TPU traces come from `torch_xla.debug.profiler`: "
+        "`xp.Trace(name)` is the scoped annotation (host-side; no graph cut), visible after `xp.start_server(9012)` "
+        "and a capture. Removing the push/pop/mark calls keeps the program's meaning."
+    )
+    before = (
+        "import torch\n\ntorch.cuda.nvtx.range_push('forward')\nout = model(x)\ntorch.cuda.nvtx.range_pop()\n"
+        "with torch.cuda.nvtx.range('backward'):\n    out.sum().backward()\n"
+    )
+    after = (
+        "import torch\nimport torch_xla.debug.profiler as xp\n\nout = model(x)\n"
+        "with xp.Trace('backward'):\n    out.sum().backward()\n"
+    )
+    message = "NVTX annotates nothing on TPU; remove it or use `torch_xla.debug.profiler` (`xp.Trace`)"
+    symptoms = ("No device timeline", "torch.cuda.nvtx.range_push returns -2")
+    references = ("torch_xla/debug/profiler.py", "docs/source/learn/migration-to-xla-on-tpus.md")
+    valid = ("import torch_xla.debug.profiler as xp\nwith xp.Trace('fwd'):\n    y = f(x)\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.qualified_names(node.func)
+        if names & NVTX_STATEMENTS:
+            self.report_removal(node)
+        elif NVTX + "range" in names:
+            if isinstance(self.parent(node), cst.WithItem) and len(node.args) == 1 and node.args[0].keyword is None:
+                self.report(node, replacement=node.with_changes(func=expr("xp.Trace")), imports=(IMPORT_XP,))
+            else:
+                self.report(node)
+
+
+CUDA_PROFILER_CALLS = {
+    "torch.autograd.profiler.emit_nvtx",
+    "torch.cuda.profiler.start",
+    "torch.cuda.profiler.stop",
+    "torch.cuda.profiler.profile",
+    "torch.cuda.profiler.init",
+}
+
+
+PROFILERS = {"torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profile"}
+CUDA_ACTIVITY = {"torch.profiler.ProfilerActivity.CUDA", "torch.autograd.ProfilerActivity.CUDA"}
+
+
+@register
+class CudaProfiler(Rule):
+    code = "XLA705"
+    title = "CUDA profiling (`ProfilerActivity.CUDA`, `use_cuda=True`, nvprof hooks) sees no TPU work"
+    category = "C7"
+    fix = "manual"
+    detects = (
+        "`ProfilerActivity.CUDA`, `profile(use_cuda=True)` / `use_device='cuda'`, `torch.autograd.profiler.emit_nvtx` "
+        "and `torch.cuda.profiler.*`."
+    )
+    why = (
+        "Without a GPU the PyTorch profiler warns `CUDA is not available, disabling CUDA profiling` and records "
+        "only host ops: the XLA device timeline (compiles, executions, transfers) is missing, so the profile "
+        "misleads. Use `torch_xla.debug.profiler`: `xp.start_server(9012)`, then `xp.trace_detached(...)` or "
+        "`xp.start_trace(log_dir)` / `xp.stop_trace()`, with `xp.Trace('name')` / `xp.StepTrace('train', "
+        "step_num=i)` regions; view in TensorBoard/XProf."
+    )
+    before = (
+        "from torch.profiler import ProfilerActivity, profile\n\n"
+        "with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:\n    step()\n"
+    )
+    message = "CUDA profiling records no TPU work; use `torch_xla.debug.profiler` (xp.start_server / xp.trace)"
+    symptoms = (
+        "CUDA is not available, disabling CUDA profiling",
+        "gpuGetDeviceCount failed with code 35",
+        "No device timeline",
+    )
+    references = ("torch_xla/debug/profiler.py", "docs/source/learn/xla-profiling.md", "pytorch/xla #8824")
+    valid = (
+        "from torch.profiler import ProfilerActivity, profile\nwith profile(activities=[ProfilerActivity.CPU]):\n    f()\n",
+    )
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.qualified_names(node) & CUDA_ACTIVITY:
+            self.report(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.qualified_names(node.func)
+        if names & CUDA_PROFILER_CALLS:
+            self.report(node)
+        elif names & PROFILERS:
+            use_cuda = keyword_arg(node, "use_cuda")
+            use_device = keyword_arg(node, "use_device")
+            if (use_cuda is not None and isinstance(use_cuda.value, cst.Name) and use_cuda.value.value == "True") or (
+                use_device is not None and is_cuda_string(use_device.value)
+            ):
+                self.report(node)
+
+
+GPU_QUERIES = {
+    "torch.cuda.get_device_name": "`xm.xla_device_hw(dev)` / `xr.device_type()` ('TPU')",
+    "torch.cuda.get_device_capability": "`xr.device_type()`; for bf16 checks `xr.is_bf16_supported()`",
+}
+
+
+@register
+class GpuIdentityQuery(Rule):
+    code = "XLA708"
+    title = "`torch.cuda.get_device_name()` / `get_device_capability()` raise on TPU"
+    category = "C7"
+    fix = "manual"
+    detects = "Calls of `torch.cuda.get_device_name` and `torch.cuda.get_device_capability` (logging, feature checks)."
+    why = (
+        "Both initialise CUDA: on a TPU host they raise `RuntimeError: Found no NVIDIA driver on your system`, "
+        "often in a startup log line that kills the run before training. The XLA side answers with "
+        "`xm.xla_device_hw(dev)` or `xr.device_type()` ('TPU' / 'CPU'); capability gates such as "
+        "`>= (8, 0)` for bf16 become `xr.is_bf16_supported()`."
+    )
+    before = "import torch\n\nprint('running on', torch.cuda.get_device_name(0))\n"
+    message = "GPU identity query raises on TPU"
+    symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
+    references = ("torch_xla/core/xla_model.py xla_device_hw", "torch_xla/runtime.py device_type")
+    valid = ("import torch_xla.runtime as xr\nprint(xr.device_type())\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for name in self.qualified_names(node.func) & GPU_QUERIES.keys():
+            self.report(node, f"`{name}()` raises on TPU; use {GPU_QUERIES[name]}")
+            return
