@@ -62,6 +62,7 @@ from .results import (
 )
 from .source import unified_diff
 from .tree import (
+    GENERATED_TESTS_DIR,
     IN_PLACE_REPORT_DIR,
     Progress,
     check_destination,
@@ -453,15 +454,18 @@ class Pipeline:
     ) -> Validation:
         """The execution check of the migrated entry script (unless given), then the generated tests."""
         script, args = parse_command(command)
-        checks = [xla_check or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb)]
+        # run from the tree root, as the command is written (the recorded run and the tests do the same)
+        checks = [
+            xla_check
+            or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb, migrated_root)
+        ]
         record = shlex.join(["python", script, *args])
-        with tempfile.TemporaryDirectory(prefix="xlaport-tests-") as tests_dir:
-            # tests for every changed function of the tree; inputs recorded from the same command on the original
-            checks.append(
-                run_generated_tests(
-                    original_root, migrated_root, Path(tests_dir), record=record, timeout_s=options.timeout_s
-                )
-            )
+        # tests for every changed file's functions and modules, inputs recorded from the same command on the
+        # original; kept in the migrated tree, to run again on a TPU host
+        tests_dir = migrated_root / GENERATED_TESTS_DIR
+        checks.append(
+            run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s)
+        )
         status, reason, level = verdict(checks)
         return Validation(
             command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason

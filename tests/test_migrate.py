@@ -197,7 +197,11 @@ def test_validated_migration_reaches_l2_with_passing_generated_tests(tmp_path, p
     assert result.validation.status == "validated" and result.validation.level == "L2"
     records = read_trace(tmp_path / "out" / "xlaport-trace.jsonl")
     assert {r["validation"]["status"] for r in records} == {"validated"}
-    assert "Validation evidence" in (tmp_path / "out" / "xlaport-report.md").read_text()
+    report = (tmp_path / "out" / "xlaport-report.md").read_text()
+    assert "Validation evidence" in report
+    kept = tmp_path / "out" / "tests_xla"  # the generated tests stay with the migration, linked from the report
+    assert sorted(p.name for p in kept.glob("test_xlaport_*.py")) and (kept / "README.md").is_file()
+    assert str(kept) in report
 
 
 @pytest.mark.slow
