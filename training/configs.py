@@ -55,6 +55,13 @@ class SizeConfig:
         return data
 
 
+def _pretrained(name: str, **fields: object) -> SizeConfig:
+    """A size that fine-tunes the packaged SmolLM2 (model/base.py): the from-scratch model fields are unused."""
+    return SizeConfig(
+        name=name, pretrained=True, vocab_size=0, hidden=0, layers=0, heads=0, intermediate=0, context=8192, **fields
+    )
+
+
 SIZES: dict[str, SizeConfig] = {
     "tiny": SizeConfig(
         name="tiny",
@@ -83,15 +90,8 @@ SIZES: dict[str, SizeConfig] = {
     # LoRA on the pretrained SmolLM2-135M (model/base.py); the model fields above are unused.
     # Sized to finish on 2 idle CPU cores in <= 60 min through torch_xla: 4x256 steps take ~4 s,
     # 4x512 ~9 s (r=16 on q/k/v/o); 360 steps ~40 min + dataset, load and 4 compiles.
-    "cpu": SizeConfig(
-        name="cpu",
-        pretrained=True,
-        vocab_size=0,
-        hidden=0,
-        layers=0,
-        heads=0,
-        intermediate=0,
-        context=8192,
+    "cpu": _pretrained(
+        "cpu",
         buckets=(256, 512),
         max_files=None,
         max_injected=300,
@@ -108,15 +108,8 @@ SIZES: dict[str, SizeConfig] = {
         max_new_tokens=256,
     ),
     # The same on a TPU: longer examples, bigger batches, every projection adapted.
-    "tpu": SizeConfig(
-        name="tpu",
-        pretrained=True,
-        vocab_size=0,
-        hidden=0,
-        layers=0,
-        heads=0,
-        intermediate=0,
-        context=8192,
+    "tpu": _pretrained(
+        "tpu",
         buckets=(512, 1024, 2048),
         max_files=None,
         max_injected=5000,
