@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,7 +18,15 @@ from typing import Annotated
 import typer
 
 from xlaport.cliutil import LintFormat, OutputFormat, fail_usage, split_codes
-from xlaport.files import DirtyTree, atomic_write, backup_path, check_in_place_allowed, iter_python_files
+from xlaport.files import (
+    DirtyTree,
+    WriteFailed,
+    atomic_write,
+    in_place_backups,
+    iter_python_files,
+    keep_backup,
+    remove_stale_temporaries,
+)
 
 
 def _rules(select: list[str] | None, ignore: list[str] | None = None):
@@ -104,13 +113,19 @@ def fix(
             )
     else:
         try:
-            needs_backup = check_in_place_allowed([p for p, _ in changed], force)
+            needs_backup = in_place_backups([p for p, _ in changed], force)
         except DirtyTree as exc:
             fail_usage(str(exc))
-        for path, r in changed:
-            if needs_backup:
-                atomic_write(backup_path(path), r.source)
-            atomic_write(path, r.fixed)
+        for path, r in list(changed):
+            try:
+                if path in needs_backup:
+                    keep_backup(path)
+                atomic_write(path, r.fixed)
+            except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
+                r.error = str(exc)
+                changed.remove((path, r))
+        for folder in {Path(os.path.realpath(p)).parent for p, _ in changed}:
+            remove_stale_temporaries(folder)
     applied = Counter(f.code for r in results for f in r.applied)
     remaining = sum(len(r.findings) for r in results)
     verb = "would apply" if diff else "applied"

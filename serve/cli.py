@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from xlaport.cliutil import OutputFormat, fail_usage, split_codes
+from xlaport.cliutil import EXIT_FAILED, OutputFormat, fail_usage, split_codes
 
 
 class Transport(StrEnum):
@@ -64,7 +64,7 @@ def migrate(
 
     from xlaport.eval.verify_cli import render_text as render_verify_text
 
-    from xlaport.files import DirtyTree
+    from xlaport.files import DirtyTree, WriteFailed
 
     from .pipeline import MigrateOptions, get_pipeline
     from .tree import DestinationNotEmpty
@@ -86,6 +86,9 @@ def migrate(
             result = get_pipeline().migrate(src, out, options, progress)
     except (DestinationNotEmpty, NotADirectoryError, DirtyTree, ValueError) as exc:
         fail_usage(str(exc))
+    except WriteFailed as exc:  # disk full, read-only: nothing half-written is left
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
     if format is OutputFormat.json:
         typer.echo(json.dumps(result.summary(), indent=2))
     else:
