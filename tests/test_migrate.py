@@ -242,7 +242,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
         runs.append(("verify", command))
         return _verify_report(command.split())
 
-    def run_xla_check(script, args, timeout_s, memory_mb):
+    def run_xla_check(script, args, timeout_s, memory_mb, workdir=None):
         runs.append(("check", args))
         return CheckRun(name="xla_check", passed=True, level="L2")
 
