@@ -17,6 +17,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis
+from .imports import remove_imports_made_unused
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
@@ -355,16 +356,17 @@ def fix_source(
 ) -> FixResult:
     """Applies every allowed rewrite until nothing more changes; never returns unparsable code."""
     rules = all_rules() if rules is None else rules
-    module = parse(source)
+    module = original = parse(source)
     applied: list[Finding] = []
     current_source = source
+    remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
         detections = _detect(module, rules, current_source)
         fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
             remaining = [_finding(path, d) for d in detections]
-            return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)
+            break
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
         candidate_source = candidate.code
@@ -377,5 +379,10 @@ def fix_source(
             break
         applied.extend(_finding(path, d) for d in chosen)
         current_source = candidate_source
-    remaining = lint_source(current_source, path, rules)
+    if applied:
+        cleaned = remove_imports_made_unused(original, module)
+        if cleaned is not module:
+            current_source, remaining = cleaned.code, None
+    if remaining is None:
+        remaining = lint_source(current_source, path, rules)
     return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)

@@ -49,7 +49,6 @@ from .results import (
     CheckRun,
     Evidence,
     FileOutcome,
-    FindingOut,
     FixEntry,
     ManualItem,
     MigrateOptions,
@@ -148,7 +147,7 @@ class Pipeline:
             changed=migrated != source,
             diff=unified_diff(source, migrated, name),
             migrated=migrated,
-            applied=[FindingOut.of(f) for f in fixed.applied],
+            applied=list(fixed.applied),
             manual=manual,
             evidence=evidence,
             notes=notes,
@@ -184,7 +183,7 @@ class Pipeline:
         hits = dict(zip(unique, self.index.search_many(unique, k), strict=True)) if k > 0 else {}
         spans = function_spans(source)
         return [
-            ManualItem(finding=FindingOut.of(f), function=enclosing_function(spans, f.line), retrieved=hits.get(q, []))
+            ManualItem(finding=f, function=enclosing_function(spans, f.line), retrieved=hits.get(q, []))
             for f, q in zip(findings, queries, strict=True)
         ]
 
@@ -200,7 +199,7 @@ class Pipeline:
         for item in manual:
             by_function.setdefault(item.function, []).append(item)
         for function, items in by_function.items():
-            findings = [Finding(**item.finding.model_dump()) for item in items]
+            findings = [item.finding for item in items]
             retrieved = [hit.model_dump() for item in items for hit in item.retrieved]
             try:
                 proposal = self.proposer.propose(source, function, findings, retrieved)
