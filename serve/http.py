@@ -240,9 +240,11 @@ def create_app(
         """Patch + evidence for one file. Validation runs only with the server's token."""
         execute = body.options.validate_patch and may_execute(authorization)
         seconds = timeout_s + (2 * body.options.timeout_s if execute else 0)
-        return await limited(
-            lambda: state["pipeline"].suggest(body.source, body.path, body.options, may_execute=execute), seconds
+        # the fix step runs in a child killed just before the time limit: a timed-out request frees its slot
+        run = lambda: state["pipeline"].suggest(  # noqa: E731
+            body.source, body.path, body.options, may_execute=execute, fix_time_limit_s=0.9 * timeout_s
         )
+        return await limited(run, seconds)
 
     @app.post("/v1/search", responses=_errors(400, 413, 429, 504))
     async def search(body: SearchRequest) -> list[FixHit]:
