@@ -43,6 +43,7 @@ from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
 from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check
+from .isolated import fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
     CheckOutcome,
@@ -119,14 +120,27 @@ class Pipeline:
 
     # -- one file ----------------------------------------------------------------------------------------
     def suggest(
-        self, source: str, path: str | None = None, options: SuggestOptions | None = None, *, may_execute: bool = True
+        self,
+        source: str,
+        path: str | None = None,
+        options: SuggestOptions | None = None,
+        *,
+        may_execute: bool = True,
+        fix_time_limit_s: float | None = None,
     ) -> Patch:
-        """A patch for one file's text. Raises SourceError (unparsable) or ValueError (bad options)."""
+        """A patch for one file's text. Raises SourceError (unparsable) or ValueError (bad options).
+
+        With `fix_time_limit_s` the fix step runs in a child process killed at that limit (AnalysisTimeout):
+        a service's timed-out request stops its work instead of holding a slot until it ends.
+        """
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         rules = self.rules(options.select, options.ignore)
         try:
-            fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+            if fix_time_limit_s is None:
+                fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+            else:
+                fixed = fix_source_killable(source, name, rules, options.unsafe_fixes, fix_time_limit_s)
         except RecursionError:  # kb's parse limits should prevent it; every front gets the reason if not
             raise SourceError("cannot parse: nested too deeply to analyse safely") from None
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
