@@ -98,6 +98,7 @@ class CheckReport:
     peak_rss_mb: float
     stdout_tail: str = ""
     notes: list[str] = field(default_factory=list)
+    lost_ties: list[str] = field(default_factory=list)  # shared parameters that a device move untied
     stopped: str | None = None  # "no_barrier" or "off_xla" when the runner stopped the run early (fail-fast)
     phase: str = ""  # the last phase the run reached (start-up, step N, exit ...)
     memory_limit_mb: int | None = None
@@ -334,7 +335,7 @@ def build_report(
         for e in ends
         for read in e["nonfinite_reads"]
     ]
-    placement = {"stale": [], "off_device": []}
+    placement = {"stale": [], "off_device": [], "untied": []}
     for event in events:
         if event["event"] == "placement" and event["message"] not in placement[event["kind"]]:
             placement[event["kind"]].append(event["message"])
@@ -379,6 +380,7 @@ def build_report(
         nan_details=nan_details,
         stale_optimizer_params=placement["stale"],
         params_off_device=placement["off_device"],
+        lost_ties=placement["untied"],
         wall_s=wall_s,
         startup_s=startup_s,
         compile_s=compile_s,
@@ -673,6 +675,8 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
         )
     if report.params_off_device and not on_cpu:
         reasons.append("parameters not on the XLA device: " + "; ".join(report.params_off_device))
+    if report.lost_ties:
+        reasons.append("tied weights lost: " + "; ".join(report.lost_ties))
     return ("L0", reasons) if reasons else ("L2", [])
 
 
@@ -698,6 +702,7 @@ def render_text(report: CheckReport) -> str:
         "  NaN/Inf: " + ("; ".join(report.nan_details) if report.nan else "none"),
         "  stale optimizer params: " + ("; ".join(report.stale_optimizer_params) or "none"),
         "  params off the XLA device: " + ("; ".join(report.params_off_device) or "none"),
+        "  tied weights lost: " + ("; ".join(report.lost_ties) or "none"),
     ]
     if report.level == "none" or report.stopped:
         lines.append(f"  last phase reached: {report.phase}")

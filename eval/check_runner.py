@@ -41,6 +41,8 @@ import threading
 import time
 import weakref
 
+from xlaport.eval.tied_weights import lost_groups, lost_ties_message, shared_groups
+
 RUNNER_FILE = os.path.abspath(__file__)
 MAX_LISTED = 10
 # Fail fast: optimizer steps (or growing compilations) with no step barrier in between mean the graph
@@ -134,7 +136,7 @@ class Probe:
         self.modules: list = []  # modules moved onto the XLA device by Module.to
         self.off_xla_moves: list[str | None] = []  # where Module.to left a module off the XLA device
         self.replaced: dict[int, weakref.ref] = {}  # parameters that a Module.to call replaced by new ones
-        self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": []}
+        self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": [], "untied": []}
         self.nonfinite_reads: list[dict] = []
         self.item_sites: dict[str | None, int] = {}  # where the script calls .item() on XLA tensors
         self.last_read_site: str | None = None  # the latest of them
@@ -242,8 +244,12 @@ class Probe:
         @functools.wraps(original)
         def to(module, *args, **kwargs):
             before = {id(p): p for p in module.parameters()}
+            shared = shared_groups(module)
             result = original(module, *args, **kwargs)
             after = {id(p) for p in module.parameters()}
+            lost = lost_groups(shared, module)
+            if lost:
+                probe._note("untied", lost_ties_message(type(module).__name__, lost))
             for key, param in before.items():
                 if key not in after:
                     probe.replaced[key] = weakref.ref(param)

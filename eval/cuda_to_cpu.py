@@ -20,6 +20,7 @@ its numerics as close as the CPU allows:
   random numbers therefore differ from a real GPU's, but runs are reproducible.
 - `dist.init_process_group("nccl")` uses gloo; `DistributedDataParallel(device_ids=...)` drops the ids.
 - `torch.load` of CUDA checkpoints maps them to the CPU.
+- `torch.accelerator` reports CUDA (one device); `DataLoader(pin_memory=True)` does not pin.
 - `torch.cuda.synchronize/empty_cache/set_device/memory_*/Event` are CPU equivalents or no-ops;
   `pin_memory()` returns the tensor itself; `torch.backends.cudnn` flags already work on the CPU.
 
@@ -43,6 +44,7 @@ import torch
 import torch.cuda.amp
 import torch.distributed as dist
 import torch.nn.parallel
+import torch.utils.data
 from torch.overrides import TorchFunctionMode
 
 _CPU = torch.device("cpu")
@@ -230,6 +232,22 @@ def install() -> None:
     _patch(torch.amp, "autocast", _Autocast)
     _patch(torch.amp, "GradScaler", _DisabledGradScaler)
     _patch(torch, "load", functools.partial(_torch_load, torch.load))
+    # torch.accelerator is CUDA (that is, the CPU) too
+    _patch(torch.accelerator, "is_available", lambda *args, **kwargs: True)
+    _patch(torch.accelerator, "current_accelerator", lambda *args, **kwargs: torch.device("cuda"))
+    _patch(torch.accelerator, "device_count", lambda: 1)
+    _patch(torch.accelerator, "current_device_index", lambda: 0)
+    _patch(torch.accelerator, "set_device_index", lambda *args, **kwargs: None)
+    _patch(torch.accelerator, "synchronize", lambda *args, **kwargs: None)
+    # a DataLoader pins memory in its own thread, which the torch function mode does not see
+    real_loader_init = torch.utils.data.DataLoader.__init__
+
+    @functools.wraps(real_loader_init)
+    def loader_init(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["pin_memory"] = False
+        real_loader_init(self, *args, **kwargs)
+
+    _patch(torch.utils.data.DataLoader, "__init__", loader_init)
     if dist.is_available():
         _patch(dist, "init_process_group", functools.partial(_init_process_group, dist.init_process_group))
 

@@ -57,6 +57,12 @@ def register(app: typer.Typer) -> None:
         all_public: Annotated[
             bool, typer.Option("--all", help="Test every public function and module, not only the changed ones.")
         ] = False,
+        changed_files: Annotated[
+            bool,
+            typer.Option(
+                "--changed-files", help="Test every public function and module of each file the migration changed."
+            ),
+        ] = False,
         run: Annotated[
             bool, typer.Option("--run", help="Run the generated tests afterwards; exit 1 if any fails.")
         ] = False,
@@ -66,11 +72,13 @@ def register(app: typer.Typer) -> None:
         from xlaport.eval.testgen import TestgenError, generate_tests, run_generated_tests
 
         try:
-            result = generate_tests(original, migrated, out, record=record, all_public=all_public)
+            result = generate_tests(
+                original, migrated, out, record=record, all_public=all_public, changed_files=changed_files
+            )
         except TestgenError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
-        test_run = run_generated_tests(out) if run and result.tests else None
+        test_run = run_generated_tests(out, trees=[original, migrated]) if run and result.tests else None
         if format is Format.json:
             data = {"generation": result.to_dict(), "run": test_run.to_dict() if test_run else None}
             typer.echo(json.dumps(data, indent=2))

@@ -18,11 +18,14 @@ import json
 import os
 import runpy
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from xlaport.eval.tied_weights import shared_groups
 
 MARK = "__xlaport__"  # key of an input spec dict (a literal dict argument never has it)
 TRIAL_TIMEOUT_S = 60
@@ -77,6 +80,9 @@ def to_side(value: Any, device, device_arg: Any) -> Any:
 
     if isinstance(value, dict) and value.get(MARK) == "device":
         return device_arg
+    if isinstance(value, torch.device) and value.type in ("cuda", "cpu"):
+        # a device recorded under the shim, where the CPU stands for CUDA: the side's device
+        return device_arg if isinstance(device_arg, torch.device) else torch.device(device_arg)
     if isinstance(value, torch.Tensor | torch.nn.Module):
         return value.to(device)
     if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
@@ -84,6 +90,35 @@ def to_side(value: Any, device, device_arg: Any) -> Any:
     if isinstance(value, dict):
         return {k: to_side(v, device, device_arg) for k, v in value.items()}
     return value
+
+
+def module_parameters(values: list) -> list[tuple[Any, list]]:
+    """(module, its parameters) for the modules among `values`, taken before they move."""
+    import torch
+
+    return [(v, list(v.named_parameters(remove_duplicate=False))) for v in values if isinstance(v, torch.nn.Module)]
+
+
+def follow_moved_parameters(values: list, before: list[tuple[Any, list]]) -> None:
+    """Optimizers among the arguments hold the parameters of module arguments; a move to XLA replaced
+    those by new ones, so point the optimizers at the moved parameters (as building them after the move would)."""
+    import torch
+
+    new_by_old = {}
+    for module, params in before:
+        now = dict(module.named_parameters(remove_duplicate=False))
+        new_by_old.update({id(p): now[name] for name, p in params if name in now})
+    for value in values:
+        if isinstance(value, torch.optim.Optimizer):
+            for group in value.param_groups:
+                group["params"] = [new_by_old.get(id(p), p) for p in group["params"]]
+
+
+def draws_random_numbers(module) -> bool:
+    """Dropout layers with p > 0: the two sides' generators differ, so their results cannot match."""
+    import torch.nn as nn
+
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules())
 
 
 # ---------------------------------------------------------------- outputs
@@ -133,8 +168,50 @@ def weighted_sum(outputs: dict[str, Any], seed: int):
 # ---------------------------------------------------------------- one side of a test
 
 
-def _import(root: str, module: str):
+def enter_project(root: str, argv: list[str]) -> None:
+    """The working directory, sys.path and sys.argv that the recorded command saw: the tree root as the
+    working directory, the script's folder first on sys.path, the command's arguments in sys.argv."""
+    os.chdir(root)
     sys.path.insert(0, root)
+    if argv and argv[0] != "-m":
+        sys.path.insert(0, os.path.join(root, os.path.dirname(argv[0])))
+    sys.argv = list(argv[1:] if argv[:1] == ["-m"] else argv) or [""]
+
+
+class NetworkBlocked(OSError):
+    """User code tried to reach the network while testgen ran it."""
+
+
+def block_network() -> None:
+    """Makes every connection to a non-local address fail: importing or replaying user code must not
+    download anything (a data-preparation module fetching a data set, a model hub). The sandbox's network
+    namespace already does this where Linux allows it; this holds where it does not."""
+
+    def refuse(address) -> None:
+        host = address[0] if isinstance(address, tuple) and address else address
+        if isinstance(host, str) and (host in ("localhost", "::1") or host.startswith("127.")):
+            return
+        raise NetworkBlocked(f"network access is blocked while xlaport testgen runs user code (to {address!r})")
+
+    original_connect, original_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            refuse(address)
+        return original_connect(self, address)
+
+    def connect_ex(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            refuse(address)
+        return original_connect_ex(self, address)
+
+    socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        os.environ[name] = "1"
+
+
+def _import(root: str, module: str, argv: list[str]):
+    enter_project(root, argv)
     return importlib.import_module(module)
 
 
@@ -160,7 +237,7 @@ def run_side(job: dict) -> dict:
     results: dict[str, dict] = {}
     try:
         device, device_arg = _side_setup(job["side"])
-        module = _import(job["root"], job["module"])
+        module = _import(job["root"], job["module"], job.get("argv", []))
     except BaseException as exc:  # noqa: BLE001 - import-time code is the user's
         error = _error_text(exc)
         return {case["name"]: {"outputs": {}, "grads": {}, "error": error} for case in job["cases"]}
@@ -178,7 +255,7 @@ def run_case(side: str, module, case: dict, seed: int, device, device_arg) -> di
     original's weights), run in eval(), and back-propagated once through `weighted_sum`."""
     import torch
 
-    result: dict[str, Any] = {"outputs": {}, "grads": {}, "error": None}
+    result: dict[str, Any] = {"outputs": {}, "grads": {}, "error": None, "sharing": [], "notes": []}
     try:
         target = getattr(module, case["target"])
         inputs = load_inputs(case["inputs"], seed)
@@ -193,6 +270,7 @@ def run_case(side: str, module, case: dict, seed: int, device, device_arg) -> di
                 state = torch.load(case["weights"], map_location="cpu", weights_only=True)
                 model.load_state_dict(state, strict=True)  # names must match: the migration kept the module
             model = model.to(device).eval()  # eval(): dropout would make the comparison random
+            result["sharing"] = shared_groups(model)  # a move to XLA may untie weights (kb XLA314)
             args = to_side(inputs["args"], device, device_arg)
             kwargs = to_side(inputs["kwargs"], device, device_arg)
             outputs = flatten(model(*args, **kwargs), "output", {})
@@ -202,13 +280,25 @@ def run_case(side: str, module, case: dict, seed: int, device, device_arg) -> di
             result["grads"] = {f"grad[{name}]": p.grad for name, p in model.named_parameters() if p.grad is not None}
         else:
             torch.manual_seed(seed)
+            before = module_parameters([*inputs["args"], *inputs["kwargs"].values()])
             args = to_side(inputs["args"], device, device_arg)
             kwargs = to_side(inputs["kwargs"], device, device_arg)
+            follow_moved_parameters([*args, *kwargs.values()], before)
             outputs = flatten(target(*args, **kwargs), "output", {})
-            # in-place changes to tensor arguments are results too
+            # in-place changes to tensor arguments are results too, and so are the parameters of module
+            # arguments (a training function's optimizer step) unless dropout draws on the device's generator
             for key, value in flatten(args, "args", {}).items():
                 if isinstance(value, torch.Tensor):
                     outputs[f"{key} after the call"] = value
+            for i, arg in enumerate(args):
+                if isinstance(arg, torch.nn.Module):
+                    if draws_random_numbers(arg):
+                        result["notes"].append(
+                            f"args[{i}] ({type(arg).__name__}) has dropout: its parameters after the call are not compared"
+                        )
+                        continue
+                    for name, param in arg.named_parameters():
+                        outputs[f"args[{i}].{name} after the call"] = param
         result["outputs"] = outputs
     except BaseException as exc:  # noqa: BLE001 - report anything the user code raised
         result["error"] = _error_text(exc)
@@ -445,7 +535,7 @@ def probe(job: dict) -> dict:
     from xlaport.eval import cuda_to_cpu
 
     cuda_to_cpu.install()
-    sys.path.insert(0, job["root"])
+    enter_project(job["root"], job.get("argv", []))
     found: dict[str, dict] = {}
     for item in job["targets"]:
         key = f"{item['module']}:{item['target']}"
@@ -498,8 +588,9 @@ class Recorder:
     """Saves the first call of each target (functions, and `forward` of modules with their
     constructor arguments) while a real run goes on; a profile hook, removed once all are seen."""
 
-    def __init__(self, targets: list[dict], out_dir: Path):
+    def __init__(self, targets: list[dict], out_dir: Path, script_module: str | None = None):
         self.out_dir = out_dir
+        self.script_module = script_module  # the name the script run as __main__ is importable under
         self.wanted: dict[tuple[str, str], dict] = {}
         for item in targets:
             path = os.path.realpath(item["file"])
@@ -556,6 +647,8 @@ class Recorder:
         import torch
 
         path = self.out_dir / (key.replace(":", ".") + ".pt")
+        if self.script_module:
+            adopt_script_objects(self.script_module)
         local = _script_local_class(data)
         if local:
             # pickled by reference to `__main__`, which is another module in the replaying process
@@ -572,6 +665,17 @@ class Recorder:
             path.unlink(missing_ok=True)
             self.index[key] = {"reason": f"recorded arguments cannot be saved ({type(exc).__name__}: {exc})"}
         self.remaining.discard(key)
+
+
+def adopt_script_objects(module_name: str) -> None:
+    """Makes the classes and functions of the script running as `__main__` pickle by reference to
+    `module_name` (its importable name), so a recording can be replayed by importing that module."""
+    main = sys.modules["__main__"]
+    sys.modules.setdefault(module_name, main)
+    for value in list(vars(main).values()):
+        if isinstance(value, type) or inspect.isfunction(value):
+            if getattr(value, "__module__", None) == "__main__":
+                value.__module__ = module_name
 
 
 def _script_local_class(value, depth: int = 0) -> str | None:
@@ -599,7 +703,8 @@ def record(job: dict, argv: list[str]) -> int:
     cuda_to_cpu.install()
     out_dir = Path(job["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    recorder = Recorder(job["targets"], out_dir)
+    block_network()
+    recorder = Recorder(job["targets"], out_dir, job.get("script_module"))
     status = 0
     sys.setprofile(recorder)
     try:
@@ -609,7 +714,7 @@ def record(job: dict, argv: list[str]) -> int:
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv = list(argv)
-            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            sys.path[:0] = [os.path.dirname(os.path.abspath(argv[0])), os.getcwd()]  # the script's folder first
             runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -635,6 +740,7 @@ def main(argv: list[str]) -> int:
         if rest[:1] == ["--"]:
             rest = rest[1:]
         return record(job, rest)
+    block_network()
     if command == "probe":
         Path(job["result"]).write_text(json.dumps(probe(job), indent=2))
         return 0

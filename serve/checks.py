@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import shlex
+import tempfile
 from pathlib import Path
 
 from xlaport.eval import testgen
@@ -32,9 +33,21 @@ def parse_command(command: str) -> tuple[str, list[str]]:
     return words[0], words[1:]
 
 
-def run_xla_check(script: Path, args: list[str], timeout_s: float, memory_mb: int) -> CheckRun:
-    """The execution check on `script` (in a sandboxed child): passed means L2."""
-    report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+def run_xla_check(
+    script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
+) -> CheckRun:
+    """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: the tree the command
+    runs from (a project that reads files by relative path needs its root); it runs in a copy of it, so what
+    the program writes (checkpoints, logs) does not land in the tree."""
+    if workdir is None:
+        report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+    else:
+        with tempfile.TemporaryDirectory(prefix="xlaport-check-tree-") as tmp:
+            copy = testgen.copy_tree(Path(workdir).resolve(), Path(tmp))
+            relative = Path(script).resolve().relative_to(Path(workdir).resolve())
+            report = run_check(
+                copy / relative, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=copy, writable=[Path(tmp)]
+            )
     return CheckRun(
         name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )
@@ -65,7 +78,8 @@ def run_generated_tests(
     `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
     """
     try:
-        generated = testgen.generate_tests(original, migrated, out, record=record)
+        # every public function and module of a changed file: a change also affects what calls into it
+        generated = testgen.generate_tests(original, migrated, out, record=record, changed_files=True)
     except testgen.TestgenError as exc:
         return CheckRun(name="generated_tests", passed=None, reasons=[f"no tests generated: {exc}"])
     if not generated.tests:
@@ -76,17 +90,21 @@ def run_generated_tests(
             reasons=["no test could be generated" + (f" ({'; '.join(why[:3])})" if why else "")],
             report={"generated": generated.to_dict()},
         )
-    run = testgen.run_generated_tests(out, timeout_s=timeout_s)
+    run = testgen.run_generated_tests(out, timeout_s=timeout_s, trees=[original, migrated])
     reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
     if run.timed_out:
         reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
     elif not run.ok and not reasons:
         reasons.append(f"pytest exited with code {run.returncode}")
+    reasons = reasons[:10] + [
+        f"{run.passed} of {len(generated.tests)} generated test(s) passed; kept in {out} "
+        f"(README.md there lists them and what was not tested; run them again with `pytest {out}`)"
+    ]
     return CheckRun(
         name="generated_tests",
         passed=run.ok,
         level=None,
-        reasons=reasons[:10],
+        reasons=reasons,
         report={"generated": generated.to_dict(), "run": run.to_dict()},
     )
 

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, Field
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from xlaport.eval.sandbox import host_memory_mb, sandbox_status
-from xlaport.kb import SourceError
 from xlaport.kb.retrieval import FixHit
 
 from .pipeline import Pipeline, get_pipeline
@@ -35,18 +36,25 @@ _ENV_TOKEN = object()
 T = TypeVar("T")
 
 
+# request bodies are taken as typed: 0 is not false, "5" is not 5 (the OpenAPI document says so)
+STRICT = ConfigDict(strict=True)
+
+
 class SuggestRequest(BaseModel):
+    model_config = STRICT
     source: str = Field(description="The Python file's text.")
     path: str | None = Field(None, description="Its path (shown in the diff; decides the validated file's name).")
     options: SuggestOptions = SuggestOptions()
 
 
 class SearchRequest(BaseModel):
+    model_config = STRICT
     text: str = Field(min_length=1, description="Code, a finding, or an error message / log excerpt.")
     k: int = Field(5, ge=1, le=50)
 
 
 class CheckRequest(BaseModel):
+    model_config = STRICT
     source: str = Field(description="The script to run under the XLA execution check.")
     args: list[str] = []
     timeout_s: float = Field(300.0, gt=0, le=3600)
@@ -54,6 +62,7 @@ class CheckRequest(BaseModel):
 
 
 class VerifyRequest(BaseModel):
+    model_config = STRICT
     original: str = Field(description="The original (CUDA) script's text: the reference run.")
     migrated: str = Field(description="The migrated script's text.")
     name: str = Field("train.py", description="The script's file name (both are run under it).")
@@ -74,6 +83,38 @@ class Health(BaseModel):
     execution_enabled: bool
     max_concurrency: int
     sandbox: SandboxStatus
+
+
+class ErrorMessage(BaseModel):
+    detail: str = Field(description="What went wrong, for a person.")
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI declarations of the error responses a route really sends (422 keeps FastAPI's own)."""
+    meaning = {
+        400: "The body is not JSON text (e.g. not UTF-8).",
+        401: "Wrong or missing token for running code.",
+        403: "Running submitted code is disabled on this server.",
+        404: "No such kb entry.",
+        413: "Request body too large.",
+        429: "Busy: all slots are in use; retry after `Retry-After` seconds.",
+        504: "The request took longer than its time limit; its work was stopped.",
+    }
+    return {code: {"model": ErrorMessage, "description": meaning[code]} for code in codes}
+
+
+def bad_input(message: str) -> HTTPException:
+    """422 with FastAPI's validation-error shape (`detail` is a list), for input that parses but is unusable."""
+    return HTTPException(422, [{"loc": ["body"], "msg": message, "type": "value_error"}])
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 without echoing the input: NaN, Infinity or 1e999 cannot be written back as JSON (a 500)."""
+    detail = [
+        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        for e in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 class BodyLimit:
@@ -156,6 +197,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _validation_error)
 
     def may_execute(authorization: str | None) -> bool:
         """True when the server has a token and the request carries it; 401 for a wrong one."""
@@ -178,10 +220,8 @@ def create_app(
             return await asyncio.wait_for(asyncio.shield(future), seconds)
         except TimeoutError:
             raise HTTPException(504, f"the request took longer than {seconds:.0f} s") from None
-        except SourceError as exc:
-            raise HTTPException(422, str(exc)) from None
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
+        except ValueError as exc:  # SourceError (unparsable or too big to analyse) is a ValueError
+            raise bad_input(str(exc)) from None
 
     @app.get("/healthz")
     def healthz() -> Health:
@@ -195,21 +235,23 @@ def create_app(
             sandbox=SandboxStatus(**sandbox_status().to_dict()),
         )
 
-    @app.post("/v1/suggest")
+    @app.post("/v1/suggest", responses=_errors(400, 401, 413, 429, 504))
     async def suggest(body: SuggestRequest, authorization: str | None = Header(None)) -> Patch:
         """Patch + evidence for one file. Validation runs only with the server's token."""
         execute = body.options.validate_patch and may_execute(authorization)
         seconds = timeout_s + (2 * body.options.timeout_s if execute else 0)
-        return await limited(
-            lambda: state["pipeline"].suggest(body.source, body.path, body.options, may_execute=execute), seconds
+        # the fix step runs in a child killed just before the time limit: a timed-out request frees its slot
+        run = lambda: state["pipeline"].suggest(  # noqa: E731
+            body.source, body.path, body.options, may_execute=execute, fix_time_limit_s=0.9 * timeout_s
         )
+        return await limited(run, seconds)
 
-    @app.post("/v1/search")
+    @app.post("/v1/search", responses=_errors(400, 413, 429, 504))
     async def search(body: SearchRequest) -> list[FixHit]:
         """The kb entries closest to a code snippet, finding or error message."""
         return await limited(lambda: state["pipeline"].search(body.text, body.k), timeout_s)
 
-    @app.post("/v1/check")
+    @app.post("/v1/check", responses=_errors(400, 401, 403, 413, 429, 504))
     async def check(body: CheckRequest, authorization: str | None = Header(None)) -> CheckOutcome:
         """The XLA execution check of a script (sandboxed child process). Needs the server's token."""
         if server_token is None:
@@ -224,7 +266,7 @@ def create_app(
         )
         return await limited(run, timeout_s + body.timeout_s)
 
-    @app.post("/v1/verify")
+    @app.post("/v1/verify", responses=_errors(400, 401, 403, 413, 429, 504))
     async def verify(body: VerifyRequest, authorization: str | None = Header(None)) -> VerifyOutcome:
         """L0–L4 of a migrated script against a reference run of the original (both run, sandboxed).
         Needs the server's token."""
@@ -239,7 +281,7 @@ def create_app(
         """Every kb entry."""
         return state["pipeline"].fixes()
 
-    @app.get("/v1/fixes/{code}")
+    @app.get("/v1/fixes/{code}", responses=_errors(404))
     def fix_entry(code: str) -> FixEntry:
         """One kb entry in full (fields and a Markdown page)."""
         try:

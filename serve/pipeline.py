@@ -43,6 +43,7 @@ from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
 from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check
+from .isolated import fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
     CheckOutcome,
@@ -62,6 +63,7 @@ from .results import (
 )
 from .source import unified_diff
 from .tree import (
+    GENERATED_TESTS_DIR,
     IN_PLACE_REPORT_DIR,
     Progress,
     check_destination,
@@ -118,14 +120,27 @@ class Pipeline:
 
     # -- one file ----------------------------------------------------------------------------------------
     def suggest(
-        self, source: str, path: str | None = None, options: SuggestOptions | None = None, *, may_execute: bool = True
+        self,
+        source: str,
+        path: str | None = None,
+        options: SuggestOptions | None = None,
+        *,
+        may_execute: bool = True,
+        fix_time_limit_s: float | None = None,
     ) -> Patch:
-        """A patch for one file's text. Raises SourceError (unparsable) or ValueError (bad options)."""
+        """A patch for one file's text. Raises SourceError (unparsable) or ValueError (bad options).
+
+        With `fix_time_limit_s` the fix step runs in a child process killed at that limit (AnalysisTimeout):
+        a service's timed-out request stops its work instead of holding a slot until it ends.
+        """
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         rules = self.rules(options.select, options.ignore)
         try:
-            fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+            if fix_time_limit_s is None:
+                fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+            else:
+                fixed = fix_source_killable(source, name, rules, options.unsafe_fixes, fix_time_limit_s)
         except RecursionError:  # kb's parse limits should prevent it; every front gets the reason if not
             raise SourceError("cannot parse: nested too deeply to analyse safely") from None
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
@@ -453,15 +468,18 @@ class Pipeline:
     ) -> Validation:
         """The execution check of the migrated entry script (unless given), then the generated tests."""
         script, args = parse_command(command)
-        checks = [xla_check or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb)]
+        # run from the tree root, as the command is written (the recorded run and the tests do the same)
+        checks = [
+            xla_check
+            or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb, migrated_root)
+        ]
         record = shlex.join(["python", script, *args])
-        with tempfile.TemporaryDirectory(prefix="xlaport-tests-") as tests_dir:
-            # tests for every changed function of the tree; inputs recorded from the same command on the original
-            checks.append(
-                run_generated_tests(
-                    original_root, migrated_root, Path(tests_dir), record=record, timeout_s=options.timeout_s
-                )
-            )
+        # tests for every changed file's functions and modules, inputs recorded from the same command on the
+        # original; kept in the migrated tree, to run again on a TPU host
+        tests_dir = migrated_root / GENERATED_TESTS_DIR
+        checks.append(
+            run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s)
+        )
         status, reason, level = verdict(checks)
         return Validation(
             command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason

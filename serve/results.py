@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from xlaport.kb import Finding
 from xlaport.kb.retrieval import FixHit
 
@@ -57,6 +57,8 @@ class Patch(BaseModel):
 
 
 class SuggestOptions(BaseModel):
+    model_config = ConfigDict(strict=True)  # as declared: 0 is not false
+
     unsafe_fixes: bool = Field(False, description="Also apply fixes that may change behaviour.")
     select: list[str] | None = Field(None, description="Codes, prefixes or categories (C1..C7) to use.")
     ignore: list[str] | None = Field(None, description="Codes, prefixes or categories to skip.")

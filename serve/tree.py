@@ -36,6 +36,7 @@ from .results import FileOutcome, MigrationResult
 from .source import unified_diff
 
 IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
+GENERATED_TESTS_DIR = "tests_xla"  # the differential tests that validation generated, in the migrated tree
 
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
 

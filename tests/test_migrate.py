@@ -197,7 +197,11 @@ def test_validated_migration_reaches_l2_with_passing_generated_tests(tmp_path, p
     assert result.validation.status == "validated" and result.validation.level == "L2"
     records = read_trace(tmp_path / "out" / "xlaport-trace.jsonl")
     assert {r["validation"]["status"] for r in records} == {"validated"}
-    assert "Validation evidence" in (tmp_path / "out" / "xlaport-report.md").read_text()
+    report = (tmp_path / "out" / "xlaport-report.md").read_text()
+    assert "Validation evidence" in report
+    kept = tmp_path / "out" / "tests_xla"  # the generated tests stay with the migration, linked from the report
+    assert sorted(p.name for p in kept.glob("test_xlaport_*.py")) and (kept / "README.md").is_file()
+    assert str(kept) in report
 
 
 @pytest.mark.slow
@@ -238,7 +242,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
         runs.append(("verify", command))
         return _verify_report(command.split())
 
-    def run_xla_check(script, args, timeout_s, memory_mb):
+    def run_xla_check(script, args, timeout_s, memory_mb, workdir=None):
         runs.append(("check", args))
         return CheckRun(name="xla_check", passed=True, level="L2")
 

@@ -305,3 +305,24 @@ def test_unknown_ignore_code_is_refused_by_migrate_and_http(tmp_path: Path):
     with TestClient(create_app(Pipeline(), token=None, warm_up=False)) as c:
         refused = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0, "ignore": ["NOPE"]}})
         assert refused.status_code == 422 and "NOPE" in str(refused.json()["detail"])
+
+
+# --- 11: a timed-out request stops its work and frees its slot -------------------------------------------------
+def test_timed_out_suggest_stops_its_work_and_frees_the_slot():
+    import time
+
+    heavy = (
+        "import torch\n" + "\n".join(f"x{i} = torch.zeros({i}).cuda()" for i in range(3000)) + "\n"
+    )  # ~2 min of fixing
+    app_ = create_app(Pipeline(), token=None, warm_up=False, timeout_s=3, max_concurrency=1)
+    with TestClient(app_) as c:
+        start = time.monotonic()
+        timed_out = c.post("/v1/suggest", json={"source": heavy, "options": {"k": 0}})
+        assert timed_out.status_code == 504, timed_out.text
+        # the work was stopped, not left running: the only slot is free again within seconds, not minutes
+        ok = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0}})
+        while ok.status_code == 429 and time.monotonic() - start < 15:
+            time.sleep(0.5)
+            ok = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0}})
+        assert ok.status_code == 200 and ok.json()["changed"], ok.text
+        assert time.monotonic() - start < 15

@@ -117,7 +117,11 @@ def test_compare_values_is_dtype_aware_and_says_what_differs():
 
 
 def test_differential_result_names_each_differing_value():
-    original = {"outputs": {"output[0]": torch.ones(3), "output[1]": 2.0}, "grads": {"grad[w]": torch.ones(2)}, "error": None}
+    original = {
+        "outputs": {"output[0]": torch.ones(3), "output[1]": 2.0},
+        "grads": {"grad[w]": torch.ones(2)},
+        "error": None,
+    }
     migrated = {"outputs": {"output[0]": torch.ones(3), "output[1]": 2.5}, "grads": {}, "error": None}
     result = DifferentialResult("f", original, migrated)
     problems = result.mismatches()
@@ -132,8 +136,11 @@ def test_differential_result_names_each_differing_value():
 def test_rendered_test_file_is_valid_python_with_inputs_and_tolerances_visible(tmp_path):
     pair = SourcePair("model.py", ORIGINAL / "model.py", MIGRATED / "model.py", ORIGINAL, MIGRATED, "model", "model")
     text = render_test_file(
-        pair, tmp_path, [("test_MLP", Target("MLP", "module", precision="bfloat16"), {"args": [randn(4, 16)]}, "first layer")],
-        [], seed=0,
+        pair,
+        tmp_path,
+        [("test_MLP", Target("MLP", "module", precision="bfloat16"), {"args": [randn(4, 16)]}, "first layer")],
+        [],
+        seed=0,
     )
     compile(text, "test_generated.py", "exec")
     assert "Inputs(args=[randn(4, 16)])" in text and "TOLERANCES = {" in text
@@ -161,7 +168,8 @@ def test_probe_synthesizes_module_inputs_from_the_first_layer():
 
     found = probe_module(Tagger, 0)
     assert [(a["__xlaport__"], a["high"], a["shape"]) for a in found["inputs"]["args"]] == [
-        ("randint", 50, [2, 8]), ("randint", 3, [2, 8])
+        ("randint", 50, [2, 8]),
+        ("randint", 3, [2, 8]),
     ]
 
 
@@ -189,7 +197,9 @@ def test_bad_input_gets_a_clear_error(tmp_path):
         generate_tests(tmp_path / "missing.py", MIGRATED, tmp_path / "out")
     with pytest.raises(TestgenError, match="--record must be"):
         generate_tests(ORIGINAL, MIGRATED, tmp_path / "out", record="bash train.sh")
-    result = CliRunner().invoke(app, ["testgen", str(tmp_path / "missing"), str(MIGRATED), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app, ["testgen", str(tmp_path / "missing"), str(MIGRATED), "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 2 and "no such file" in result.output
 
 
@@ -205,7 +215,8 @@ def test_rewriting_a_generated_file_keeps_a_backup(tmp_path):
 def test_shim_runs_a_cuda_script_on_the_cpu():
     run = run_sandboxed(
         [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(PROGRAMS / "testgen_cuda_script.py"), "--steps", "2"],
-        timeout_s=300, env={"USE_TORCH_XLA": "0", "OMP_NUM_THREADS": "1"},
+        timeout_s=300,
+        env={"USE_TORCH_XLA": "0", "OMP_NUM_THREADS": "1"},
     )
     assert run.ok, run.describe_failure()
     assert "step 1 loss" in run.stdout and "step 2" not in run.stdout  # sys.argv reached the script
@@ -244,3 +255,22 @@ def test_planted_faults_fail_and_say_which_value_differed(tmp_path, monkeypatch)
     assert "grad[fc2.weight]" in messages["test_MLP"]
     assert "output: 1 of 1 values outside rtol=0.0001" in messages["test_loss_fn"]  # the dropped term
     assert "args[0] after the call" in messages["test_scale_"]  # the changed constant of an in-place update
+
+
+@pytest.mark.slow
+def test_script_objects_are_recorded_and_replayed_from_the_project_root(tmp_path, monkeypatch):
+    """The model and step function of a script run as __main__ (its model and optimizer are arguments),
+    a module-level file read relative to the project root, and a module that downloads while imported."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "generated"
+    original, migrated = PROGRAMS / "testgen_script_original", PROGRAMS / "testgen_script_migrated"
+    result = generate_tests(original, migrated, out, record="python run.py --steps 2", changed_files=True)
+    assert {t.target: t.inputs_from for t in result.tests} == {"Net": "recorded", "train_step": "recorded"}
+    reasons = {u.target: u.reason for u in result.undrivable}
+    assert "network access is blocked" in reasons["normalize"]
+    assert any(n.startswith("module fetch_data could not be imported") for n in result.notes), result.notes
+    text = (out / "test_xlaport_run.py").read_text()
+    assert "argv=('run.py', '--steps', '2')" in text
+    run = run_generated_tests(out)
+    assert (run.passed, run.failed, run.errors) == (2, 0, 0), run.output_tail
+    assert sorted(p.name for p in original.iterdir()) == ["fetch_data.py", "run.py", "scale.txt"]  # nothing written

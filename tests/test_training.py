@@ -399,13 +399,20 @@ def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatc
     from xlaport.serve.pipeline import Pipeline
     from xlaport.training import loop
     from xlaport.training.dataset import Batches
-    from xlaport.training.workflow import JOB_DIR, finish_job, prepare_data, prepare_lora_job, train_base
+    from xlaport.training.workflow import (
+        JOB_DIR,
+        finish_job,
+        prepare_base_job,
+        prepare_data,
+        prepare_lora_job,
+        run_training,
+    )
 
     monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "none.jsonl"))
     size = TINY.with_overrides(buckets=(96, 192), lora_steps=6, base_steps=4)
     data = prepare_data(size, roots=[CORPUS])
-    base, base_result = train_base(size, data=data, device="eager")
+    base, base_result = run_training(prepare_base_job(size, data=data, device="eager"))
     assert read_meta(base)["kind"] == "base" and (base / "tokenizer.json").exists()
     assert base_result.steps == 4
 

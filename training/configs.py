@@ -55,6 +55,13 @@ class SizeConfig:
         return data
 
 
+def _pretrained(name: str, **fields: object) -> SizeConfig:
+    """A size that fine-tunes the packaged SmolLM2 (model/base.py): the from-scratch model fields are unused."""
+    return SizeConfig(
+        name=name, pretrained=True, vocab_size=0, hidden=0, layers=0, heads=0, intermediate=0, context=8192, **fields
+    )
+
+
 SIZES: dict[str, SizeConfig] = {
     "tiny": SizeConfig(
         name="tiny",
@@ -85,15 +92,8 @@ SIZES: dict[str, SizeConfig] = {
     # on the shared machine (load ~15): 4x256 steps 70 s, mixed 256/512 steps ~22 s of CPU time each;
     # contention roughly doubles CPU time (4x256 took 4.1 s on a quieter machine), so ~11 s per step
     # idle: 240 steps ~44 min + 3 compiles + dataset build (most examples need the 512 bucket).
-    "cpu": SizeConfig(
-        name="cpu",
-        pretrained=True,
-        vocab_size=0,
-        hidden=0,
-        layers=0,
-        heads=0,
-        intermediate=0,
-        context=8192,
+    "cpu": _pretrained(
+        "cpu",
         buckets=(256, 512),
         max_files=None,
         max_injected=300,
@@ -106,19 +106,12 @@ SIZES: dict[str, SizeConfig] = {
         lora_lr=5e-4,
         warmup_steps=20,
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
-        checkpoint_every=40,
+        checkpoint_every=10,  # a checkpoint is ~20 MB (adapter + AdamW state); an interrupted run loses <= 10 steps
         max_new_tokens=256,
     ),
     # The same on a TPU: longer examples, bigger batches, every projection adapted.
-    "tpu": SizeConfig(
-        name="tpu",
-        pretrained=True,
-        vocab_size=0,
-        hidden=0,
-        layers=0,
-        heads=0,
-        intermediate=0,
-        context=8192,
+    "tpu": _pretrained(
+        "tpu",
         buckets=(512, 1024, 2048),
         max_files=None,
         max_injected=5000,

@@ -146,8 +146,9 @@ def inject(fn: Function, rng: random.Random) -> tuple[str, str] | None:
     return module.code, imports
 
 
-def injected_trace(fn: Function, rng: random.Random, injected: tuple[str, str] | None = None,
-                   findings: list[Finding] | None = None) -> Trace | None:
+def injected_trace(
+    fn: Function, rng: random.Random, injected: tuple[str, str] | None = None, findings: list[Finding] | None = None
+) -> Trace | None:
     """`fn` with CUDA-isms injected (`inject`), the clean `fn` as the target; None if none applies.
 
     `injected` / `findings`: the result of `inject` and the findings of its module, when already known.
@@ -190,6 +191,26 @@ def _docstring_count(statements: list[cst.BaseStatement]) -> int:
     ):
         return 1
     return 0
+
+
+def _insert_first(module: cst.Module, statement: cst.BaseStatement) -> cst.Module | None:
+    """`statement` first in the function (after the docstring); None when the body is only a docstring."""
+    body = list(_function(module).body.body)
+    start = _docstring_count(body)
+    if start == len(body):
+        return None
+    return _with_body(module, [*body[:start], statement, *body[start:]])
+
+
+def _insert_last(module: cst.Module, statement: cst.BaseStatement) -> cst.Module | None:
+    """`statement` before the final statement when it is a return, else at the end; None before a docstring."""
+    body = list(_function(module).body.body)
+    last = body[-1]
+    is_return = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return)
+    position = len(body) - 1 if is_return else len(body)
+    if position < _docstring_count(body):
+        return None
+    return _with_body(module, [*body[:position], statement, *body[position:]])
 
 
 def _statement(code: str) -> cst.BaseStatement:
@@ -274,24 +295,12 @@ def inject_device_string(module: cst.Module, rng: random.Random) -> cst.Module |
 
 def inject_synchronize(module: cst.Module, rng: random.Random) -> cst.Module | None:
     """`torch.cuda.synchronize()` before the final statement (a return) or at the end."""
-    body = list(_function(module).body.body)
-    sync = _statement("torch.cuda.synchronize()\n")
-    last = body[-1]
-    is_return = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return)
-    position = len(body) - 1 if is_return else len(body)
-    if position < _docstring_count(body):
-        return None
-    return _with_body(module, [*body[:position], sync, *body[position:]])
+    return _insert_last(module, _statement("torch.cuda.synchronize()\n"))
 
 
 def inject_cudnn_benchmark(module: cst.Module, rng: random.Random) -> cst.Module | None:
     """`torch.backends.cudnn.benchmark = True` as the first statement (after the docstring)."""
-    body = list(_function(module).body.body)
-    start = _docstring_count(body)
-    if start == len(body):
-        return None
-    flag = _statement("torch.backends.cudnn.benchmark = True\n")
-    return _with_body(module, [*body[:start], flag, *body[start:]])
+    return _insert_first(module, _statement("torch.backends.cudnn.benchmark = True\n"))
 
 
 def inject_autocast(module: cst.Module, rng: random.Random) -> cst.Module | None:
@@ -300,7 +309,7 @@ def inject_autocast(module: cst.Module, rng: random.Random) -> cst.Module | None
     start = _docstring_count(body)
     if start == len(body):
         return None
-    spelling = rng.choice(["torch.cuda.amp.autocast()", 'torch.autocast("cuda")', "torch.autocast(device_type=\"cuda\")"])
+    spelling = rng.choice(["torch.cuda.amp.autocast()", 'torch.autocast("cuda")', 'torch.autocast(device_type="cuda")'])
     region = cst.parse_statement(f"with {spelling}:\n    pass\n")
     assert isinstance(region, cst.With)
     wrapped = region.with_changes(body=region.body.with_changes(body=body[start:]))
@@ -336,33 +345,18 @@ def inject_grad_scaler(module: cst.Module, rng: random.Random) -> cst.Module | N
 
 def inject_memory_report(module: cst.Module, rng: random.Random) -> cst.Module | None:
     """A CUDA memory statistic printed before the final statement (a return) or at the end."""
-    body = list(_function(module).body.body)
     stat = rng.choice(["memory_allocated", "max_memory_allocated", "memory_reserved"])
-    report = _statement(f'print(f"{stat}: {{torch.cuda.{stat}() / 2**20:.0f}} MB")\n')
-    last = body[-1]
-    is_return = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return)
-    position = len(body) - 1 if is_return else len(body)
-    if position < _docstring_count(body):
-        return None
-    return _with_body(module, [*body[:position], report, *body[position:]])
+    return _insert_last(module, _statement(f'print(f"{stat}: {{torch.cuda.{stat}() / 2**20:.0f}} MB")\n'))
 
 
 def inject_empty_cache(module: cst.Module, rng: random.Random) -> cst.Module | None:
     """`torch.cuda.empty_cache()` as the first statement (after the docstring)."""
-    body = list(_function(module).body.body)
-    start = _docstring_count(body)
-    if start == len(body):
-        return None
-    return _with_body(module, [*body[:start], _statement("torch.cuda.empty_cache()\n"), *body[start:]])
+    return _insert_first(module, _statement("torch.cuda.empty_cache()\n"))
 
 
 def inject_set_device(module: cst.Module, rng: random.Random) -> cst.Module | None:
     """`torch.cuda.set_device(0)` as the first statement (after the docstring)."""
-    body = list(_function(module).body.body)
-    start = _docstring_count(body)
-    if start == len(body):
-        return None
-    return _with_body(module, [*body[:start], _statement("torch.cuda.set_device(0)\n"), *body[start:]])
+    return _insert_first(module, _statement("torch.cuda.set_device(0)\n"))
 
 
 INJECTIONS: dict[str, Callable[[cst.Module, random.Random], cst.Module | None]] = {

@@ -132,8 +132,7 @@ def prepare_base_job(
         raise TrainingError(f"size {size.name} fine-tunes the pretrained SmolLM2 base: run `xlaport train lora`")
     out = out or new_artifact_dir("base", size.name)
     job_dir = out / JOB_DIR
-    if (job_dir / JOB_FILE).exists():
-        log(f"resuming the job in {job_dir}" if (job_dir / CHECKPOINT).exists() else f"running the job in {job_dir}")
+    if _job_exists(job_dir, log):
         return out
     data, dataset = resolve_dataset(data, size, log)
     texts = dataset.texts("train")
@@ -149,7 +148,13 @@ def prepare_base_job(
     batches = pretrain_batches(tokenizer, texts, size.context, size.batch_size, size.base_steps, seed)
     loop = _loop_config(size, size.base_steps, size.base_lr, device, seed, threads)
     meta = {"kind": "base", "size": size.name, "size_config": size.to_dict(), "dataset": str(data.resolve())}
-    job = {"kind": "base", "base_model": str(job_dir / "init"), "tokenizer": str(job_dir / "tokenizer"), "loop": loop, "meta": meta}
+    job = {
+        "kind": "base",
+        "base_model": str(job_dir / "init"),
+        "tokenizer": str(job_dir / "tokenizer"),
+        "loop": loop,
+        "meta": meta,
+    }
     write_job(job_dir, job, batches)
     log(f"base job: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, {size.base_steps} steps")
     return out
@@ -187,23 +192,18 @@ def finish_job(out: Path, result: TrainResult | None = None) -> Path:
     return out
 
 
+def _job_exists(job_dir: Path, log: Log) -> bool:
+    """True when `job_dir` already holds a job: it is kept as it is, and its checkpoint lets the run resume."""
+    if not (job_dir / JOB_FILE).exists():
+        return False
+    log(f"resuming the job in {job_dir}" if (job_dir / CHECKPOINT).exists() else f"running the job in {job_dir}")
+    return True
+
+
 def run_training(out: Path, log: Log = _quiet) -> tuple[Path, TrainResult]:
     """Runs the job prepared in `out/_job` in this process and completes the artifact."""
     result = run_job(out / JOB_DIR, out, log=log)
     return finish_job(out, result), result
-
-
-def train_base(
-    size: SizeConfig,
-    data: Path | None = None,
-    out: Path | None = None,
-    device: str = "xla",
-    seed: int = 0,
-    log: Log = _quiet,
-    threads: int | None = None,
-) -> tuple[Path, TrainResult]:
-    """Pretrains a base model from scratch on the dataset's train split; resumes if `out` holds a job."""
-    return run_training(prepare_base_job(size, data, out, device, seed, log, threads), log)
 
 
 def _sample(texts: list[str], max_chars: int, seed: int) -> list[str]:
@@ -248,8 +248,7 @@ def prepare_lora_job(
 
     out = out or new_artifact_dir("lora", size.name)
     job_dir = out / JOB_DIR
-    if (job_dir / JOB_FILE).exists():
-        log(f"resuming the job in {job_dir}" if (job_dir / CHECKPOINT).exists() else f"running the job in {job_dir}")
+    if _job_exists(job_dir, log):
         return out
     if base is None and size.pretrained:
         try:
@@ -292,17 +291,3 @@ def prepare_lora_job(
     shapes = sorted({tuple(t.shape) for t in batches.input_ids})
     log(f"LoRA job: {len(traces)} train traces, batch shapes {shapes}, {size.lora_steps} steps")
     return out
-
-
-def train_lora(
-    size: SizeConfig,
-    data: Path | None = None,
-    base: Path | None = None,
-    out: Path | None = None,
-    device: str = "xla",
-    seed: int = 0,
-    log: Log = _quiet,
-    threads: int | None = None,
-) -> tuple[Path, TrainResult]:
-    """Fine-tunes a LoRA adapter on the train-split traces, on top of `base` (default: the newest base model)."""
-    return run_training(prepare_lora_job(size, data, base, out, device, seed, log, threads), log)

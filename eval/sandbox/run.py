@@ -236,6 +236,9 @@ def _child_setup(cgroups: _Cgroups | None, timeout_s: float, max_tasks: int, fil
     if cgroups:
         cgroups.join()
     cpu_s = math.ceil(timeout_s * (os.cpu_count() or 1)) + 10
+    _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if cpu_hard != resource.RLIM_INFINITY:  # a run inside a run cannot raise the limit it inherited
+        cpu_s = min(cpu_s, cpu_hard - 5)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_mb * 2**20,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -55,6 +55,8 @@ def is_cuda_value(node: cst.CSTNode | None) -> bool:
         return bool(CUDA_STRING.match(text))
     if isinstance(node, cst.FormattedString):
         head = node.parts[0] if node.parts else None
+        if all(isinstance(p, cst.FormattedStringText) for p in node.parts):  # f"cuda" without fields
+            return bool(CUDA_STRING.match("".join(p.value for p in node.parts)))
         return isinstance(head, cst.FormattedStringText) and head.value.startswith("cuda:")
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
         text = string_value(node.func.value)
@@ -362,15 +364,23 @@ class DeviceAnalysis:
             elif dotted(value.func) == "str" and args:
                 yield from self._value_strings(args[0].value)
 
+    def _nccl_values(self, value: cst.BaseExpression) -> list[cst.SimpleString]:
+        """'nccl' in the value positions of an expression (`"gloo" if ... else "nccl"`)."""
+        if string_value(value) == "nccl" and isinstance(value, cst.SimpleString):
+            return [value]
+        if isinstance(value, cst.IfExp):
+            return self._nccl_values(value.body) + self._nccl_values(value.orelse)
+        if isinstance(value, cst.BooleanOperation):
+            return self._nccl_values(value.left) + self._nccl_values(value.right)
+        return []
+
     def _origins(self) -> None:
         facts = self.facts
         found: list[cst.BaseExpression] = []
         for target, value in self.walker.assigns:
             if self._is_device_key(key_of(target)):
                 found.extend(self._value_strings(value))
-            found_nccl = string_value(value) == "nccl"
-            if found_nccl:
-                facts.nccl_origins.append(value)
+            facts.nccl_origins.extend(self._nccl_values(value))
         for param in self.walker.params:
             if param.default is not None:
                 if self._is_device_key(param.name.value):

@@ -177,8 +177,11 @@ def is_barrier(rule: StepContextRule, call: cst.Call) -> bool:
 
 def is_optimizer_update(rule: StepContextRule, call: cst.Call) -> bool:
     """The call that updates the weights: `optimizer.step()`, `scaler.step(optimizer)` (GradScaler),
-    `xm.optimizer_step(optimizer)`."""
+    `xm.optimizer_step(optimizer)`, a wrapper's `optimizer.step_and_update_lr()`."""
     if rule.is_optimizer_step(call):
+        return True
+    name = method_name(call) or ""
+    if name.startswith("step_") and not call.args and is_optimizer_name(call.func.value):
         return True
     args = positional_args(call)
     if method_name(call) == "step" and len(call.args) == 1 and len(args) == 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
+from ..analysis.devices import is_cuda_value
 from ..analysis.module import Nodes
 from ..cst_helpers import (
     code_of,
@@ -105,7 +106,8 @@ class CudaGradScaler(_AmpRule):
     fix = "unsafe"
     autofix = True
     detects = (
-        '`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler()` and the uses of '
+        '`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler()`, a GradScaler built '
+        "on the training device's variable (`torch.amp.GradScaler(device_type)`) and the uses of "
         "the scaler. When every use is one of `scaler.scale(loss).backward()`, `scaler.step(opt)`, "
         "`scaler.update()`, `scaler.unscale_(opt)`, the fix removes the scaler: `loss.backward()`, `opt.step()`. "
         "Scalers built with `enabled=`, used in other ways (state_dict, get_scale, passed around) or in code that "
@@ -172,8 +174,17 @@ class CudaGradScaler(_AmpRule):
         if names & DEVICE_SCALER:
             args = positional_args(call)
             device = args[0].value if args else getattr(keyword_arg(call, "device"), "value", None)
-            return device is None or is_cuda_string(device)
+            return device is None or _accelerator(device) or self._holds_accelerator(device)
         return False
+
+    def _holds_accelerator(self, device: cst.BaseExpression) -> bool:
+        """A variable the program assigns the CUDA (or, migrated, the XLA) device to: `device_type = "cuda"`,
+        also in a conditional. The scaler follows the device type, whatever the device's spelling."""
+        if not isinstance(device, cst.Name):
+            return False
+        values = self.assigned_values(device)
+        branches = [b for v in values for b in ((v.body, v.orelse) if isinstance(v, cst.IfExp) else (v,))]
+        return any(_accelerator(b) for b in branches)
 
     def _trains_in_float16(self, found: Nodes) -> bool:
         """`.half()` or a float16 dtype outside a CUDA autocast call (which XLA501 turns into bfloat16)."""
@@ -319,3 +330,7 @@ class Float16(_AmpRule):
         if isinstance(parent, (cst.Assign, cst.AnnAssign)):
             return parent.value is node
         return isinstance(parent, cst.DictElement) and parent.value is node
+
+
+def _accelerator(node: cst.CSTNode | None) -> bool:
+    return is_cuda_value(node) or string_value(node) == "xla"

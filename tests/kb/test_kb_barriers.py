@@ -82,3 +82,29 @@ def test_accelerate_prepared_loader_is_never_wrapped_again():
     source = (STEPS / "accelerate_loader" / "input.py").read_text()
     assert fix_source(source, unsafe=True).fixed == source
     assert not {"XLA406", "XLA408"} & {f.code for f in lint_source(source)}
+
+
+SCALER_ON_DEVICE_VARIABLE = (
+    "import torch\n"
+    "device_type = 'cuda' if use_gpu else 'cpu'\n"
+    "scaler = torch.amp.GradScaler(device_type)\n"
+    "for x in loader:\n"
+    "    scaler.scale(model(x)).backward()\n"
+    "    scaler.step(opt)\n"
+    "    scaler.update()\n"
+)
+
+
+def test_gradscaler_removal_follows_the_device_type():
+    # default: the scaler stays (dropping loss scaling changes numbers) and gets its barrier
+    default = fix_source(SCALER_ON_DEVICE_VARIABLE).fixed
+    assert "scaler.update()\n    torch_xla.sync()\n" in default
+    # --unsafe-fixes: a scaler on the training device's variable goes, like torch.cuda.amp.GradScaler()
+    unsafe = fix_source(SCALER_ON_DEVICE_VARIABLE, unsafe=True).fixed
+    assert "scaler" not in unsafe
+    assert "model(x).backward()\n    opt.step()\n    torch_xla.sync()\n" in unsafe
+
+
+def test_optimizer_wrapper_step_method_gets_a_barrier():
+    source = "for batch in loader:\n    loss = model(batch)\n    loss.backward()\n    optimizer.step_and_update_lr()\n"
+    assert barrier_lines(source) == [4]

@@ -446,3 +446,19 @@ def test_string_fallback_stays_a_string():
     assert "device = 'xla'\nkind = 'cuda' if 'cuda' in device else 'cpu'\n" in fixed(src)
     src = src.replace("kind =", "device_type =")
     assert "device = 'xla'\ndevice_type = 'xla' if 'xla' in device else 'cpu'\n" in fixed(src)
+
+
+def test_backend_fallback_to_gloo_flips_and_plain_fstring_device_is_an_origin():
+    out = fixed(
+        """\
+        import torch as th
+        import torch.distributed as dist
+        backend = "gloo" if not th.cuda.is_available() else "nccl"
+        dist.init_process_group(backend=backend)
+        def dev():
+            if th.cuda.is_available():
+                return th.device(f"cuda")
+            return th.device("cpu")
+        """
+    )
+    assert 'backend = "xla"\n' in out and 'return th.device("xla")' in out

@@ -1,0 +1,89 @@
+"""Weight tying on the XLA device: kb XLA314's rewrite keeps the tie; the check and the tests see a lost one."""
+
+import pytest
+import torch
+from xlaport.eval.check import run_check
+from xlaport.eval.testgen import DifferentialResult
+from xlaport.eval.tied_weights import lost_groups, shared_groups
+from xlaport.kb import all_rules, fix_source
+
+TIED_MODEL = """
+import torch
+import torch.nn as nn
+import torch_xla
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.head = nn.Linear(8, 16, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+model = LM().to(torch_xla.device())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    loss = model(torch.arange(8, device=torch_xla.device())).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    torch_xla.sync()
+print("parameters", len(list(model.parameters())))
+"""
+
+XLA314 = [r for r in all_rules() if r.code == "XLA314"]
+
+
+def test_shared_groups_and_what_a_move_loses():
+    model = torch.nn.Module()
+    model.a, model.b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    model.a.weight = model.b.weight
+    groups = shared_groups(model)
+    assert groups == [["a.weight", "b.weight"]]
+    assert lost_groups(groups, model) == []
+    model.a.weight = torch.nn.Parameter(model.b.weight.detach().clone())
+    assert lost_groups(groups, model) == [["a.weight", "b.weight"]]
+
+
+def test_rewritten_module_keeps_its_tie_on_the_xla_device():
+    import torch_xla
+
+    fixed = fix_source(XLA314[0].before, rules=XLA314).fixed
+    namespace: dict = {}
+    exec(compile(fixed, "<fixed>", "exec"), namespace)
+    model = namespace["LM"](16, 8).to(torch_xla.device())
+    assert model.embed.weight is model.head.weight
+    assert len(list(model.parameters())) == 1
+    untied: dict = {}
+    exec(compile(XLA314[0].before, "<before>", "exec"), untied)
+    moved = untied["LM"](16, 8).to(torch_xla.device())
+    assert moved.embed.weight is not moved.head.weight  # the torch_xla behaviour the rule exists for
+
+
+@pytest.mark.slow
+def test_check_reports_the_lost_tie_and_not_after_the_fix(tmp_path):
+    script = tmp_path / "tied.py"
+    script.write_text(TIED_MODEL)
+    report = run_check(script, timeout_s=300)
+    assert report.level == "L0"
+    assert any("tied weights lost" in r and "embed.weight = head.weight" in r for r in report.reasons), report.reasons
+    script.write_text(fix_source(TIED_MODEL, rules=XLA314).fixed)
+    fixed = run_check(script, timeout_s=300)
+    assert fixed.lost_ties == [] and "parameters 1" in fixed.stdout_tail
+
+
+def test_differential_result_says_parameter_sharing_differs():
+    grad = torch.ones(2)
+    result = DifferentialResult(
+        "LM",
+        {"outputs": {}, "grads": {"grad[embed.weight]": grad}, "sharing": [["embed.weight", "head.weight"]]},
+        {"outputs": {}, "grads": {"grad[embed.weight]": grad, "grad[head.weight]": grad}, "sharing": []},
+    )
+    problems = result.mismatches()
+    assert problems[0].startswith("parameter sharing differs (tied weights?)")
+    assert "embed.weight = head.weight" in problems[0]
+    assert any("grad[head.weight]: only the migrated code produced it" in p and "tied weights?" in p for p in problems)
