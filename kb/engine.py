@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
+import os
 import re
 import tokenize
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
-from .analysis.module import ModuleAnalysis
+from .analysis.module import ModuleAnalysis, children_of
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
+# Larger sources are refused at once: analysis time and memory grow with the tree (~1 s and ~50 MB per
+# 1,000 lines on a loaded core), so an unbounded file could hold a worker for many minutes.
+MAX_SOURCE_CHARS_ENV = "XLAPORT_MAX_SOURCE_CHARS"
+DEFAULT_MAX_SOURCE_CHARS = 1_000_000
+FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
 
 
 class SourceError(ValueError):
@@ -77,7 +85,26 @@ def _is_suppressed(line: int, code: str, suppressed: dict[int, set[str] | None])
     return codes is None or code in codes
 
 
+def max_source_chars() -> int:
+    """The size limit of one source, `$XLAPORT_MAX_SOURCE_CHARS` (characters), else 1,000,000."""
+    configured = os.environ.get(MAX_SOURCE_CHARS_ENV)
+    try:
+        return int(configured) if configured else DEFAULT_MAX_SOURCE_CHARS
+    except ValueError:
+        raise SourceError(f"{MAX_SOURCE_CHARS_ENV} must be a number of characters, not {configured!r}") from None
+
+
+def check_size(source: str) -> None:
+    limit = max_source_chars()
+    if len(source) > limit:
+        raise SourceError(
+            f"too large to analyse: {len(source):,} characters, the limit is {limit:,} "
+            f"(set {MAX_SOURCE_CHARS_ENV} to raise it)"
+        )
+
+
 def parse(source: str) -> cst.Module:
+    check_size(source)
     # CPython's parser first: it rejects pathological nesting with a SyntaxError where libcst's
     # native parser would overflow its stack and kill the process.
     try:
@@ -103,22 +130,54 @@ class _Detection:
     start: tuple[int, int]
 
 
-def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
+def run_rules(module: cst.Module, visitors: list[Rule]) -> ModuleAnalysis:
+    """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper.resolve(ParentNodeProvider))
-    visitors = [rule() for rule in rules]
+    analysis = ModuleAnalysis.of(module, wrapper)
     for visitor in visitors:
         visitor.analysis = analysis
-    wrapper.visit_batched(visitors)
-    suppressed = suppressions(source)
-    positions = wrapper.resolve(PositionProvider)
+    if any(visitor.get_inherited_dependencies() for visitor in visitors):
+        wrapper.visit_batched(visitors)  # a rule that declares libcst metadata gets it resolved
+    else:
+        _visit_batched(module, visitors)
+    return analysis
+
+
+def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
+    """libcst's batched visit (each node's `visit_<Type>` of every rule in order, its children, then its
+    `leave_<Type>`), without libcst's traversal, which rebuilds every node it passes."""
+    visits: dict[str, list] = {}
+    leaves: dict[str, list] = {}
+    for visitor in visitors:
+        for name, method in visitor.get_visitors().items():
+            kind, _, node_type = name.partition("_")
+            if "_" in node_type:
+                raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
+            (visits if kind == "visit" else leaves).setdefault(node_type, []).append(method)
+    stack: list[tuple[cst.CSTNode, bool]] = [(module, False)]
+    while stack:
+        node, leaving = stack.pop()
+        methods = (leaves if leaving else visits).get(type(node).__name__, ())
+        for method in methods:
+            method(node)
+        if not leaving:
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(list(children_of(node))))
+
+
+def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
+    visitors = [rule() for rule in rules]
+    analysis = run_rules(module, visitors)
+    if not any(visitor.reports for visitor in visitors):
+        return []  # the common case: no positions, no suppression comments to read
+    suppressed = suppressions(source) if "xlaport" in source else {}
     detections = []
     for visitor in visitors:
         for report in visitor.reports:
-            pos = positions[report.node]
+            pos = analysis.position(report.node)
             if _is_suppressed(pos.start.line, visitor.code, suppressed):
                 continue
-            span = positions[report.target] if report.target is not None else pos
+            span = analysis.position(report.target) if report.target is not None else pos
             detections.append(
                 _Detection(
                     type(visitor),
@@ -260,14 +319,31 @@ def _drop_removal_markers(module: cst.Module) -> cst.Module:
     return module.visit(_MarkerDropper())
 
 
+_FIX_CACHE: OrderedDict[tuple, FixResult] = OrderedDict()
+
+
 def fix_source(
     source: str,
     path: str = "<string>",
     rules: list[type[Rule]] | None = None,
     unsafe: bool = False,
 ) -> FixResult:
-    """Applies every allowed rewrite until nothing more changes; never returns unparsable code."""
+    """Applies every allowed rewrite until nothing more changes; never returns unparsable code.
+    Results are kept by content hash (with the path, rules and `unsafe`) for the next identical request."""
     rules = all_rules() if rules is None else rules
+    key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe)
+    cached = _FIX_CACHE.get(key)
+    if cached is None:
+        cached = _fix_source(source, path, rules, unsafe)
+        _FIX_CACHE[key] = cached
+        while len(_FIX_CACHE) > FIX_CACHE_SIZE:
+            _FIX_CACHE.popitem(last=False)
+    else:
+        _FIX_CACHE.move_to_end(key)
+    return replace(cached, applied=list(cached.applied), remaining=list(cached.remaining))
+
+
+def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -> FixResult:
     module = parse(source)
     applied: list[Finding] = []
     current_source = source
