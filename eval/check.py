@@ -388,7 +388,7 @@ def build_report(
         notes=notes,
         stopped=stopped["kind"] if stopped else None,
         phase=last_phase(events, process, finished),
-        memory_limit_mb=memory_mb,
+        memory_limit_mb=result.memory_limit_mb or memory_mb,  # the limit applied (clamped to the host)
         optimizer_steps=optimizer_steps,
         off_xla_optimizer_steps=off_xla_steps,
         device_choice=device_choice(events),

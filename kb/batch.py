@@ -1,4 +1,5 @@
-"""Lint and fix whole files: reading errors become results, never exceptions or silent skips."""
+"""Lint and fix whole files (Python, and config files by their suffix): reading errors become results, never
+exceptions or silent skips."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from xlaport.files import UnreadableSource, read_source
 
+from .configs import config_kind, fix_config, lint_config
 from .engine import SourceError, fix_source, lint_source
 from .rule import Finding, Rule
 
@@ -39,6 +41,8 @@ def lint_file(path: Path, rules: list[type[Rule]] | None = None, display: str | 
     source, error = _read(path)
     if error:
         return FileResult(name, error=error)
+    if config_kind(path):
+        return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
     try:
         return FileResult(name, findings=lint_source(source, name, rules), source=source)
     except SourceError as exc:
@@ -54,7 +58,14 @@ def fix_file(
     if error:
         return FileResult(name, error=error)
     try:
-        result = fix_source(source, name, rules, unsafe=unsafe)
+        if config_kind(path):
+            result = fix_config(source, name, _codes(rules))
+        else:
+            result = fix_source(source, name, rules, unsafe=unsafe)
     except SourceError as exc:
         return FileResult(name, source=source, error=f"{name}: {exc}")
     return FileResult(name, findings=result.remaining, applied=result.applied, source=source, fixed=result.fixed)
+
+
+def _codes(rules: list[type[Rule]] | None) -> set[str] | None:
+    return None if rules is None else {r.code for r in rules}

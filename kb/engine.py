@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
+from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis, children_of
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -171,13 +172,15 @@ def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_D
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
+    positions = analysis.wrapper.resolve(PositionProvider)
+    dead = [positions[n] for n in analyse_devices(module).facts.dead_regions() if n in positions]
     detections = []
     for visitor in visitors:
         for report in visitor.reports:
-            pos = analysis.position(report.node)
-            if _is_suppressed(pos.start.line, visitor.code, suppressed):
+            pos = positions[report.node]
+            if _is_suppressed(pos.start.line, visitor.code, suppressed) or _inside(pos, dead):
                 continue
-            span = analysis.position(report.target) if report.target is not None else pos
+            span = positions[report.target] if report.target is not None else pos
             detections.append(
                 _Detection(
                     type(visitor),
@@ -192,6 +195,12 @@ def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_D
     return detections
 
 
+def _inside(pos, regions) -> bool:
+    """Is `pos` within one of `regions` (code that a TPU host never runs: nothing there is reported)?"""
+    start, end = (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+    return any((r.start.line, r.start.column) <= start and end <= (r.end.line, r.end.column) for r in regions)
+
+
 def _finding(path: str, d: _Detection) -> Finding:
     return Finding(
         path=path,
@@ -201,8 +210,8 @@ def _finding(path: str, d: _Detection) -> Finding:
         category=d.rule.category,
         title=d.rule.title,
         message=d.report.message,
-        fix=d.rule.fix,
-        fixable=d.report.replacement is not None and d.rule.fix != "manual",
+        fix=_applicability(d),
+        fixable=d.report.replacement is not None and _applicability(d) != "manual",
     )
 
 
@@ -225,18 +234,27 @@ class FixResult:
         return self.fixed != self.source
 
 
-def _allowed(rule: type[Rule], unsafe: bool) -> bool:
-    return rule.fix == "safe" or (rule.fix == "unsafe" and unsafe)
+def _applicability(d: _Detection) -> str:
+    return d.report.fix or d.rule.fix
+
+
+def _allowed(d: _Detection, unsafe: bool) -> bool:
+    fix = _applicability(d)
+    return fix == "safe" or (fix == "unsafe" and unsafe)
 
 
 def _non_overlapping(detections: list[_Detection]) -> list[_Detection]:
-    """Outermost first; a replacement inside another one waits for the next pass."""
+    """Outermost first; a replacement inside another one waits for the next pass, and so do the other
+    replacements of its rule: a rule's edits of one pass belong together (XLA502 removes the scaler and
+    rewrites each of its uses; removing it without rewriting one use would leave a dangling name)."""
     chosen: list[_Detection] = []
+    waiting: set[type[Rule]] = set()
     for d in sorted(detections, key=lambda d: (d.start, (-d.end[0], -d.end[1]))):
         if any(c.start <= d.start and d.end <= c.end or d.start <= c.start and c.end <= d.end for c in chosen):
+            waiting.add(d.rule)
             continue
         chosen.append(d)
-    return chosen
+    return [d for d in chosen if d.rule not in waiting] or chosen[:1]
 
 
 class _Replacer(cst.CSTTransformer):
@@ -349,7 +367,7 @@ def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -
     current_source = source
     for _ in range(MAX_FIX_PASSES):
         detections = _detect(module, rules, current_source)
-        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d.rule, unsafe)]
+        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
             remaining = [_finding(path, d) for d in detections]

@@ -60,6 +60,9 @@ class Report:
     # The node the replacement swaps when it is not `node` (e.g. a block whose statements are
     # reordered, while the finding points at one statement of it).
     target: cst.CSTNode | None = None
+    # This occurrence's applicability when it differs from the rule's (Ruff's per-fix applicability):
+    # an unsafe rule whose analysis is certain here keeps the numbers, so its fix is safe.
+    fix: Applicability | None = None
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,9 @@ class Rule(cst.BatchableCSTVisitor):
         replacement: cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel | None = None,
         imports: tuple[ImportSpec, ...] = (),
         target: cst.CSTNode | None = None,
+        fix: Applicability | None = None,
     ) -> None:
-        self.reports.append(Report(node, message or self.message or self.title, replacement, imports, target))
+        self.reports.append(Report(node, message or self.message or self.title, replacement, imports, target, fix))
 
     def report_removal(self, call: cst.Call) -> None:
         """Reports `call`, with its statement's removal as the fix when the call is the whole statement."""

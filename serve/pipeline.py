@@ -66,6 +66,7 @@ from .tree import (
     Progress,
     check_destination,
     plan_tree,
+    rewrite_configs,
     rewrite_files,
     trace_records,
     write_in_place,
@@ -337,6 +338,17 @@ class Pipeline:
                 )
             )
             notes += [n for n in file_notes if n == RULES_ONLY]
+        for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
+            by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
+            outcomes.append(
+                FileOutcome(
+                    path=str(rel),
+                    status="changed" if result.changed else "unchanged",
+                    diff=unified_diff(result.source, result.fixed, str(rel)),
+                    codes_applied=[f.code for f in result.applied],
+                    manual=self.manual_items(result.fixed, result.findings, options.k),
+                )
+            )
 
         validation = Validation(reason="validation was not requested (--validate)")
         verification = None

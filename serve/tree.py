@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xlaport.kb import get_rule
 from xlaport.kb.batch import FileResult, fix_file
+from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
 
@@ -96,6 +97,13 @@ def rewrite_files(
     return results
 
 
+def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None) -> dict[Path, FileResult]:
+    """The config files and run scripts among `other` that name a CUDA device or NCCL (kb/configs.py), fixed;
+    the others, and files that are not text, are copied as they are."""
+    results = {rel: fix_file(src / rel, rules, display=str(rel)) for rel in other if config_kind(rel)}
+    return {rel: r for rel, r in results.items() if not r.error and (r.applied or r.findings)}
+
+
 def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
     """Writes the migrated copy: migrated text where there is one, the original bytes otherwise."""
     for rel in other:
@@ -159,7 +167,7 @@ def trace_records(
                 error=outcome.error,
             )
         )
-        if not outcome.error:
+        if not outcome.error and not config_kind(rel):
             records += _function_records(common, outcome, original, migrated, results[rel])
     return records
 

@@ -188,6 +188,8 @@ def test_peak_memory_is_reported():
 def test_memory_above_the_host_is_refused_or_clamped(tmp_path):
     too_much = host_memory_mb() + 1024
     assert python("pass", memory_mb=too_much).memory_limit_mb == host_memory_mb()  # a library default: clamped
+    report = check_source("pass\n", memory_mb=too_much)
+    assert report.memory_limit_mb == host_memory_mb() and any("memory limit lowered" in n for n in report.notes)
     script = tmp_path / "s.py"
     script.write_text("pass\n")
     result = CliRunner().invoke(app, ["check", str(script), "--memory-mb", str(too_much)])

@@ -28,8 +28,11 @@ def _rules(select: list[str] | None, ignore: list[str] | None = None):
 
 
 def _files(paths: list[Path]) -> list[Path]:
+    """Python files, and the config files and run scripts that kb/configs.py reads."""
+    from xlaport.kb.configs import CONFIG_KINDS
+
     try:
-        return list(iter_python_files(paths))
+        return list(iter_python_files(paths, (".py", *CONFIG_KINDS)))
     except FileNotFoundError as exc:
         fail_usage(str(exc))
 

@@ -22,14 +22,15 @@ class SourceFile:
     text: str
 
 
-def iter_python_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """Every .py file under `paths` (files given directly are always included), in a stable order."""
+def iter_python_files(paths: Iterable[Path], suffixes: tuple[str, ...] = (".py",)) -> Iterator[Path]:
+    """Every .py file (or file ending in one of `suffixes`) under `paths`, in a stable order; files given
+    directly are always included."""
     for path in paths:
         if path.is_dir():
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
                 for name in sorted(files):
-                    if name.endswith(".py"):
+                    if name.endswith(suffixes):
                         yield Path(root) / name
         elif path.exists():
             yield path

@@ -4,5 +4,7 @@
 - `steps`: the one definition of a training step, of the loop that runs it, and of the training loop;
 - `scopes`: `ScopedRule`, rules that read the module's nodes by kind, scopes and module-wide facts;
 - `context`: `StepContextRule`, adding tensors vs host values, device context and data loaders;
-- `env`: environment variables set in code; `optimizers`: optimizers and the modules moved to a device.
+- `env`: environment variables set in code; `optimizers`: optimizers and the modules moved to a device;
+- `devices`: where device values come from and flow to, and which code only runs with CUDA (guards);
+- `leftovers`: CUDA references that a migration left neither rewritten nor reported.
 """

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import DATALOADERS, code_of, identifier, keyword_arg, method_name, positional_args
+from ..cst_helpers import DATALOADERS, code_of, keyword_arg, method_name, positional_args
 from . import steps
 from .scopes import DEVICE_LOADERS, ScopedRule
+from .steps import SYNC_CALLS, is_optimizer_name
 
 # Tensor methods whose result is again a tensor.
 TENSOR_METHODS = frozenset(
@@ -43,16 +44,6 @@ TENSOR_ATTRS = frozenset({"loss", "logits", "grad"})  # `outputs.loss`, `outputs
 TENSOR_VIEW_ATTRS = frozenset({"data", "T", "mT", "real", "imag"})
 ORDER_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
-SYNC_CALLS = frozenset(
-    {
-        "torch_xla.sync",
-        "torch_xla.torch_xla.sync",
-        "torch_xla.step",
-        "torch_xla.torch_xla.step",
-        "torch_xla.core.xla_model.mark_step",
-        "torch_xla.core.xla_model.optimizer_step",
-    }
-)
 TQDM = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
 NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 DATASET = frozenset(
@@ -64,13 +55,6 @@ DATASET = frozenset(
     }
 )
 DATA_FUNCTIONS = ("collate", "__getitem__", "__iter__", "preprocess", "tokenize")
-
-
-def is_optimizer_name(node: cst.CSTNode) -> bool:
-    name = (identifier(node) or "").lower()
-    if "sched" in name:
-        return False
-    return "optim" in name or name == "opt" or name.startswith("opt_") or name.endswith("_opt")
 
 
 class StepContextRule(ScopedRule):

@@ -82,6 +82,7 @@ class ModuleAnalysis:
     scopes: dict[int, Scope] | None = None
     step_loops: set[int] | None = None  # loops whose own body runs a training step
     training_loops: set[int] | None = None  # step loops and the loops around them
+    barrier_sites: list | None = None  # steps.BarrierSite: where the steps need a barrier
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     by_start: list[tuple[tuple[int, int], tuple[int, int], int, cst.CSTNode]] | None = None
     function_spans: list[Span] = field(default_factory=list)

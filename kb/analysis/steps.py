@@ -4,20 +4,46 @@ A *step call* is `loss.backward()`, `optimizer.step()` (not `scheduler.step()`),
 `torch_xla.sync()` or `xm.mark_step()`, recognised by name. A *step loop* is a loop whose own body (not a
 nested loop, function or lambda) makes a step call: it runs once per training step. A *training loop* is a
 step loop or a loop around one (the epoch loop): code there handles the device tensors of training.
+
+A *barrier site* is where a step needs `torch_xla.sync()`: once per iteration of the innermost loop that runs
+the optimizer update (`optimizer.step()`, `scaler.step(optimizer)`, `xm.optimizer_step(optimizer)`), in its
+body or through the helper functions and methods it calls (`self._run_batch(...)`, `train_step(...)`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ..cst_helpers import SCOPES, code_of
+from ..cst_helpers import SCOPES, code_of, identifier, is_literal, keyword_arg, method_name, positional_args
 
 if TYPE_CHECKING:
     from ..rule import Rule
+    from .context import StepContextRule
 
 Loop = cst.For | cst.While
+
+SYNC_CALLS = frozenset(
+    {
+        "torch_xla.sync",
+        "torch_xla.torch_xla.sync",
+        "torch_xla.step",
+        "torch_xla.torch_xla.step",
+        "torch_xla.core.xla_model.mark_step",
+        "torch_xla.core.xla_model.optimizer_step",
+    }
+)
+XM_OPTIMIZER_STEP = frozenset({"torch_xla.core.xla_model.optimizer_step"})
+PREPARE_METHODS = frozenset({"prepare", "prepare_data_loader"})  # accelerate's Accelerator methods
+
+
+def is_optimizer_name(node: cst.CSTNode) -> bool:
+    name = (identifier(node) or "").lower()
+    if "sched" in name:
+        return False
+    return "optim" in name or name == "opt" or name.startswith("opt_") or name.endswith("_opt")
 
 
 def is_step_call(call: cst.Call) -> bool:
@@ -125,3 +151,160 @@ def has_modulo(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.UnaryOperation):
         return has_modulo(node.expression)
     return False
+
+
+# --- step barriers: where the optimizer step is, and where its barrier goes ----------------------------
+@dataclass(frozen=True)
+class BarrierSite:
+    """One step barrier to add: after statement `after` (in `loop`'s body, at any depth), once per iteration.
+
+    `call` is the optimizer step, or the call of the helper function that runs it (`helper`)."""
+
+    call: cst.Call
+    after: cst.BaseStatement
+    loop: Loop
+    helper: str | None
+
+
+def is_barrier(rule: StepContextRule, call: cst.Call) -> bool:
+    """`torch_xla.sync()`, `xm.mark_step()`, `xm.optimizer_step(opt, barrier=True)` (not without barrier=True)."""
+    names = rule.qualified_names(call.func)
+    if names & XM_OPTIMIZER_STEP:
+        barrier = keyword_arg(call, "barrier")
+        return barrier is not None and not is_literal(barrier.value, "False")
+    return bool(names & SYNC_CALLS)
+
+
+def is_optimizer_update(rule: StepContextRule, call: cst.Call) -> bool:
+    """The call that updates the weights: `optimizer.step()`, `scaler.step(optimizer)` (GradScaler),
+    `xm.optimizer_step(optimizer)`."""
+    if rule.is_optimizer_step(call):
+        return True
+    args = positional_args(call)
+    if method_name(call) == "step" and len(call.args) == 1 and len(args) == 1:
+        optimizer = args[0].value
+        return is_optimizer_name(optimizer) or code_of(optimizer) in rule.facts().optimizer_keys
+    return bool(rule.qualified_names(call.func) & XM_OPTIMIZER_STEP)
+
+
+def barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
+    """Where the module's training steps need a barrier: one per iteration of the innermost loop that runs the
+    optimizer update, directly or through helper functions and methods (`self._run_batch(...)`,
+    `train_step(...)`), unless that loop already syncs or iterates a loader that syncs per batch."""
+    analysis = rule.analysis
+    if analysis.barrier_sites is None:
+        analysis.barrier_sites = _find_barrier_sites(rule)
+    return analysis.barrier_sites
+
+
+def _find_barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
+    calls = rule.analysis.nodes.calls
+    if not any(method_name(c) == "backward" for c in calls):
+        return []
+    pending: list[tuple[cst.Call, str | None]] = [(c, None) for c in calls if is_optimizer_update(rule, c)]
+    found: list[tuple[cst.Call, Loop, str | None]] = []
+    helpers: set[int] = set()
+    while pending:
+        call, helper = pending.pop()
+        loop = _innermost_loop(rule, call)
+        if loop is not None:
+            found.append((call, loop, helper))
+            continue
+        func = _helper_function(rule, call)
+        if func is None or id(func) in helpers or any(is_barrier(rule, c) for c in rule.nodes_in(func, False).calls):
+            continue
+        helpers.add(id(func))
+        name = func.name.value
+        pending += [(c, helper or name) for c in calls if _calls(c, name) and rule.enclosing_function(c) is not func]
+    last: dict[int, BarrierSite] = {}
+    for call, loop, helper in found:
+        site = _site(rule, call, loop, helper)
+        if site is None:
+            continue
+        kept = last.get(id(loop))
+        if kept is None or _start(rule, kept.after) < _start(rule, site.after):
+            last[id(loop)] = site
+    return sorted(last.values(), key=lambda s: _start(rule, s.after))
+
+
+def _site(rule: StepContextRule, call: cst.Call, loop: Loop, helper: str | None) -> BarrierSite | None:
+    if any(is_barrier(rule, c) for c in rule.nodes_in(loop.body, False).calls):
+        return None
+    for anc in [loop, *rule.ancestors(loop)]:
+        if isinstance(anc, cst.For) and (rule.iterates_device_loader(anc) or prepared_by_accelerate(rule, anc)):
+            return None
+    after = rule.statement_of(call)
+    if after is None or after is loop:
+        return None
+    return BarrierSite(call, _after_scaler_update(rule, after), loop, helper)
+
+
+def _innermost_loop(rule: StepContextRule, node: cst.CSTNode) -> Loop | None:
+    """The innermost loop of the same function that runs `node` on each iteration."""
+    child = node
+    for anc in rule.ancestors(node):
+        if isinstance(anc, SCOPES):
+            return None
+        if isinstance(anc, (cst.For, cst.While)) and _runs_each_iteration(anc, child):
+            return anc
+        child = anc
+    return None
+
+
+def _helper_function(rule: StepContextRule, node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The function `node` is in, when no loop, lambda or class lies between them."""
+    for anc in rule.ancestors(node):
+        if isinstance(anc, cst.FunctionDef):
+            return anc
+        if isinstance(anc, (cst.Lambda, cst.ClassDef, cst.For, cst.While)):
+            return None
+    return None
+
+
+def _calls(call: cst.Call, name: str) -> bool:
+    """`name(...)`, `self.name(...)`, `trainer.name(...)` (not a scheduler's method of the same name)."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value == name
+    return isinstance(func, cst.Attribute) and func.attr.value == name and "sched" not in code_of(func.value).lower()
+
+
+def _after_scaler_update(rule: StepContextRule, stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """`stmt`, or the `scaler.update()` right after it: the barrier closes the step after the scale update."""
+    block = rule.parent(stmt)
+    body = list(getattr(block, "body", ()))
+    index = next((i for i, s in enumerate(body) if s is stmt), None)
+    if index is None or index + 1 >= len(body):
+        return stmt
+    following = body[index + 1]
+    if isinstance(following, cst.SimpleStatementLine) and len(following.body) == 1:
+        value = getattr(following.body[0], "value", None)
+        if isinstance(value, cst.Call) and method_name(value) == "update" and not value.args:
+            return following
+    return stmt
+
+
+def prepared_by_accelerate(rule: StepContextRule, loop: cst.For) -> bool:
+    """Does `loop` iterate a loader returned by `accelerator.prepare(...)` (it moves batches and syncs already)?"""
+    name = rule.iterated_name(loop)
+    if name is None or not rule.facts().uses("accelerate"):
+        return False
+    for assign in rule.analysis.nodes.assigns:
+        if not (isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)):
+            continue
+        if method_name(assign.value) not in PREPARE_METHODS:
+            continue
+        for target in assign.targets:
+            names = (
+                [target.target]
+                if isinstance(target.target, cst.Name)
+                else [e.value for e in getattr(target.target, "elements", ())]
+            )
+            if any(isinstance(n, cst.Name) and n.value == name.value for n in names):
+                return True
+    return False
+
+
+def _start(rule: StepContextRule, node: cst.CSTNode) -> tuple[int, int]:
+    pos = rule.position(node).start
+    return (pos.line, pos.column)

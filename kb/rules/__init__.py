@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     c1_removed_apis,
     c2_compile_and_launch,
     c2_cuda_runtime,
+    c2_device_flow,
     c2_device_handles,
     c2_device_moves,
     c2_seeds,

@@ -202,6 +202,40 @@ class TorchCheckpoint(Rule):
 
 
 # --- distributed launch ------------------------------------------------------------------------
+GPU_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
+XLA_LAUNCHERS = frozenset(
+    {"torch_xla.launch", "torch_xla.torch_xla.launch", "torch_xla.distributed.xla_multiprocessing.spawn"}
+)
+SPAWN_POSITIONS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
+
+
+def spawns_one_process_per_gpu(rule: Rule, spawn: cst.Call) -> bool:
+    """`mp.spawn(fn, nprocs=torch.cuda.device_count())` (directly or through a name assigned from the count):
+    one process per device, the process model of `torch_xla.launch`, so moving to it keeps the behaviour."""
+    nprocs = bound_arguments(spawn, SPAWN_POSITIONS).get("nprocs")
+    if isinstance(nprocs, cst.Call):
+        return bool(rule.qualified_names(nprocs.func) & GPU_COUNTS)
+    if not isinstance(nprocs, cst.Name):
+        return False
+    return any(
+        isinstance(a, cst.Assign)
+        and isinstance(a.value, cst.Call)
+        and any(isinstance(t.target, cst.Name) and t.target.value == nprocs.value for t in a.targets)
+        and bool(rule.qualified_names(a.value.func) & GPU_COUNTS)
+        for a in rule.analysis.nodes.assigns
+    )
+
+
+def launches_one_process_per_chip(rule: Rule) -> bool:
+    """Does the module start its workers with `torch_xla.launch` (or a per-GPU `mp.spawn` that becomes it)?"""
+    for call in rule.analysis.nodes.calls:
+        names = rule.qualified_names(call.func)
+        if names & XLA_LAUNCHERS:
+            return True
+        if "torch.multiprocessing.spawn" in names and spawns_one_process_per_gpu(rule, call):
+            return True
+    return False
+
 @register
 class NcclProcessGroup(Rule):
     code = "XLA223"
@@ -215,7 +249,9 @@ class NcclProcessGroup(Rule):
         "supported with GPUs, no GPUs found!`. The XLA backend is registered by `import "
         'torch_xla.distributed.xla_backend` and initialised with `init_method="xla://"`, which takes rank and '
         "world size from the XLA runtime (explicit `rank=`/`world_size=` are then ignored). Unsafe: it assumes "
-        "processes are started by `torch_xla.launch` (or torchrun) with one process per chip."
+        "processes are started by `torch_xla.launch` (or torchrun) with one process per chip — safe, and applied "
+        "by default, where the same module launches them so (`torch_xla.launch`, or `mp.spawn` with one process "
+        "per GPU, which XLA225 turns into it)."
     )
     before = 'import torch.distributed as dist\n\ndist.init_process_group("nccl")\n'
     after = (
@@ -249,7 +285,8 @@ class NcclProcessGroup(Rule):
             new = add_kwarg(new, "init_method", xla_url)
         else:
             new = new.with_changes(args=[a.with_changes(value=xla_url) if a is init else a for a in new.args])
-        self.report(node, replacement=new, imports=(("torch_xla.distributed.xla_backend", None, None),))
+        certain = "safe" if launches_one_process_per_chip(self) else None
+        self.report(node, replacement=new, imports=(("torch_xla.distributed.xla_backend", None, None),), fix=certain)
 
 
 DDP_NAMES = frozenset(
@@ -307,7 +344,9 @@ class MpSpawn(Rule):
         "the runtime chooses one process per chip: `torch_xla.launch(fn, args=...)` calls `fn(index, *args)` like "
         "`mp.spawn` does. Unsafe: the index is the global ordinal (same as the local index on one host), and a "
         "world size passed through `args` must be read inside `fn` with `xr.world_size()` instead; do not touch "
-        "the XLA device before the launch (`RuntimeError: Runtime is already initialized`)."
+        "the XLA device before the launch (`RuntimeError: Runtime is already initialized`). Safe, and applied by "
+        "default, when `nprocs` is the GPU count (`torch.cuda.device_count()`, directly or through a variable): "
+        "that is exactly one process per device, what `torch_xla.launch` starts."
     )
     before = "import torch.multiprocessing as mp\n\nmp.spawn(train, args=(world_size,), nprocs=world_size, join=True)\n"
     after = "import torch.multiprocessing as mp\nimport torch_xla\n\ntorch_xla.launch(train, args=(world_size,))\n"
@@ -319,12 +358,10 @@ class MpSpawn(Rule):
     references = ("torch_xla/torch_xla.py launch", "torch_xla/_internal/pjrt.py spawn", "huggingface/accelerate #2999")
     valid = ("import torch_xla\ntorch_xla.launch(train, args=(1,))\n",)
 
-    POSITIONS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
-
     def visit_Call(self, node: cst.Call) -> None:
         if not self.is_call_to(node, "torch.multiprocessing.spawn"):
             return
-        given = bound_arguments(node, self.POSITIONS)
+        given = bound_arguments(node, SPAWN_POSITIONS)
         join = given.get("join")
         if has_star_args(node) or "fn" not in given:
             self.report(node)
@@ -336,4 +373,5 @@ class MpSpawn(Rule):
             return
         args = launch_arguments(given)
         call = cst.Call(expr("torch_xla.launch"), with_commas(args))
-        self.report(node, replacement=call, imports=(IMPORT_TORCH_XLA,))
+        certain = "safe" if spawns_one_process_per_gpu(self, node) else None
+        self.report(node, replacement=call, imports=(IMPORT_TORCH_XLA,), fix=certain)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, string_value, with_commas
+from ..analysis.devices import analyse as analyse_devices
+from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, same_quotes, string_value, with_commas
 from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
 
 
@@ -94,7 +95,10 @@ class CudaIsAvailableFallback(Rule):
     )
     why = (
         "On a TPU host `torch.cuda.is_available()` is False, so the fallback picks the CPU and the whole "
-        "run trains on the host CPU, slowly, with exit code 0 — a silent failure."
+        "run trains on the host CPU, slowly, with exit code 0 — a silent failure. A string stays a string "
+        "(`'cuda' if ... else 'cpu'` becomes `'xla'`, so `'xla' in device` still works); a `torch.device(...)` "
+        "becomes `torch_xla.device()`. Guards whose protected code picks the device are XLA230's; guards around "
+        "CUDA-only housekeeping are code a TPU never runs and are not reported."
     )
     before = "import torch\n\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
     after = "import torch\nimport torch_xla\n\ndevice = torch_xla.device()\n"
@@ -112,6 +116,8 @@ class CudaIsAvailableFallback(Rule):
             parent = self.parent(node)
             if isinstance(parent, cst.IfExp) and self._is_fallback(parent):
                 return  # reported on the IfExp / torch.device call
+            if any(g.test is node and g.flips for g in analyse_devices(self.analysis.module).facts.guards):
+                return  # a guard around the device choice: XLA230 rewrites it
             self.report(
                 node,
                 "`torch.cuda.is_available()` is False on TPU; branch on the XLA device instead "
@@ -124,7 +130,10 @@ class CudaIsAvailableFallback(Rule):
         parent = self.parent(self.parent(node))  # IfExp -> Arg -> Call
         if isinstance(parent, cst.Call) and self.is_call_to(parent, "torch.device"):
             return
-        self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+        if isinstance(node.body, cst.SimpleString):  # one representation: strings stay strings
+            self.report(node, replacement=same_quotes(node.body, "xla"), imports=(IMPORT_TORCH_XLA,))
+        else:
+            self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
 
     def _is_fallback(self, node: cst.CSTNode) -> bool:
         return (

@@ -61,7 +61,7 @@ class OptimizerBeforeMove(Rule):
     code = "XLA215"
     title = "Optimizer built before the model moves to the XLA device trains nothing"
     category = "C2"
-    fix = "unsafe"
+    fix = "safe"
     autofix = True
     detects = (
         "`opt = torch.optim.X(model.parameters(), ...)` followed, later in the same function or module, by "
@@ -73,9 +73,10 @@ class OptimizerBeforeMove(Rule):
         "Moving a CPU module to XLA creates NEW Parameter objects: the optimizer keeps the old CPU tensors, "
         "`optimizer.step()` updates tensors the model no longer uses, and the model never learns — the loss stays "
         "flat, exit code 0, no error (accelerate and the HF Trainer raise `ValueError: The model and the optimizer "
-        "parameters are not on the same device` for this). The fix moves the model first. Unsafe: it reorders "
-        "statements; xlaport only rewrites when the move is a plain statement of the same block and nothing it "
-        "uses is assigned in between — other layouts are reported for a manual fix."
+        "parameters are not on the same device` for this). The fix moves the model first. Safe: the optimizer then "
+        "holds the parameters that train, as it does on CUDA, so the numbers are the program's; xlaport only "
+        "rewrites when the move is a plain statement of the same block and nothing it uses is assigned in "
+        "between — other layouts are reported for a manual fix."
     )
     before = (
         "import torch\n\nmodel = Net()\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\nmodel.to(device)\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis import steps
 from ..analysis.context import StepContextRule
 from ..cst_helpers import expr, identifier, keyword_arg, method_name
 from ..rule import IMPORT_PL, IMPORT_TORCH_XLA, IMPORT_XM, register
@@ -40,17 +41,24 @@ class MissingStepBarrier(StepContextRule):
     code = "XLA406"
     title = "Training loop without a step barrier: the lazy graph grows across iterations"
     category = "C4"
-    fix = "unsafe"
+    fix = "safe"
     autofix = True
     detects = (
-        "A loop that runs `loss.backward()` and `optimizer.step()` but never `torch_xla.sync()`, "
-        "`xm.mark_step()`, `xm.optimizer_step(...)` or `with torch_xla.step():`, and does not iterate an "
-        "`MpDeviceLoader` (which syncs after each batch). The fix inserts `torch_xla.sync()` after `optimizer.step()`."
+        "A training loop whose optimizer update (`optimizer.step()`, `scaler.step(optimizer)` of a GradScaler, "
+        "`xm.optimizer_step(optimizer)` without `barrier=True`) runs in its body or in a helper function or "
+        "method it calls (`self._run_batch(...)`, `train_step(...)`, also through several helpers), with no "
+        "`torch_xla.sync()`, `xm.mark_step()`, `xm.optimizer_step(..., barrier=True)` or `with torch_xla.step():` "
+        "and no `MpDeviceLoader` or accelerate-prepared loader (both sync after each batch). The fix adds one "
+        "`torch_xla.sync()` per iteration of the innermost loop that runs the update: after the update (after "
+        "`scaler.update()` when that follows) or after the call of the helper; two updates in one iteration "
+        "(a GAN) get one barrier, after the last."
     )
     why = (
         "Without a barrier nothing tells XLA where a step ends: the traced graph keeps growing with every "
         "iteration until something reads a value, compile time grows super-linearly and host memory grows. "
-        "Nothing fails; the run gets slower and slower."
+        "Nothing fails; the run gets slower and slower (nanoGPT through `scaler.step`: 3.1 s -> 16.3 s a step "
+        "over 7 steps; with the barrier 15-24 ms). Safe: a barrier only says where a step ends; every tensor "
+        "keeps its value, so the program computes the same numbers."
     )
     before = (
         "import torch\n\n"
@@ -102,38 +110,17 @@ class MissingStepBarrier(StepContextRule):
         "for epoch in range(3):\n    scheduler.step()\n",
     )
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_optimizer_step(node):
-            return
-        loop = self._innermost_loop(node)
-        if loop is None or not self.contains_backward(loop.body) or self.contains_sync(loop.body):
-            return
-        for anc in [loop, *self.ancestors(loop)]:
-            if isinstance(anc, cst.For) and self.iterates_device_loader(anc):
-                return
-        if isinstance(loop, cst.For) and self.plain_dataloader_name(loop) is not None:
-            self.report(
-                node,
-                "no step barrier in this loop: the XLA graph grows every iteration; wrapping the DataLoader in "
-                "`pl.MpDeviceLoader` (XLA408) syncs after each batch, or call `torch_xla.sync()` after `optimizer.step()`",
-            )
-            return
-        line = self.parent(self.parent(node))
-        if isinstance(self.parent(node), cst.Expr) and isinstance(line, cst.SimpleStatementLine):
+    def visit_Module(self, node: cst.Module) -> None:
+        for site in steps.barrier_sites(self):
+            message = self.message
+            if site.helper:
+                message = (
+                    f"no step barrier in this loop: `{site.helper}` runs the optimizer step, once per iteration; "
+                    "the XLA graph grows every iteration; call `torch_xla.sync()` after it"
+                )
             sync = cst.SimpleStatementLine(body=[cst.Expr(expr("torch_xla.sync()"))])
-            self.report(line, replacement=cst.FlattenSentinel([line, sync]), imports=(IMPORT_TORCH_XLA,))
-        else:
-            self.report(node)
-
-    def _innermost_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
-        child = node
-        for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                return None
-            if isinstance(anc, (cst.For, cst.While)) and child is anc.body:
-                return anc
-            child = anc
-        return None
+            replacement = cst.FlattenSentinel([site.after, sync])
+            self.report(site.call, message, replacement, imports=(IMPORT_TORCH_XLA,), target=site.after)
 
 
 @register
@@ -264,7 +251,7 @@ class PlainDataLoaderInStepLoop(StepContextRule):
     )
 
     def visit_For(self, node: cst.For) -> None:
-        if not self.runs_step(node) or self.iterates_device_loader(node):
+        if not self.runs_step(node) or self.iterates_device_loader(node) or steps.prepared_by_accelerate(self, node):
             return
         name = self.plain_dataloader_name(node)
         if name is None:

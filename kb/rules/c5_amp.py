@@ -57,7 +57,7 @@ class CudaAutocast(_AmpRule):
     code = "XLA501"
     title = "CUDA autocast does nothing on XLA tensors"
     category = "C5"
-    fix = "safe"
+    fix = "unsafe"
     autofix = True
     detects = (
         '`torch.cuda.amp.autocast(...)`, `torch.autocast("cuda", ...)`, `torch.autocast(device_type="cuda")` '
@@ -68,7 +68,9 @@ class CudaAutocast(_AmpRule):
         "Autocast is per device type: a CUDA autocast region does not touch XLA tensors, so the migrated model "
         "silently runs in float32 (slower, more memory). TPUs do mixed precision in bfloat16, which needs no "
         "loss scaling; with the torch_xla wrapper a float16 dtype only warns "
-        "`TPU Autocast only supports dtype of torch.bfloat16` and disables autocast."
+        "`TPU Autocast only supports dtype of torch.bfloat16` and disables autocast. Unsafe: float16 (or the "
+        "float32 the untouched region computes in on XLA) becomes bfloat16, which rounds differently: the "
+        "numbers change. Left alone, the CUDA region still runs on XLA, in float32."
     )
     before = "import torch\n\nwith torch.cuda.amp.autocast(dtype=torch.float16):\n    loss = model(x)\n"
     after = 'import torch\n\nwith torch.autocast("xla", dtype=torch.bfloat16):\n    loss = model(x)\n'
@@ -100,7 +102,7 @@ class CudaGradScaler(_AmpRule):
     code = "XLA502"
     title = "GradScaler is not needed with bfloat16 and syncs with the host every step"
     category = "C5"
-    fix = "safe"
+    fix = "unsafe"
     autofix = True
     detects = (
         '`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler()` and the uses of '
@@ -113,7 +115,9 @@ class CudaGradScaler(_AmpRule):
         "Loss scaling exists for float16's narrow exponent range; bfloat16 (TPU mixed precision) has float32's "
         "range and needs none. On XLA tensors the CUDA scaler still runs its inf/NaN check, which reads a value "
         "on the host every step (`aten::_local_scalar_dense`), and `scaler.step` bypasses `xm.optimizer_step` "
-        "(no gradient all-reduce in multi-process runs)."
+        "(no gradient all-reduce in multi-process runs). Unsafe: without loss scaling, steps the scaler would "
+        "skip (inf/NaN gradients) are taken and small float16 gradients are no longer rescued: the numbers "
+        "change. Left alone, the scaler keeps working on XLA tensors (its step barrier is placed by XLA406)."
     )
     before = (
         "import torch\n\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.devices import analyse as analyse_devices
 from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, same_quotes, string_value
 from ..rule import IMPORT_XM, Rule, register
 
@@ -77,7 +78,8 @@ class LoadOntoCudaOrXla(Rule):
     autofix = True
     detects = (
         "`torch.load` whose `map_location` is a CUDA device (`'cuda'`, `'cuda:0'`, `torch.device('cuda')`) or an "
-        "XLA device (`'xla'`, `torch_xla.device()`)."
+        "XLA device (`'xla'`, `torch_xla.device()`), written there or held by a name (`map_location=device` after "
+        "`device = 'cuda'`: the device-value analysis)."
     )
     why = (
         "On a TPU host mapping to CUDA raises `RuntimeError: Attempting to deserialize object on a CUDA device but "
@@ -114,6 +116,8 @@ class LoadOntoCudaOrXla(Rule):
         self.report(value, replacement=cpu)
 
     def _device_target(self, value: cst.BaseExpression) -> bool:
+        if any(value is n for n in analyse_devices(self.analysis.module).facts.map_locations):
+            return True  # a name that holds the device (`map_location=device`, `device = 'cuda'` above)
         text = string_value(value)
         if text is not None:
             return is_cuda_string(value) or text == "xla" or text.startswith("xla:")

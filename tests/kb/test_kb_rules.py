@@ -7,14 +7,24 @@ from pathlib import Path
 
 import pytest
 from xlaport.kb import all_rules, fix_source, lint_source
+from xlaport.kb.configs import ConfigRule, config_kind, fix_config, lint_config
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 RULES = all_rules()
 CODES = [r.code for r in RULES]
 
 
-def codes_in(source: str) -> set[str]:
+def codes_in(source: str, rule=None) -> set[str]:
+    """Codes found in `source`: Python, or the config file of a config rule's examples."""
+    if rule is not None and issubclass(rule, ConfigRule):
+        return {f.code for f in lint_config(source, rule.example_path)}
     return {f.code for f in lint_source(source)}
+
+
+def fixed_text(source: str, rule=None, rules=None) -> str:
+    if rule is not None and issubclass(rule, ConfigRule):
+        return fix_config(source, rule.example_path).fixed
+    return fix_source(source, rules=rules, unsafe=True).fixed
 
 
 @pytest.mark.parametrize("rule", RULES, ids=CODES)
@@ -30,20 +40,20 @@ def test_entry_is_documented(rule):
 
 @pytest.mark.parametrize("rule", RULES, ids=CODES)
 def test_before_example_is_detected(rule):
-    assert rule.code in codes_in(rule.before)
+    assert rule.code in codes_in(rule.before, rule)
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.autofix], ids=[r.code for r in RULES if r.autofix])
 def test_before_example_fixes_to_after(rule):
-    fixed = fix_source(rule.before, rules=[rule], unsafe=True).fixed
+    fixed = fixed_text(rule.before, rule, rules=[rule])
     assert fixed == rule.after
-    assert rule.code not in {f.code for f in lint_source(fixed, rules=[rule])}
+    assert rule.code not in codes_in(fixed, rule)
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.valid], ids=[r.code for r in RULES if r.valid])
 def test_valid_examples_are_not_flagged(rule):
     for snippet in rule.valid:
-        assert rule.code not in codes_in(snippet), snippet
+        assert rule.code not in codes_in(snippet, rule), snippet
 
 
 def fixture_dirs():
@@ -57,21 +67,32 @@ def test_every_entry_has_a_fixture_pair():
 
 @pytest.mark.parametrize("case", fixture_dirs(), ids=lambda p: p.name)
 def test_fixture(case: Path):
-    source = (case / "input.py").read_text()
-    rule_codes = {f.code for f in lint_source(source)}
+    # input.py, or input.yaml / input.sh / ... for the config-file entries
+    input_path = next(case.glob("input.*"))
+    is_config = config_kind(input_path) is not None
+    source = input_path.read_text()
+
+    def lint(text):
+        return lint_config(text, input_path.name) if is_config else lint_source(text)
+
+    def fix(text):
+        return fix_config(text, input_path.name).fixed if is_config else fix_source(text, unsafe=True).fixed
+
+    rule_codes = {f.code for f in lint(source)}
     assert case.name in rule_codes, f"{case.name} not detected in its own fixture"
     expected_findings = case / "findings.txt"
     if expected_findings.exists():
         # one "LINE CODE" per line: exactly these findings of the fixture's own code
         want = sorted(tuple(line.split()) for line in expected_findings.read_text().splitlines() if line.strip())
-        got = sorted((str(f.line), f.code) for f in lint_source(source) if f.code == case.name)
+        got = sorted((str(f.line), f.code) for f in lint(source) if f.code == case.name)
         assert got == [(line, code) for line, code in want]
-    expected = case / "expected.py"
+    expected = case / f"expected{input_path.suffix}"
     if expected.exists():
-        result = fix_source(source, unsafe=True)
-        assert result.fixed == expected.read_text()
-        ast.parse(result.fixed)
-        assert fix_source(result.fixed, unsafe=True).fixed == result.fixed, "fix is not idempotent"
+        fixed = fix(source)
+        assert fixed == expected.read_text()
+        if not is_config:
+            ast.parse(fixed)
+        assert fix(fixed) == fixed, "fix is not idempotent"
 
 
 @pytest.mark.parametrize("path", sorted((FIXTURES / "negative").glob("*.py")), ids=lambda p: p.name)
@@ -82,6 +103,7 @@ def test_negative_fixture_has_no_findings(path: Path):
 
 @pytest.mark.parametrize("rule", RULES, ids=CODES)
 def test_fix_is_idempotent_and_parses(rule):
-    once = fix_source(rule.before, unsafe=True).fixed
-    ast.parse(once)
-    assert fix_source(once, unsafe=True).fixed == once
+    once = fixed_text(rule.before, rule)
+    if not issubclass(rule, ConfigRule):
+        ast.parse(once)
+    assert fixed_text(once, rule) == once

@@ -1,0 +1,635 @@
+"""Device values within one module: where they come from (origins), where they flow (consumers), and which
+code only runs when CUDA is there (guards).
+
+Values are followed by *key*: the last name of the expression that holds them (`device`, `args.device` and
+`self.device` all have the key `device`; `cfg["device"]` too). A key is a device key when it reaches a device
+consumer (`.to(x)`, `device=x`, `map_location=x`, `torch.device(x)`, autocast's device type) or is named like
+one (`device`, `train_device`, `device_type`). The origins of a device key are every place that gives it a
+value: assignments (module-level config variables, dataclass fields), parameter defaults, argparse defaults
+and choices, dict entries. Module-wide and by name, not by scope: good enough for scripts, where a name
+means one thing, and what it misses is reported by the leftover scan instead of passing silently.
+
+A guard is a test that is only true with CUDA (`torch.cuda.is_available()`, `torch.accelerator.is_available()`,
+`'cuda' in device`, `device.type == "cuda"`), directly or through a variable (`use_cuda = ... and
+torch.cuda.is_available()`). A guard *flips* when the code it protects selects the device (a CUDA device
+string, `.cuda()`, `torch.device(...)`, `current_accelerator()`, a bf16 probe): that code is the path a TPU
+must take, so the test is rewritten to hold there. A guard that does not flip protects CUDA-only
+housekeeping that a TPU host never runs: nothing inside it is rewritten or reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
+
+CUDA_STRING = re.compile(r"cuda(:\d+)?$")
+DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
+INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
+AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+# Probes that a rule rewrites for XLA: a guard that holds one of them in its test must flip with it.
+MIGRATED_PROBES = frozenset({"torch.cuda.is_bf16_supported"})
+# Calls that choose the device or the process topology: code holding one is the path a TPU must take.
+DEVICE_CHOICES = frozenset(
+    {
+        "torch.device",
+        "torch.accelerator.current_accelerator",
+        "torch.cuda.device_count",
+        "torch.accelerator.device_count",
+    }
+)
+AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
+INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+
+
+# --- small expression helpers --------------------------------------------------------------------
+
+
+def is_cuda_value(node: cst.CSTNode | None) -> bool:
+    """`'cuda'`, `'cuda:1'`, `f'cuda:{rank}'`, `'cuda:{}'.format(i)`, `'cuda:' + str(i)`."""
+    text = string_value(node)
+    if text is not None:
+        return bool(CUDA_STRING.match(text))
+    if isinstance(node, cst.FormattedString):
+        head = node.parts[0] if node.parts else None
+        return isinstance(head, cst.FormattedStringText) and head.value.startswith("cuda:")
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        text = string_value(node.func.value)
+        return text is not None and text.startswith("cuda:")
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        text = string_value(node.left)
+        return text is not None and text.startswith("cuda:")
+    return False
+
+
+def key_of(node: cst.CSTNode | None) -> str | None:
+    """The name a value is held under: `device`, `args.device` -> device, `cfg['device']` -> device."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Call) and dotted(node.func) == "str" and len(node.args) == 1:
+        return key_of(node.args[0].value)  # str(device)
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index):
+            return string_value(index.value)
+    return None
+
+
+def argparse_dest(call: cst.Call) -> str | None:
+    """`add_argument('--dist-backend', ...)` -> dist_backend (or its `dest=`)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dest":
+            return string_value(arg.value)
+    flags = [string_value(a.value) for a in call.args if a.keyword is None]
+    longs = [f for f in flags if f and f.startswith("--")]
+    name = longs[0] if longs else next((f for f in flags if f), None)
+    return name.lstrip("-").replace("-", "_") if name else None
+
+
+# --- facts ---------------------------------------------------------------------------------------------
+@dataclass
+class Guard:
+    """A test that holds only with CUDA. `test` is the availability call or the `'cuda'` literal compared;
+    `condition` the whole test expression around it; `regions` the code it protects."""
+
+    test: cst.CSTNode
+    condition: cst.BaseExpression
+    regions: list[cst.CSTNode]
+    flips: bool = False
+    # Not flipped, and what it protects touches CUDA (seeds, cuDNN, pinned copies): dead code on a TPU host.
+    # A guard around plain code (`if device.type == 'cuda': bs = 64`) is not quiet: that choice may matter.
+    quiet: bool = False
+
+
+@dataclass
+class DeviceFacts:
+    device_keys: set[str] = field(default_factory=set)
+    int_keys: set[str] = field(default_factory=set)
+    # CUDA device strings where a device value is made (assignment, default, argparse, dict entry, consumer).
+    string_origins: list[cst.BaseExpression] = field(default_factory=list)
+    # 'nccl' given as a process-group backend (literal, variable, default, argparse).
+    nccl_origins: list[cst.SimpleString] = field(default_factory=list)
+    # Ints used as devices (`.to(rank)`, `torch.device(local_rank)`, `device=args.gpu`): CUDA indices.
+    int_devices: list[cst.BaseExpression] = field(default_factory=list)
+    # `map_location=x` where the name x holds a CUDA or XLA device value: load on the CPU instead (XLA711).
+    map_locations: list[cst.BaseExpression] = field(default_factory=list)
+    accelerator_calls: list[cst.Call] = field(default_factory=list)
+    guards: list[Guard] = field(default_factory=list)
+
+    def dead_regions(self) -> list[cst.CSTNode]:
+        """CUDA-only code a TPU host never runs: what quiet guards protect, and their tests."""
+        out: list[cst.CSTNode] = []
+        for guard in self.guards:
+            if guard.quiet:
+                out.extend(guard.regions)
+                out.append(guard.condition)
+        return out
+
+
+class _Walker(cst.CSTVisitor):
+    """One pass: parents, imports, and the nodes the analysis looks at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.aliases: dict[str, str] = {}
+        self.calls: list[cst.Call] = []
+        self.assigns: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, value)
+        self.params: list[cst.Param] = []
+        self.dict_entries: list[cst.DictElement] = []
+        self.comparisons: list[cst.Comparison] = []
+        self.strings: list[cst.SimpleString] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        for child in node.children:
+            self.parents[child] = node
+        return super().on_visit(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            name = dotted(alias.name)
+            if name is None:
+                continue
+            if alias.asname is not None:
+                self.aliases[dotted(alias.asname.name) or name] = name
+            else:
+                self.aliases[name.split(".")[0]] = name.split(".")[0]
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted(node.module) if node.module is not None else None
+        if module is None or node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = dotted(alias.name)
+            local = dotted(alias.asname.name) if alias.asname is not None else name
+            if name and local:
+                self.aliases[local] = f"{module}.{name}"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._target(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._target(node.target, node.value)
+
+    def _target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if (
+            isinstance(target, cst.Tuple)
+            and isinstance(value, cst.Tuple)
+            and len(target.elements) == len(value.elements)
+        ):
+            for t, v in zip(target.elements, value.elements, strict=True):
+                self._target(t.value, v.value)
+        else:
+            self.assigns.append((target, value))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.params.append(node)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        self.dict_entries.append(node)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        self.comparisons.append(node)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        self.strings.append(node)
+
+
+class DeviceAnalysis:
+    """Runs once per module (see `analyse`); rules read its `facts`."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.walker = _Walker()
+        module.visit(self.walker)
+        self.parents = self.walker.parents
+        self.facts = DeviceFacts()
+        self._run()
+
+    # --- name resolution ---------------------------------------------------------------------------------
+    def qualified(self, node: cst.CSTNode) -> str | None:
+        """The import-resolved dotted name of `node` (`dist.init_process_group` -> torch.distributed...)."""
+        name = dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        if head not in self.walker.aliases:
+            return None
+        base = self.walker.aliases[head]
+        return f"{base}.{rest}" if rest else base
+
+    def call_name(self, call: cst.Call) -> str | None:
+        return self.qualified(call.func)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    # --- the analysis ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        consumers = self._consumers()
+        facts = self.facts
+        facts.device_keys = {k for k in (key_of(a) for a, kind in consumers if kind != "backend") if k}
+        facts.int_keys = self._int_keys()
+        for arg, kind in consumers:
+            self._consumer(arg, kind)
+        self._origins()
+        self._accelerator()
+        self._guards()
+
+    def _consumers(self) -> list[tuple[cst.BaseExpression, str]]:
+        """(argument, kind) for every place a device value is used. kind: device, device_type, map_location,
+        backend."""
+        out: list[tuple[cst.BaseExpression, str]] = []
+        for call in self.walker.calls:
+            name = self.call_name(call)
+            args = positional_args(call)
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "to" and args and name is None:
+                out.append((args[0].value, "device"))
+            if name == "torch.device" and args:
+                out.append((args[0].value, "device"))
+            if name in AUTOCASTS and args:
+                out.append((args[0].value, "device_type"))
+            if name == "torch.load" and len(args) > 1:
+                out.append((args[1].value, "map_location"))
+            if name == INIT_PROCESS_GROUP and args:
+                out.append((args[0].value, "backend"))
+            for kw, kind in (
+                ("device", "device"),
+                ("device_type", "device_type"),
+                ("map_location", "map_location"),
+                ("backend", "backend"),
+            ):
+                arg = keyword_arg(call, kw)
+                if arg is not None and (kind != "backend" or name == INIT_PROCESS_GROUP):
+                    out.append((arg.value, kind))
+        return out
+
+    def _is_device_key(self, key: str | None) -> bool:
+        return key is not None and (key in self.facts.device_keys or bool(DEVICE_NAME.match(key)))
+
+    def _int_keys(self) -> set[str]:
+        keys = set()
+        for param in self.walker.params:
+            annotation = param.annotation.annotation if param.annotation is not None else None
+            if isinstance(annotation, cst.Name) and annotation.value == "int":
+                keys.add(param.name.value)
+        for target, value in self.walker.assigns:
+            key = key_of(target)
+            if key and (
+                isinstance(value, cst.Integer) or (isinstance(value, cst.Call) and dotted(value.func) == "int")
+            ):
+                keys.add(key)
+        for call in self.walker.calls:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
+                type_arg = keyword_arg(call, "type")
+                dest = argparse_dest(call)
+                if dest and type_arg is not None and dotted(type_arg.value) == "int":
+                    keys.add(dest)
+        return keys
+
+    def _is_int(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Integer):
+            return True
+        key = key_of(node)
+        if key is None or not isinstance(node, (cst.Name, cst.Attribute)):
+            return False
+        return key in self.facts.int_keys or bool(INT_DEVICE_NAME.match(key))
+
+    def _consumer(self, arg: cst.BaseExpression, kind: str) -> None:
+        facts = self.facts
+        if kind == "backend":
+            if string_value(arg) == "nccl":
+                facts.nccl_origins.append(arg)
+            return
+        if kind in ("device", "map_location") and self._is_int(arg):
+            facts.int_devices.append(arg)
+            return
+        if kind == "map_location":
+            if self._holds_device(arg):
+                facts.map_locations.append(arg)
+            return
+        # a literal string right here is XLA202's (`.to('cuda')`, `device='cuda'`); other forms are ours
+        if isinstance(arg, cst.SimpleString):
+            return
+        facts.string_origins.extend(self._value_strings(arg))
+
+    def _holds_device(self, arg: cst.BaseExpression) -> bool:
+        """Does this name hold a CUDA or an XLA device (a string, or `torch_xla.device()`) somewhere in the
+        module? Literals right at the consumer are the consumer rule's own."""
+        key = key_of(arg)
+        if key is None or not isinstance(arg, (cst.Name, cst.Attribute, cst.Subscript)):
+            return False
+        return any(
+            key_of(target) == key and (any(True for _ in self._value_strings(value)) or self._is_xla_value(value))
+            for target, value in self.walker.assigns
+        )
+
+    def _is_xla_value(self, value: cst.BaseExpression) -> bool:
+        text = string_value(value)
+        if text is not None:
+            return text == "xla" or text.startswith("xla:")
+        if isinstance(value, cst.IfExp):
+            return self._is_xla_value(value.body) or self._is_xla_value(value.orelse)
+        return isinstance(value, cst.Call) and self.call_name(value) == "torch_xla.device"
+
+    def _value_strings(self, value: cst.BaseExpression):
+        """CUDA device strings in the value positions of an expression (not inside its tests)."""
+        if is_cuda_value(value):
+            yield value
+        elif isinstance(value, cst.IfExp) and not self.is_cuda_fallback(value):
+            yield from self._value_strings(value.body)
+            yield from self._value_strings(value.orelse)
+        elif isinstance(value, cst.BooleanOperation):
+            yield from self._value_strings(value.left)
+            yield from self._value_strings(value.right)
+        elif isinstance(value, cst.Call):
+            name = self.call_name(value)
+            args = positional_args(value)
+            if name in ("os.environ.get", "os.getenv") and len(args) > 1:
+                yield from self._value_strings(args[1].value)
+            elif name == "torch.device" and args and not isinstance(args[0].value, cst.SimpleString):
+                yield from self._value_strings(args[0].value)  # torch.device('cuda') itself is XLA202's
+            elif dotted(value.func) == "str" and args:
+                yield from self._value_strings(args[0].value)
+
+    def _origins(self) -> None:
+        facts = self.facts
+        found: list[cst.BaseExpression] = []
+        for target, value in self.walker.assigns:
+            if self._is_device_key(key_of(target)):
+                found.extend(self._value_strings(value))
+            found_nccl = string_value(value) == "nccl"
+            if found_nccl:
+                facts.nccl_origins.append(value)
+        for param in self.walker.params:
+            if param.default is not None:
+                if self._is_device_key(param.name.value):
+                    found.extend(self._value_strings(param.default))
+                if string_value(param.default) == "nccl":
+                    facts.nccl_origins.append(param.default)
+        for entry in self.walker.dict_entries:
+            if self._is_device_key(string_value(entry.key)):
+                found.extend(self._value_strings(entry.value))
+        for call in self.walker.calls:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
+                self._argparse(call, found)
+        seen = {id(n) for n in facts.string_origins}
+        for node in found:
+            if id(node) not in seen:
+                seen.add(id(node))
+                facts.string_origins.append(node)
+        facts.nccl_origins = list({id(n): n for n in facts.nccl_origins}.values())
+
+    def _argparse(self, call: cst.Call, found: list[cst.BaseExpression]) -> None:
+        default = keyword_arg(call, "default")
+        choices = keyword_arg(call, "choices")
+        values = [default.value] if default is not None else []
+        if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple, cst.Set)):
+            values += [e.value for e in choices.value.elements]
+        if self._is_device_key(argparse_dest(call)):
+            for value in values:
+                found.extend(self._value_strings(value))
+        self.facts.nccl_origins.extend(v for v in values if string_value(v) == "nccl")
+
+    def _accelerator(self) -> None:
+        for call in self.walker.calls:
+            name = self.call_name(call)
+            if name and name.startswith("torch.accelerator.") and name not in AVAILABILITY:
+                self.facts.accelerator_calls.append(call)
+
+    # --- guards ---------------------------------------------------------------------------------------
+    def _guards(self) -> None:
+        tests: list[cst.CSTNode] = [c for c in self.walker.calls if self.call_name(c) in AVAILABILITY]
+        tests += [lit for comp in self.walker.comparisons if (lit := self._cuda_test_literal(comp)) is not None]
+        for test in tests:
+            guard = self._guard(test)
+            parent = self.parent(test)
+            if isinstance(parent, cst.IfExp) and parent.test is test and self.is_cuda_fallback(parent):
+                continue  # `'cuda' if torch.cuda.is_available() else 'cpu'` as a whole is XLA203's
+            if guard is not None:
+                guard.flips = self._has_device_path(guard.condition) or any(
+                    self._has_device_path(r) for r in guard.regions
+                )
+                guard.quiet = not guard.flips and any(self.has_cuda_reference(r) for r in guard.regions)
+                self.facts.guards.append(guard)
+
+    def _cuda_test_literal(self, comp: cst.Comparison) -> cst.SimpleString | None:
+        """The `'cuda'` literal of `'cuda' in device`, `device.type == 'cuda'`, `device_type != "cuda"` (or the
+        `'nccl'` of `args.dist_backend == 'nccl'`)."""
+        if len(comp.comparisons) != 1:
+            return None
+        target = comp.comparisons[0]
+        sides = (comp.left, target.comparator)
+        literal = next(
+            (s for s in sides if isinstance(s, cst.SimpleString) and string_value(s) in ("cuda", "nccl")), None
+        )
+        other = next((s for s in sides if s is not literal), None)
+        if literal is None or other is None:
+            return None
+        if string_value(literal) == "nccl":
+            return literal  # `backend == 'nccl'`: only a process-group backend is ever called that
+        key = key_of(other)
+        if self._is_device_key(key) or key == "type":
+            return literal
+        return None
+
+    def _guard(self, test: cst.CSTNode) -> Guard | None:
+        """The condition around `test` and the code it protects; None when the test is not a plain guard
+        (an `or`, a call argument, an assert)."""
+        positive = True
+        node: cst.CSTNode = test
+        if isinstance(test, cst.SimpleString):
+            comp = self.parent(test)
+            if isinstance(comp, cst.ComparisonTarget):
+                comp = self.parent(comp)
+            assert isinstance(comp, cst.Comparison)
+            if isinstance(comp.comparisons[0].operator, (cst.NotEqual, cst.NotIn, cst.IsNot)):
+                positive = False
+            node = comp
+        while True:
+            parent = self.parent(node)
+            if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And) and positive:
+                node = parent
+            elif isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+                positive = not positive
+                node = parent
+            else:
+                break
+        parent = self.parent(node)
+        regions: list[cst.CSTNode] = []
+        if isinstance(parent, cst.If) and parent.test is node:
+            regions = self._branch(parent, positive)
+        elif isinstance(parent, cst.IfExp) and parent.test is node:
+            regions = [parent.body if positive else parent.orelse]
+        elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node and positive:
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            keys = {key_of(t) for t in targets} - {None}
+            regions = self._uses_as_test(keys)
+        else:
+            return None
+        return Guard(test=test, condition=node, regions=regions)  # type: ignore[arg-type]
+
+    def _branch(self, node: cst.If, positive: bool) -> list[cst.CSTNode]:
+        if positive:
+            return [node.body]
+        return [node.orelse] if node.orelse is not None else []
+
+    def _uses_as_test(self, keys: set[str]) -> list[cst.CSTNode]:
+        """The code that `if use_cuda:` / `x if use_cuda else y` / `if not use_cuda:` protect."""
+        regions: list[cst.CSTNode] = []
+        for node, parent in self.parents.items():
+            if not isinstance(node, (cst.Name, cst.Attribute)) or key_of(node) not in keys:
+                continue
+            if isinstance(node, cst.Name) and isinstance(parent, cst.Attribute) and parent.attr is node:
+                continue
+            positive, test = True, node
+            while True:
+                up = self.parent(test)
+                if isinstance(up, cst.BooleanOperation) and isinstance(up.operator, cst.And) and positive:
+                    test = up
+                elif isinstance(up, cst.UnaryOperation) and isinstance(up.operator, cst.Not):
+                    positive, test = not positive, up
+                else:
+                    break
+            up = self.parent(test)
+            if isinstance(up, cst.If) and up.test is test:
+                regions += self._branch(up, positive)
+            elif isinstance(up, cst.IfExp) and up.test is test:
+                regions.append(up.body if positive else up.orelse)
+        return regions
+
+    def has_cuda_reference(self, region: cst.CSTNode) -> bool:
+        """Does `region` touch CUDA (torch.cuda, cuDNN, torch.accelerator, `.cuda()`, `.pin_memory()`, nccl)?"""
+        finder = _CudaReferenceFinder(self)
+        region.visit(finder)
+        return bool(finder.found)
+
+    def is_cuda_fallback(self, node: cst.IfExp) -> bool:
+        """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
+        the whole expression, so neither its string nor its test is reported again here."""
+        test_is_probe = isinstance(node.test, cst.Call) and self.call_name(node.test) == "torch.cuda.is_available"
+        body = node.body
+        body_is_device = (isinstance(body, cst.SimpleString) and is_cuda_value(body)) or (
+            isinstance(body, cst.Call) and self.call_name(body) == "torch.device"
+        )
+        return test_is_probe and body_is_device
+
+    def _has_device_path(self, region: cst.CSTNode) -> bool:
+        """Does `region` select the device (what a TPU must run), not just CUDA housekeeping?"""
+        finder = _DevicePathFinder(self)
+        region.visit(finder)
+        return finder.found
+
+
+class _DevicePathFinder(cst.CSTVisitor):
+    def __init__(self, analysis: DeviceAnalysis) -> None:
+        super().__init__()
+        self.analysis = analysis
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        name = self.analysis.call_name(node)
+        func = node.func
+        if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
+            self.found = True
+        elif name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+            self.found = True
+        return not self.found
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        # a CUDA string that a rule rewrites: an origin, 'nccl', or one given right to a device consumer
+        parent = self.analysis.parent(node)
+        if (
+            any(node is o for o in self.analysis.facts.string_origins)
+            or any(node is o for o in self.analysis.facts.nccl_origins)
+            or (is_cuda_value(node) and isinstance(parent, cst.Arg))
+        ):
+            self.found = True
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if any(node is o for o in self.analysis.facts.string_origins):
+            self.found = True
+
+
+CUDA_MODULES = ("torch.cuda", "torch.backends.cuda", "torch.backends.cudnn", "torch.accelerator")
+CUDA_METHODS = frozenset({"cuda", "pin_memory"})
+
+
+class _CudaReferenceFinder(cst.CSTVisitor):
+    """Every CUDA reference under a node: (node, what) pairs."""
+
+    def __init__(self, analysis: DeviceAnalysis) -> None:
+        super().__init__()
+        self.analysis = analysis
+        self.found: list[tuple[cst.CSTNode, str]] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        name = self.analysis.qualified(node)
+        if name and any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
+            self.found.append((node, name))
+            return False
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        name = self.analysis.qualified(node)
+        parent = self.analysis.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            return
+        if name and any(name.startswith(m + ".") for m in CUDA_MODULES):
+            self.found.append((node, name))  # `from torch.cuda.amp import autocast`; autocast(...)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in CUDA_METHODS
+            and self.analysis.qualified(func) is None
+        ):
+            self.found.append((node, f".{func.attr.value}()"))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False  # an import alone does nothing on a TPU host; its uses are references
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if is_cuda_value(node) or string_value(node) == "nccl":
+            self.found.append((node, repr(string_value(node))))
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+        if is_cuda_value(node):
+            self.found.append((node, "f'cuda:...'"))
+        return False
+
+
+def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+    """The CUDA references under `root` (see `_CudaReferenceFinder`) and the ints used as devices."""
+    finder = _CudaReferenceFinder(analysis)
+    root.visit(finder)
+    return finder.found + [(n, "int used as a device") for n in analysis.facts.int_devices]
+
+
+_CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}
+
+
+def analyse(module: cst.Module) -> DeviceAnalysis:
+    """The analysis of `module`, shared by every rule that visits the same module object."""
+    cached = _CACHE.get(id(module))
+    if cached is not None and cached[0] is module:
+        return cached[1]
+    if len(_CACHE) > 16:
+        _CACHE.clear()
+    analysis = DeviceAnalysis(module)
+    _CACHE[id(module)] = (module, analysis)
+    return analysis

@@ -1,0 +1,84 @@
+"""Step barriers wherever the step is (issue 9, item 3): through `GradScaler.step`, helper functions and
+methods, class-based trainers; loaders that accelerate prepared are left alone. Applied by the default
+(safe) fixes: a barrier after the optimizer update keeps the program's numbers (item 5)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from xlaport.kb import fix_source, lint_source
+
+STEPS = Path(__file__).parent.parent / "fixtures" / "steps"
+CASES = sorted(p for p in STEPS.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
+def test_default_fix_places_one_barrier_per_step(case: Path):
+    source = (case / "input.py").read_text()
+    fixed = fix_source(source, str(case / "input.py")).fixed  # default: safe fixes only
+    assert fixed == (case / "expected.py").read_text()
+    ast.parse(fixed)
+    assert fix_source(fixed).fixed == fixed, "not idempotent"
+    assert "XLA406" not in {f.code for f in lint_source(fixed)}
+
+
+def barrier_lines(source: str) -> list[int]:
+    return [f.line for f in lint_source(source) if f.code == "XLA406"]
+
+
+def test_finding_points_at_the_step_or_the_helper_call():
+    assert barrier_lines((STEPS / "scaler_step" / "input.py").read_text()) == [19]  # grad_scaler.step(opt)
+    assert barrier_lines((STEPS / "helper_method" / "input.py").read_text()) == [21]  # self._one_batch(...)
+    assert barrier_lines((STEPS / "trainer_class" / "input.py").read_text()) == [26]  # self.training_step(...)
+
+
+def test_two_optimizer_steps_in_one_iteration_get_one_barrier():
+    source = (
+        "import torch\n"
+        "for real in loader:\n"
+        "    d_loss = critic(real).mean()\n"
+        "    d_loss.backward()\n"
+        "    opt_d.step()\n"
+        "    g_loss = -critic(gen(z)).mean()\n"
+        "    g_loss.backward()\n"
+        "    opt_g.step()\n"
+    )
+    fixed = fix_source(source).fixed
+    assert fixed.count("torch_xla.sync()") == 1
+    assert fixed.splitlines()[-1] == "    torch_xla.sync()"
+
+
+def test_no_barrier_for_code_that_never_trains():
+    # a helper that steps but is never called from a loop; a scheduler step; an RL environment step
+    source = (
+        "import torch\n"
+        "def update(opt, loss):\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "for epoch in range(3):\n"
+        "    scheduler.step()\n"
+        "    obs = env.step(action)\n"
+    )
+    assert barrier_lines(source) == []
+
+
+def test_helper_that_syncs_itself_needs_no_barrier():
+    source = (
+        "import torch_xla\n"
+        "def train_step(batch):\n"
+        "    model(batch).sum().backward()\n"
+        "    optimizer.step()\n"
+        "    torch_xla.sync()\n"
+        "for batch in batches:\n"
+        "    train_step(batch)\n"
+    )
+    assert barrier_lines(source) == []
+
+
+def test_accelerate_prepared_loader_is_never_wrapped_again():
+    # on XLA accelerate's prepared loader is already a device loader; MpDeviceLoader around it yields 0 batches
+    source = (STEPS / "accelerate_loader" / "input.py").read_text()
+    assert fix_source(source, unsafe=True).fixed == source
+    assert not {"XLA406", "XLA408"} & {f.code for f in lint_source(source)}

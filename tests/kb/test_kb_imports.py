@@ -1,0 +1,96 @@
+"""The post-pass that removes imports a rewrite left unused (issue 9, item 6)."""
+
+from __future__ import annotations
+
+import libcst as cst
+from xlaport.kb.imports import import_references, remove_imports_made_unused
+
+ORIGINAL = """\
+import os
+import numpy as np
+import torch
+import torch.backends.cudnn as cudnn
+import torch_xla.core.xla_model as xm
+from torch.cuda.amp import GradScaler, autocast
+try:
+    import apex
+except ImportError:
+    apex = None
+
+def train(model, x):
+    from torch.cuda import amp
+    with amp.autocast():
+        return model(x) + apex.bias + xm.xla_device()
+
+cudnn.benchmark = True
+scaler = GradScaler()
+with autocast():
+    y = torch.ones(1)
+"""
+
+# What the rules would leave: every CUDA use rewritten, the imports still there.
+REWRITTEN = """\
+import os
+import numpy as np
+import torch
+import torch.backends.cudnn as cudnn
+import torch_xla.core.xla_model as xm
+from torch.cuda.amp import GradScaler, autocast
+try:
+    import apex
+except ImportError:
+    apex = None
+
+def train(model, x):
+    from torch.cuda import amp
+    with torch.autocast("xla"):
+        return model(x)
+
+with torch.autocast("xla"):
+    y = torch.ones(1)
+"""
+
+CLEANED = """\
+import os
+import numpy as np
+import torch
+import torch_xla.core.xla_model as xm
+try:
+    import apex
+except ImportError:
+    apex = None
+
+def train(model, x):
+    with torch.autocast("xla"):
+        return model(x)
+
+with torch.autocast("xla"):
+    y = torch.ones(1)
+"""
+
+
+def test_removes_only_imports_the_rewrite_made_unused():
+    cleaned = remove_imports_made_unused(cst.parse_module(ORIGINAL), cst.parse_module(REWRITTEN))
+    # os and numpy were unused before: they stay; torch_xla and the try-probe stay too
+    assert cleaned.code == CLEANED
+
+
+def test_nothing_newly_unused_returns_the_same_module():
+    module = cst.parse_module(REWRITTEN)
+    assert remove_imports_made_unused(module, module) is module
+
+
+def test_references_are_counted_across_scopes():
+    counts = import_references(cst.parse_module(ORIGINAL))
+    assert counts[("torch.cuda.amp", "GradScaler", None)] == 1
+    assert counts[("torch.cuda", "amp", None)] == 1
+    assert counts[("torch.backends.cudnn", None, "cudnn")] == 1
+    assert counts[("os", None, None)] == 0
+    assert ("apex", None, None) not in counts  # inside try: never removed
+    assert not any(key[0].startswith("torch_xla") for key in counts)
+
+
+def test_partly_used_from_import_keeps_the_used_name():
+    original = cst.parse_module("from torch.cuda.amp import GradScaler, autocast\ns = GradScaler()\nautocast()\n")
+    fixed = cst.parse_module("from torch.cuda.amp import GradScaler, autocast\nautocast()\n")
+    assert remove_imports_made_unused(original, fixed).code == "from torch.cuda.amp import autocast\nautocast()\n"

@@ -1,0 +1,32 @@
+"""End to end: CUDA training scripts whose step goes through a loss scaler or a helper method, migrated with
+the default (safe) fixes, run on the XLA device (PJRT_DEVICE=CPU): a barrier per step, so after the
+warm-up steps nothing compiles again (issue 9, items 3 and 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from xlaport.eval.check import run_check
+from xlaport.kb import fix_source
+
+PROGRAMS = Path(__file__).parent.parent / "programs" / "steps"
+
+
+def migrate_default(name: str, tmp_path: Path) -> Path:
+    result = fix_source((PROGRAMS / f"{name}.py").read_text(), f"{name}.py")  # no unsafe fixes
+    assert result.fixed.count("torch_xla.sync()") == 1, result.fixed
+    assert not [f for f in result.remaining if f.code == "XLA406"]
+    script = tmp_path / f"{name}.py"
+    script.write_text(result.fixed)
+    return script
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "steps"), [("cuda_scaler_loop", 12), ("cuda_trainer_helper", 24)])
+def test_migrated_program_compiles_only_during_warm_up(name, steps, tmp_path):
+    report = run_check(migrate_default(name, tmp_path), timeout_s=300)
+    assert report.error is None, report.error
+    assert report.steps == steps
+    assert report.compiles_after_warmup == 0, report.recompile_sources
+    assert report.level == "L2", report.reasons
