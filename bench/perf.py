@@ -181,9 +181,11 @@ def main() -> None:
         files = torch_files()[:: args.every]
         out["kb_corpus"] = {"files": len(files), "lines": sum(p.read_text().count("\n") for p in files)}
         out["kb"] = kb_rows(files, args.jobs)
+        print(json.dumps(out["kb"]), flush=True)  # partial results survive a later failure
     if "migrate" not in args.skip:
         trees = args.tree or [CORPUS / t for t in TREES if (CORPUS / t).is_dir()]
         out["migrate"] = migrate_row(trees, args.jobs)
+        print(json.dumps(out["migrate"]), flush=True)
     if "service" not in args.skip:
         out["service"] = service_rows(args.requests)
     out["load_average_at_end"] = os.getloadavg()
