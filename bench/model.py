@@ -106,7 +106,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
     return items
 
 
-def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
+def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens: int | None = None) -> dict:
     from xlaport.kb import lint_source
     from xlaport.model.proposer import load_proposer
     from xlaport.serve.pipeline import Pipeline, SuggestOptions
@@ -114,6 +114,8 @@ def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
     start = time.perf_counter()
     model = load_proposer(model_dir)
     load_s = time.perf_counter() - start
+    if max_new_tokens:
+        model.max_new_tokens = max_new_tokens
     items = held_out(model_dir, limit)
     log(f"{len(items)} held-out functions; model loaded in {load_s:.1f} s")
     rules_pipeline, model_pipeline = Pipeline(proposer=None), Pipeline(proposer=model)
@@ -167,7 +169,13 @@ def run_quality(model_dir: Path, limit: int, validate: int, log) -> dict:
             f"[{n + 1}/{len(items)}] {item['name']}: manual {row['manual']}, resolved rules {row['rules_resolved']} "
             f"model {row['model_resolved']} both {row['both_resolved']}; model {'ok' if row['model_accepted'] else row['model_reason']}"
         )
-    return {"model": str(model_dir), "load_s": round(load_s, 1), "rows": rows, "summary": summarize(rows)}
+    return {
+        "model": str(model_dir),
+        "load_s": round(load_s, 1),
+        "max_new_tokens": model.max_new_tokens,
+        "rows": rows,
+        "summary": summarize(rows),
+    }
 
 
 def _memoize_generation(model) -> None:
@@ -315,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", type=int, default=3, help="rules+model patches to validate")
     parser.add_argument("--throughput-steps", type=int, default=4, help="0 skips the throughput runs")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--max-new-tokens", type=int, help="generation bound (default: the model's own)")
     parser.add_argument("--throughput-only", action="store_true", help="only the training throughput runs")
     parser.add_argument("--throughput-child", choices=["xla", "eager"], help=argparse.SUPPRESS)
     parser.add_argument("--base", help="base model directory for --throughput-only (default: SmolLM2-135M)")
@@ -338,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = find_model_dir(args.model)
         if model_dir is None:
             raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
-        results = {"quality": run_quality(model_dir, args.limit, args.validate, log)}
+        results = {"quality": run_quality(model_dir, args.limit, args.validate, log, args.max_new_tokens)}
         results["training"] = training_record(model_dir)
         if args.throughput_steps:
             results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)

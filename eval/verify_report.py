@@ -10,13 +10,13 @@ GPU log, the run of the original here), what the band is, and why the verdict is
 from __future__ import annotations
 
 import base64
-import html
 import io
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from xlaport.files import atomic_write
+from xlaport.htmlpage import esc, fmt, page, row
 
 from .curves import Series, parse_claim, reference_band
 from .verify import VerifyReport
@@ -218,30 +218,7 @@ def save_plots(report: VerifyReport | dict, folder: Path) -> list[Path]:
     return paths
 
 
-# --- HTML ---------------------------------------------------------------------------------------
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
-h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ddd}
-.badge{display:inline-block;padding:.2em .7em;border-radius:.3em;color:#fff;font-weight:600}
-table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left}
-code,pre{background:#f6f6f6;padding:.1em .3em;border-radius:3px} pre{padding:.6em;overflow-x:auto;font-size:.85em}
-.plots{display:grid;grid-template-columns:1fr 1fr;gap:1em} .plots img{width:100%;border:1px solid #eee}
-li.fail{color:#b71c1c} li.undecided{color:#e65100} li.good{color:#1b5e20}
-"""
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _row(cells: list[object], header: bool = False) -> str:
-    tag = "th" if header else "td"
-    return "<tr>" + "".join(f"<{tag}>{html.escape(_fmt(c))}</{tag}>" for c in cells) + "</tr>"
+# --- HTML (the page and its shared pieces: xlaport/htmlpage.py) ---------------------------------
 
 
 def _reason_class(reason: str, data: dict) -> str:
@@ -255,11 +232,8 @@ def _reason_class(reason: str, data: dict) -> str:
 def render_html(report: VerifyReport | dict) -> str:
     """One self-contained page: verdict, every reason, L1 numbers, claim, L4 numbers, runs, plots."""
     data = report.to_dict() if isinstance(report, VerifyReport) else report
-    esc = html.escape
     color = STATUS_COLORS.get(data["status"], "#555")
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>xlaport verify: "
-        f"{esc(data['level'])} ({esc(data['status'])})</title><style>{CSS}</style></head><body>",
         "<h1>xlaport verify</h1>",
         f"<p><span class='badge' style='background:{color}'>{esc(data['status'].upper())}</span> "
         f"claimed level <b>{esc(data['level'])}</b>, required <b>{esc(data['required'])}</b> "
@@ -287,15 +261,15 @@ def render_html(report: VerifyReport | dict) -> str:
     loss = data.get("loss")
     if loss:
         parts.append("<h2>L1: training loss</h2><table>")
-        parts.append(_row(["", "reference", "migrated", "difference"], header=True))
+        parts.append(row(["", "reference", "migrated", "difference"], header=True))
         parts.append(
-            _row(["first logged loss", loss["ref_initial"], loss["mig_initial"], _pct(loss["initial_rel_diff"])])
+            row(["first logged loss", loss["ref_initial"], loss["mig_initial"], _pct(loss["initial_rel_diff"])])
         )
-        parts.append(_row(["final loss", loss["ref_final"], loss["mig_final"], ""]))
+        parts.append(row(["final loss", loss["ref_final"], loss["mig_final"], ""]))
         parts.append(
-            _row(["mean of last 25%", loss["ref_tail_mean"], loss["mig_tail_mean"], _pct(loss["tail_rel_diff"])])
+            row(["mean of last 25%", loss["ref_tail_mean"], loss["mig_tail_mean"], _pct(loss["tail_rel_diff"])])
         )
-        parts.append(_row(["trend (Spearman vs step)", loss["ref_trend"], loss["mig_trend"], ""]))
+        parts.append(row(["trend (Spearman vs step)", loss["ref_trend"], loss["mig_trend"], ""]))
         parts.append("</table><table style='margin-top:.5em'>")
         for key in (
             "verdict",
@@ -306,36 +280,36 @@ def render_html(report: VerifyReport | dict) -> str:
             "tail_noise_se",
             "ref_step_noise",
         ):
-            parts.append(_row([key, loss[key]]))
+            parts.append(row([key, loss[key]]))
         parts.append("</table>")
     if data.get("metrics"):
         parts.append("<h2>L1: evaluation metrics</h2><table>")
-        parts.append(_row(["metric", "direction", "reference", "migrated", "gain", "noise", "verdict"], header=True))
+        parts.append(row(["metric", "direction", "reference", "migrated", "gain", "noise", "verdict"], header=True))
         for m in data["metrics"]:
             direction = "higher better" if m["higher_is_better"] else "lower better"
             parts.append(
-                _row([m["name"], direction, m["ref_final"], m["mig_final"], m["gain"], m["noise"], m["verdict"]])
+                row([m["name"], direction, m["ref_final"], m["mig_final"], m["gain"], m["noise"], m["verdict"]])
             )
         parts.append("</table>")
     if data.get("claim"):
         claim = data["claim"]
         parts.append("<h2>L3: stated claim</h2><table>")
         for key in ("claim", "reference", "migrated", "holds", "inherited", "verdict", "reason"):
-            parts.append(_row([key, claim.get(key)]))
+            parts.append(row([key, claim.get(key)]))
         parts.append("</table>")
     if data.get("performance"):
         parts.append("<h2>L4: time and cost</h2><table>")
         for key, value in data["performance"].items():
-            parts.append(_row([key, value]))
+            parts.append(row([key, value]))
         parts.append("</table>")
 
     parts.append("<h2>Runs</h2><table>")
-    parts.append(_row(["run", "device", "command", "exit", "wall s", "steps", "loss from", "cached"], header=True))
+    parts.append(row(["run", "device", "command", "exit", "wall s", "steps", "loss from", "cached"], header=True))
     for key in ("reference_run", "migrated_run"):
         run = data.get(key)
         if run:
             parts.append(
-                _row(
+                row(
                     [
                         run["role"],
                         run["device"],
@@ -373,17 +347,15 @@ def render_html(report: VerifyReport | dict) -> str:
             "compile_s",
             "run_s",
         ):
-            parts.append(_row([key, check.get(key)]))
+            parts.append(row([key, check.get(key)]))
         parts.append("</table>")
     parts.append("<h2>Settings</h2><pre>" + esc("\n".join(f"{k} = {v!r}" for k, v in data["config"].items())))
     parts.append("</pre>" + (f"<p>from {esc(data['config_file'])}</p>" if data.get("config_file") else ""))
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return page(f"xlaport verify: {data['level']} ({data['status']})", parts)
 
 
 def _why_section(data: dict) -> list[str]:
     """The reasons that decided the verdict (failures and open questions, or what holds), then every smoke gate."""
-    esc = html.escape
     deciding = [r for r in data["reasons"] if _reason_class(r, data) in ("fail", "undecided")]
     if not deciding:
         deciding = [r for r in data["reasons"] if r.startswith(("L3: the goal holds", "L4:", "L3: judged"))]
@@ -393,8 +365,8 @@ def _why_section(data: dict) -> list[str]:
     if data.get("stops"):
         parts.append("<p>Smoke gates (only NaN/inf stops on the migrated run alone; the others hold it against the "
                      "reference's curve and noise band):</p><table>")  # fmt: skip
-        parts.append(_row(["gate", "stopped", "reason", "held against"], header=True))
-        parts += [_row([g["gate"], g["stopped"], g["reason"], g.get("against")]) for g in data["stops"]]
+        parts.append(row(["gate", "stopped", "reason", "held against"], header=True))
+        parts += [row([g["gate"], g["stopped"], g["reason"], g.get("against")]) for g in data["stops"]]
         parts.append("</table>")
     return parts
 
@@ -406,14 +378,14 @@ def _references_section(data: dict) -> list[str]:
         return ["<h2>References</h2><p>No usable reference: nothing to compare against.</p>"]
     parts = ["<h2>References</h2><table>"]
     parts.append(
-        _row(["reference", "device", "source", "role", "loss points", "level against it", "loss", "metrics", "s/step"],
+        row(["reference", "device", "source", "role", "loss points", "level against it", "loss", "metrics", "s/step"],
              header=True)
     )  # fmt: skip
     for ref in references:
         metrics = ", ".join(f"{name} {verdict}" for name, verdict in ref["metric_verdicts"].items())
         role = "decides the verdict" if ref["decides"] else "fallback: shown, not deciding"
         parts.append(
-            _row([ref["kind"] + (" (cached)" if ref["cached"] else ""), ref["device"], ref["source"], role,
+            row([ref["kind"] + (" (cached)" if ref["cached"] else ""), ref["device"], ref["source"], role,
                   ref["loss_points"], ref["level"], ref["loss_verdict"], metrics, ref["step_s"]])
         )  # fmt: skip
     parts.append("</table>")
@@ -421,7 +393,7 @@ def _references_section(data: dict) -> list[str]:
     parts.append(
         f"<p>The noise band of the deciding reference (shaded in plot (a)): at each step, the lowest and highest "
         f"reference loss within ±{band['window']} steps, widened by {band['z']:g}× the reference's step-to-step "
-        f"noise over its last 25% (σ = {_fmt(band['step_noise'])}). A spike the original has too stays inside it; "
+        f"noise over its last 25% (σ = {fmt(band['step_noise'])}). A spike the original has too stays inside it; "
         "the migrated run is only stopped for divergence when it rises far above the band and stays above it.</p>"
     )
     return parts

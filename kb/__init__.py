@@ -1,9 +1,30 @@
-"""The fix knowledge base: one libcst rule per migration fix, the engine that runs them, retrieval."""
+"""The fix knowledge base: one libcst rule per migration fix, the engine that runs them, retrieval.
 
-from . import configs  # noqa: F401  (registers the entries about config files and run scripts)
-from .engine import FixResult, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
-from .rule import CATEGORY_NAMES, Finding, Rule
+The names below load on first use (PEP 562), so that importing a light module of the package (`kb/cli.py`,
+which every `xlaport` invocation imports) does not load libcst and every rule.
+"""
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import FixResult, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
+    from .rule import CATEGORY_NAMES, Finding, Rule
+
+_HOME = {
+    "CATEGORY_NAMES": "rule",
+    "Finding": "rule",
+    "Rule": "rule",
+    "FixResult": "engine",
+    "SourceError": "engine",
+    "all_rules": "engine",
+    "fix_source": "engine",
+    "get_rule": "engine",
+    "lint_source": "engine",
+    "select_rules": "engine",
+}
 __all__ = [
     "CATEGORY_NAMES",
     "Finding",
@@ -16,3 +37,12 @@ __all__ = [
     "lint_source",
     "select_rules",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import_module(".configs", __name__)  # registers the entries about config files and run scripts
+    value = getattr(import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -36,6 +36,15 @@ def _read(path: Path) -> tuple[str | None, str | None]:
         return None, f"{path}: cannot read ({exc.strerror})"
 
 
+def _analysis_error(name: str, exc: Exception) -> str:
+    """One file's failure as a message: the run goes on with the other files."""
+    if isinstance(exc, SourceError):
+        return f"{name}: {exc}"
+    if isinstance(exc, RecursionError):
+        return f"{name}: cannot parse: nested too deeply to analyse safely"
+    return f"{name}: internal error while analysing ({type(exc).__name__}: {exc})"
+
+
 def lint_file(path: Path, rules: list[type[Rule]] | None = None, display: str | None = None) -> FileResult:
     name = display or str(path)
     source, error = _read(path)
@@ -45,8 +54,8 @@ def lint_file(path: Path, rules: list[type[Rule]] | None = None, display: str | 
         return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
     try:
         return FileResult(name, findings=lint_source(source, name, rules), source=source)
-    except SourceError as exc:
-        return FileResult(name, source=source, error=f"{name}: {exc}")
+    except Exception as exc:  # one bad file never stops a run
+        return FileResult(name, source=source, error=_analysis_error(name, exc))
 
 
 def fix_file(
@@ -62,8 +71,8 @@ def fix_file(
             result = fix_config(source, name, _codes(rules))
         else:
             result = fix_source(source, name, rules, unsafe=unsafe)
-    except SourceError as exc:
-        return FileResult(name, source=source, error=f"{name}: {exc}")
+    except Exception as exc:  # one bad file never stops a run
+        return FileResult(name, source=source, error=_analysis_error(name, exc))
     return FileResult(name, findings=result.remaining, applied=result.applied, source=source, fixed=result.fixed)
 
 

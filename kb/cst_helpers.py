@@ -252,7 +252,13 @@ def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
         args[-1] = last.with_changes(comma=before)
         new = new.with_changes(comma=last.comma)
     else:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        # the layout after the last argument (`\n    )`) moves behind the new one; one-per-line stays so
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        one_per_line = isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace)
+        if one_per_line and len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+            separator = args[-2].comma
+        args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
     return call.with_changes(args=[*args, new])
 
 

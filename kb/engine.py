@@ -19,6 +19,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis, children_of
+from .imports import remove_imports_made_unused
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
@@ -53,10 +54,10 @@ def select_rules(select: list[str] | None = None, ignore: list[str] | None = Non
     def matches(rule: type[Rule], patterns: list[str]) -> bool:
         return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)
 
+    unknown = [p for p in (select or []) + (ignore or []) if not any(matches(r, [p]) for r in chosen)]
+    if unknown:  # a typo in --ignore is as much a mistake as one in --select
+        raise KeyError(f"no rule matches {', '.join(unknown)}")
     if select:
-        unknown = [p for p in select if not any(matches(r, [p]) for r in chosen)]
-        if unknown:
-            raise KeyError(f"no rule matches {', '.join(unknown)}")
         chosen = [r for r in chosen if matches(r, select)]
     if ignore:
         chosen = [r for r in chosen if not matches(r, ignore)]
@@ -104,21 +105,90 @@ def check_size(source: str) -> None:
         )
 
 
-def parse(source: str) -> cst.Module:
-    check_size(source)
-    # CPython's parser first: it rejects pathological nesting with a SyntaxError where libcst's
-    # native parser would overflow its stack and kill the process.
+# Limits on what is handed to libcst (override with XLAPORT_MAX_NESTING / XLAPORT_MAX_NODES).
+# libcst's native parser overflows its stack on long `and`/`or` chains (a segfault: it kills the process),
+# and its Python visitors hit the recursion limit at ~300 nested nodes (measured: `1+1+...`, 300 ok, 400 not).
+# Real code nests under 50 levels and a 5,000-line file has ~50,000 nodes (~5 s of lint + fix).
+MAX_NESTING = 150
+MAX_NODES = 200_000
+
+
+def _limit(name: str, default: int) -> int:
+    value = os.environ.get(f"XLAPORT_{name}", "")
+    return int(value) if value.isdigit() else default
+
+
+def _string_parts(source: str, node: ast.expr) -> int:
+    """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain)."""
+    lines = source.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno]
+    segment = "".join(lines)
     try:
-        compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        tokens = tokenize.generate_tokens(io.StringIO(segment).readline)
+        return sum(tok.type == tokenize.STRING for tok in tokens)
+    except (tokenize.TokenError, SyntaxError):
+        return 1
+
+
+def _span_chars(node: ast.expr) -> int:
+    if node.end_lineno == node.lineno:
+        return node.end_col_offset - node.col_offset
+    return 1 << 30  # several lines: count the parts
+
+
+def check_parse_limits(tree: ast.AST, source: str) -> None:
+    """Raises SourceError when `tree` is nested deeper (as libcst nests it) or is larger than libcst handles safely.
+
+    Iterative: the check itself never recurses. A chain `a and b and c` is one node in CPython's AST but
+    nested once per operand in libcst's, so each operand counts as a level.
+    """
+    max_nesting, max_nodes = _limit("MAX_NESTING", MAX_NESTING), _limit("MAX_NODES", MAX_NODES)
+    stack: list[tuple[ast.AST, int, int]] = [(tree, 0, 1)]
+    nodes = 0
+    while stack:
+        node, depth, line = stack.pop()
+        line = getattr(node, "lineno", line)
+        nodes += 1
+        if nodes > max_nodes:
+            raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
+        if depth > max_nesting:
+            raise SourceError(
+                f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
+            )
+        if isinstance(node, ast.Constant | ast.JoinedStr) and hasattr(node, "end_col_offset"):
+            # a literal too long for its text alone: count its parts (tokenizing only such literals keeps this cheap)
+            if _span_chars(node) > 2 * (max_nesting - depth):
+                depth += _string_parts(source, node)
+                if depth > max_nesting:
+                    raise SourceError(
+                        f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
+                    )
+        if isinstance(node, ast.BoolOp):
+            stack.extend((value, depth + len(node.values) - i, line) for i, value in enumerate(node.values))
+        else:
+            stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+
+
+def parse(source: str) -> cst.Module:
+    """The libcst module of `source`; SourceError (with the reason) for what is not Python or too big to analyse.
+
+    CPython's parser goes first: it rejects pathological nesting with a SyntaxError, and its tree is checked
+    against the limits above, before libcst (whose native parser would crash the process) sees the text.
+    """
+    check_size(source)
+    try:
+        tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         line = getattr(exc, "lineno", None)
         raise SourceError(
             f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
         ) from None
+    check_parse_limits(tree, source)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise SourceError(f"cannot parse: {exc.message} (line {exc.raw_line}, column {exc.raw_column})") from None
+        raise SourceError(f"cannot parse: {exc.message[:200]} (line {exc.raw_line}, column {exc.raw_column})") from None
+    except RecursionError:
+        raise SourceError("cannot parse: nested too deeply to analyse safely") from None
 
 
 @dataclass
@@ -362,16 +432,17 @@ def fix_source(
 
 
 def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -> FixResult:
-    module = parse(source)
+    module = original = parse(source)
     applied: list[Finding] = []
     current_source = source
+    remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
         detections = _detect(module, rules, current_source)
         fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
             remaining = [_finding(path, d) for d in detections]
-            return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)
+            break
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
         candidate_source = candidate.code
@@ -384,5 +455,10 @@ def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -
             break
         applied.extend(_finding(path, d) for d in chosen)
         current_source = candidate_source
-    remaining = lint_source(current_source, path, rules)
+    if applied:
+        cleaned = remove_imports_made_unused(original, module)
+        if cleaned is not module:
+            current_source, remaining = cleaned.code, None
+    if remaining is None:
+        remaining = lint_source(current_source, path, rules)
     return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)

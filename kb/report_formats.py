@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
 from .engine import all_rules
 from .rule import Finding
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from xlaport.paths import cache_root as cache_dir
 
+from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
 from .docs import entry_dict
 from .engine import all_rules
 from .rule import Finding, Rule

@@ -1,5 +1,5 @@
-"""The command-line front of the pipeline: `migrate`, `suggest`, `serve`, `mcp` and `kb search`; `register`
-adds them to the root app. Commands parse, call the pipeline and render; nothing else.
+"""The command-line front of the pipeline: `migrate`, `suggest`, `serve` and `mcp`; `register` adds
+them to the root app. Commands parse, call the pipeline and render; nothing else.
 
 Each command imports what it runs inside its function: every `xlaport` invocation imports this module,
 and the pipeline (libcst, matplotlib, the kb) would make `xlaport --help` take 5 s instead of 0.4 s.
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from xlaport.cliutil import OutputFormat, fail_usage, split_codes
+from xlaport.cliutil import EXIT_FAILED, OutputFormat, fail_usage, split_codes
 
 
 class Transport(StrEnum):
@@ -65,7 +64,7 @@ def migrate(
 
     from xlaport.eval.verify_cli import render_text as render_verify_text
 
-    from xlaport.files import DirtyTree
+    from xlaport.files import DirtyTree, WriteFailed
 
     from .pipeline import MigrateOptions, get_pipeline
     from .tree import DestinationNotEmpty
@@ -87,6 +86,9 @@ def migrate(
             result = get_pipeline().migrate(src, out, options, progress)
     except (DestinationNotEmpty, NotADirectoryError, DirtyTree, ValueError) as exc:
         fail_usage(str(exc))
+    except WriteFailed as exc:  # disk full, read-only: nothing half-written is left
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
     if format is OutputFormat.json:
         typer.echo(json.dumps(result.summary(), indent=2))
     else:
@@ -254,32 +256,9 @@ def mcp(
     run_server(transport.value, host, port, allow_exec)
 
 
-def kb_search(
-    text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
-    k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
-    format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
-) -> None:
-    """The kb entries closest to TEXT (semantic search over the fix knowledge base)."""
-
-    from xlaport.kb.retrieval import search_fixes
-
-    query = sys.stdin.read() if text == "-" else text
-    if not query.strip():
-        fail_usage("the search text is empty")
-    hits = search_fixes(query, k)
-    if format is OutputFormat.json:
-        typer.echo(json.dumps([h.model_dump() for h in hits], indent=2))
-        return
-    for rank, hit in enumerate(hits, 1):
-        typer.echo(f"{rank}. {hit.code}  {hit.score:.3f}  {hit.fix:<6}  {hit.title}")
-        typer.echo(f"     matched {hit.matched}")
-
-
 def register(app: typer.Typer) -> None:
-    """Adds this area's commands to the root app (see xlaport/cli.py); `kb search` joins the `kb` group."""
+    """Adds this area's commands to the root app (see xlaport/cli.py)."""
     app.command()(migrate)
     app.command()(suggest)
     app.command()(serve)
     app.command()(mcp)
-    kb_app = next(group.typer_instance for group in app.registered_groups if group.name == "kb")
-    kb_app.command("search")(kb_search)

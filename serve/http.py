@@ -180,8 +180,6 @@ def create_app(
             raise HTTPException(504, f"the request took longer than {seconds:.0f} s") from None
         except SourceError as exc:
             raise HTTPException(422, str(exc)) from None
-        except RecursionError:
-            raise HTTPException(422, "cannot parse: the source is nested too deeply") from None
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
 
@@ -218,7 +216,9 @@ def create_app(
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
         if "memory_mb" in body.model_fields_set and body.memory_mb > host_memory_mb():
-            raise HTTPException(422, f"memory_mb={body.memory_mb} is more than this machine has ({host_memory_mb()} MB)")
+            raise HTTPException(
+                422, f"memory_mb={body.memory_mb} is more than this machine has ({host_memory_mb()} MB)"
+            )
         run = lambda: state["pipeline"].check(  # noqa: E731
             source=body.source, args=body.args, timeout_s=body.timeout_s, memory_mb=body.memory_mb
         )

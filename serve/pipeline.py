@@ -21,6 +21,7 @@ per process: the kb index is loaded once, on first use.
 from __future__ import annotations
 
 import shlex
+import shutil
 import tempfile
 import threading
 import time
@@ -37,7 +38,7 @@ from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
-from xlaport.files import check_in_place_allowed
+from xlaport.files import WriteFailed, in_place_backups
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
@@ -48,7 +49,6 @@ from .results import (
     CheckRun,
     Evidence,
     FileOutcome,
-    FindingOut,
     FixEntry,
     ManualItem,
     MigrateOptions,
@@ -124,7 +124,10 @@ class Pipeline:
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         rules = self.rules(options.select, options.ignore)
-        fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+        try:
+            fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
+        except RecursionError:  # kb's parse limits should prevent it; every front gets the reason if not
+            raise SourceError("cannot parse: nested too deeply to analyse safely") from None
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
         evidence = Evidence(
             codes_applied=[f.code for f in fixed.applied],
@@ -144,7 +147,7 @@ class Pipeline:
             changed=migrated != source,
             diff=unified_diff(source, migrated, name),
             migrated=migrated,
-            applied=[FindingOut.of(f) for f in fixed.applied],
+            applied=list(fixed.applied),
             manual=manual,
             evidence=evidence,
             notes=notes,
@@ -180,7 +183,7 @@ class Pipeline:
         hits = dict(zip(unique, self.index.search_many(unique, k), strict=True)) if k > 0 else {}
         spans = function_spans(source)
         return [
-            ManualItem(finding=FindingOut.of(f), function=enclosing_function(spans, f.line), retrieved=hits.get(q, []))
+            ManualItem(finding=f, function=enclosing_function(spans, f.line), retrieved=hits.get(q, []))
             for f, q in zip(findings, queries, strict=True)
         ]
 
@@ -196,7 +199,7 @@ class Pipeline:
         for item in manual:
             by_function.setdefault(item.function, []).append(item)
         for function, items in by_function.items():
-            findings = [Finding(**item.finding.model_dump()) for item in items]
+            findings = [item.finding for item in items]
             retrieved = [hit.model_dump() for item in items for hit in item.retrieved]
             try:
                 proposal = self.proposer.propose(source, function, findings, retrieved)
@@ -298,10 +301,11 @@ class Pipeline:
         src = Path(src).resolve()
         if not src.is_dir():
             raise NotADirectoryError(f"source is not a directory: {src}")
-        python, other = plan_tree(src)
+        tree_notes: list[str] = []
+        python, other = plan_tree(src, tree_notes)
         if options.in_place:
             report_dir = dst.resolve() if dst else src / IN_PLACE_REPORT_DIR
-            check_in_place_allowed([src / rel for rel in python], options.force)  # fail before any work
+            in_place_backups([src / rel for rel in python], options.force)  # refuse before any work
         else:
             if dst is None:
                 raise ValueError("a destination (--out) is needed unless migrating in place")
@@ -316,7 +320,7 @@ class Pipeline:
 
         results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, progress)
         by_rel = dict(zip(python, results, strict=True))
-        outcomes, texts, originals, notes = [], {}, {}, []
+        outcomes, texts, originals, notes = [], {}, {}, tree_notes
         for rel, result in by_rel.items():
             if result.error:
                 outcomes.append(FileOutcome(path=str(rel), status="error", error=result.error))
@@ -377,7 +381,13 @@ class Pipeline:
                     notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
             copied = 0
         else:
-            copied = write_tree(src, dst, other, by_rel, texts)
+            created = not dst.exists()
+            try:
+                copied = write_tree(src, dst, other, by_rel, texts)
+            except WriteFailed:
+                if created:  # no partial copy left behind
+                    shutil.rmtree(dst, ignore_errors=True)
+                raise
             if may_execute:
                 validation, verification = self.evidence(src, dst, options, validation, report_dir)
 

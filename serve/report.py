@@ -1,5 +1,6 @@
 """The reports of a migration: JSON (everything), Markdown and a self-contained HTML page, plus verify's
-HTML and JSON (rendered by xlaport.eval.verify_report) beside them.
+HTML and JSON (rendered by xlaport.eval.verify_report) beside them. Both HTML pages are built with
+xlaport/htmlpage.py, the one HTML renderer.
 
 Both human forms show, per file, the diff, the findings left for a human with the kb entries retrieved
 for them, and the validation evidence of the run. The HTML page has no external resources.
@@ -7,13 +8,13 @@ for them, and the validation evidence of the run. The HTML page has no external 
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from xlaport.eval.verify import VerifyReport
 from xlaport.eval.verify_report import write_report as write_verify_report
 
 from xlaport.files import atomic_write
+from xlaport.htmlpage import bullets, diff_block, esc, page
 
 from .results import MigrationResult
 
@@ -78,6 +79,10 @@ def _verify_line(migration: MigrationResult) -> list[tuple[str, str]]:
     return [("Verify", f"{v.status}, level {v.level}{where}")]
 
 
+def _state(passed: bool | None) -> str:
+    return {True: "passed", False: "FAILED", None: "did not run"}[passed]
+
+
 def as_markdown(migration: MigrationResult) -> str:
     lines = ["# xlaport migration report", ""]
     lines += [f"- **{name}:** {value}" for name, value in _headline(migration)]
@@ -86,9 +91,10 @@ def as_markdown(migration: MigrationResult) -> str:
     if v.checks:
         lines += ["", "## Validation evidence", "", f"Command: `{v.command}`", ""]
         for check in v.checks:
-            state = {True: "passed", False: "FAILED", None: "did not run"}[check.passed]
             level = f", level {check.level}" if check.level else ""
-            lines.append(f"- **{check.name}**: {state}{level}" + "".join(f"\n  - {r}" for r in check.reasons))
+            lines.append(
+                f"- **{check.name}**: {_state(check.passed)}{level}" + "".join(f"\n  - {r}" for r in check.reasons)
+            )
     if migration.errors:
         lines += ["", "## Files not migrated (copied unchanged)", ""]
         lines += [f"- {error}" for error in migration.errors]
@@ -110,84 +116,41 @@ def as_markdown(migration: MigrationResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}
-table.summary td{padding:.2em 1em .2em 0;vertical-align:top}
-pre.diff{background:#f6f8fa;padding:.8em;overflow-x:auto;font-size:90%}
-.add{color:#116329;background:#dafbe1}.del{color:#82071e;background:#ffebe9}.hunk{color:#0550ae}
-.validated{color:#116329}.rejected{color:#82071e}.unvalidated{color:#9a6700}
-li{margin:.2em 0}code{background:#f0f0f0;padding:0 .2em}
-"""
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text))
-
-
-def _diff_html(diff: str) -> str:
-    out = []
-    for line in diff.splitlines():
-        css = (
-            "add"
-            if line.startswith("+")
-            else "del"
-            if line.startswith("-")
-            else "hunk"
-            if line.startswith("@@")
-            else ""
-        )
-        if line.startswith(("+++", "---")):
-            css = ""
-        out.append(f'<span class="{css}">{_e(line)}</span>' if css else _e(line))
-    return '<pre class="diff">' + "\n".join(out) + "</pre>"
-
-
 def as_html(migration: MigrationResult) -> str:
     v = migration.validation
-    parts = [
-        "<!doctype html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>xlaport migration report</title>',
-        f"<style>{STYLE}</style></head><body>",
-        "<h1>xlaport migration report</h1>",
-        '<table class="summary">',
-    ]
+    parts = ["<h1>xlaport migration report</h1>", '<table class="summary">']
     for name, value in _headline(migration):
         css = f' class="{v.status}"' if name == "Validation" else ""
-        parts.append(f"<tr><td><b>{_e(name)}</b></td><td{css}>{_e(value)}</td></tr>")
+        parts.append(f"<tr><td><b>{esc(name)}</b></td><td{css}>{esc(value)}</td></tr>")
     parts.append("</table>")
-    parts += [f"<p>{_e(note)}</p>" for note in migration.notes]
+    parts += [f"<p>{esc(note)}</p>" for note in migration.notes]
     if v.checks:
-        parts += ["<h2>Validation evidence</h2>", f"<p>Command: <code>{_e(v.command)}</code></p>", "<ul>"]
+        parts += ["<h2>Validation evidence</h2>", f"<p>Command: <code>{esc(v.command)}</code></p>", "<ul>"]
         for check in v.checks:
-            state = {True: "passed", False: "FAILED", None: "did not run"}[check.passed]
-            level = f", level {_e(check.level)}" if check.level else ""
-            reasons = "".join(f"<li>{_e(r)}</li>" for r in check.reasons)
-            parts.append(f"<li><b>{_e(check.name)}</b>: {state}{level}<ul>{reasons}</ul></li>")
+            level = f", level {esc(check.level)}" if check.level else ""
+            parts.append(f"<li><b>{esc(check.name)}</b>: {_state(check.passed)}{level}{bullets(check.reasons)}</li>")
         parts.append("</ul>")
     if migration.errors:
-        parts += ["<h2>Files not migrated (copied unchanged)</h2>", "<ul>"]
-        parts += [f"<li>{_e(error)}</li>" for error in migration.errors]
-        parts.append("</ul>")
+        parts += ["<h2>Files not migrated (copied unchanged)</h2>", bullets(migration.errors)]
     for outcome in migration.files:
         if outcome.status != "changed" and not outcome.manual:
             continue
-        parts.append(f"<h2><code>{_e(outcome.path)}</code></h2>")
+        parts.append(f"<h2><code>{esc(outcome.path)}</code></h2>")
         if outcome.codes_applied:
-            parts.append(f"<p>Fixes applied: {_e(', '.join(outcome.codes_applied))}</p>")
-        parts += [f"<p>Note: {_e(note)}</p>" for note in outcome.notes]
+            parts.append(f"<p>Fixes applied: {esc(', '.join(outcome.codes_applied))}</p>")
+        parts += [f"<p>Note: {esc(note)}</p>" for note in outcome.notes]
         if outcome.diff:
-            parts.append(_diff_html(outcome.diff))
+            parts.append(diff_block(outcome.diff))
         if outcome.manual:
             parts += ["<h3>Left for a human</h3>", "<ul>"]
             for item in outcome.manual:
                 f = item.finding
                 hits = "".join(
-                    f"<li>related fix <b>{_e(h.code)}</b> ({h.score:.2f}): {_e(h.title)}</li>" for h in item.retrieved
+                    f"<li>related fix <b>{esc(h.code)}</b> ({h.score:.2f}): {esc(h.title)}</li>" for h in item.retrieved
                 )
                 parts.append(
-                    f"<li>line {f.line} (<code>{_e(item.function)}</code>): <b>{_e(f.code)}</b> {_e(f.message)}"
+                    f"<li>line {f.line} (<code>{esc(item.function)}</code>): <b>{esc(f.code)}</b> {esc(f.message)}"
                     f"<ul>{hits}</ul></li>"
                 )
             parts.append("</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return page("xlaport migration report", parts)

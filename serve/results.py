@@ -16,26 +16,10 @@ from xlaport.kb.retrieval import FixHit
 Status = Literal["validated", "rejected", "unvalidated"]
 
 
-class FindingOut(BaseModel):
-    path: str
-    line: int
-    column: int
-    code: str
-    category: str
-    title: str
-    message: str
-    fix: str
-    fixable: bool
-
-    @classmethod
-    def of(cls, finding: Finding) -> FindingOut:
-        return cls(**finding.to_dict())
-
-
 class ManualItem(BaseModel):
     """A finding no rule (and no model) fixed, with the kb entries that fit it best."""
 
-    finding: FindingOut
+    finding: Finding  # kb's dataclass: pydantic validates and serializes it as it is
     function: str = Field(description="Qualified name of the enclosing function, or <module>.")
     retrieved: list[FixHit]
 
@@ -66,7 +50,7 @@ class Patch(BaseModel):
     changed: bool
     diff: str
     migrated: str
-    applied: list[FindingOut]
+    applied: list[Finding]
     manual: list[ManualItem]
     evidence: Evidence
     notes: list[str] = []
@@ -181,7 +165,7 @@ class MigrationResult(BaseModel):
             "fixes_applied": self.fixes_applied,
             "findings_left": self.findings_left,
             "errors": self.errors,
-            "left_for_human": [m.finding.model_dump() for f in self.files for m in f.manual],
+            "left_for_human": [m.finding.to_dict() for f in self.files for m in f.manual],
             "validation": {
                 "status": self.validation.status,
                 "level": self.validation.level,

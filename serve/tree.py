@@ -1,7 +1,7 @@
 """A source tree on disk: which files to migrate, rewriting them in parallel, writing the migrated copy
 (or the tree itself, in place) and the trace records of a run.
 
-SRC is only read unless in place: then a dirty git tree is refused (`xlaport.files.check_in_place_allowed`),
+SRC is only read unless in place: then a dirty git tree is refused (`xlaport.files.in_place_backups`),
 every write is atomic and `.xlaport.bak` copies are kept where git cannot restore a file. Files that
 cannot be read or parsed are reported and copied byte for byte.
 """
@@ -21,7 +21,15 @@ from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
 
-from xlaport.files import SKIP_DIRS, atomic_write, backup_path, check_in_place_allowed
+from xlaport.files import (
+    SKIP_DIRS,
+    WriteFailed,
+    atomic_write,
+    in_place_backups,
+    is_temporary,
+    keep_backup,
+    remove_stale_temporaries,
+)
 from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
 
 from .results import FileOutcome, MigrationResult
@@ -37,15 +45,35 @@ class DestinationNotEmpty(FileExistsError):
 
 
 # --- planning and rewriting -----------------------------------------------------------------------------
-def plan_tree(src: Path) -> tuple[list[Path], list[Path]]:
-    """(python files, other files) under `src`, relative to it, skipping VCS, cache and report folders."""
-    python, other = [], []
+def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], list[Path]]:
+    """(python files, other files) under `src`, relative to it, skipping VCS, cache and report folders.
+
+    Symlinks are other files (copied as links, never rewritten through); FIFOs, sockets and devices, and
+    temporaries of interrupted writes, are skipped: `notes` (when given) says which.
+    """
+    python, other, special, temporaries = [], [], [], 0
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        skipped = any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts)
-        if skipped or not path.is_file() or path.is_symlink():
+        if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts):
             continue
-        (python if path.suffix == ".py" else other).append(rel)
+        if path.is_symlink():
+            other.append(rel)
+        elif is_temporary(path):
+            temporaries += 1
+        elif path.is_file():
+            (python if path.suffix == ".py" else other).append(rel)
+        elif not path.is_dir():
+            special.append(str(rel))
+    if notes is not None:
+        links = [str(rel) for rel in other if (src / rel).is_symlink()]
+        if links:
+            notes.append(
+                f"symlinks kept as links, not migrated: {', '.join(links[:5])}" + (" ..." if len(links) > 5 else "")
+            )
+        if special:
+            notes.append(f"skipped, not regular files: {', '.join(special[:5])}" + (" ..." if len(special) > 5 else ""))
+        if temporaries:
+            notes.append(f"skipped {temporaries} temporary file(s) left by an interrupted write")
     return python, other
 
 
@@ -63,10 +91,9 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
 def _fix_task(task: tuple[str, str, list[str] | None, bool]) -> FileResult:
     path, display, codes, unsafe = task
     rules = None if codes is None else [get_rule(c) for c in codes]
-    try:  # reads the file once; kb's parse refuses what would crash libcst (see xlaport.kb.engine.parse)
-        return fix_file(Path(path), rules, unsafe=unsafe, display=display)
-    except Exception as exc:  # one broken file must not end the run; it is reported and copied as is
-        return FileResult(display, error=f"{display}: internal error while fixing ({type(exc).__name__}: {exc})")
+    # one broken file must not end the run: fix_file reports it (and it is copied as is); kb's parse refuses
+    # what would crash libcst (see xlaport.kb.engine.parse)
+    return fix_file(Path(path), rules, unsafe=unsafe, display=display)
 
 
 def rewrite_files(
@@ -112,26 +139,31 @@ def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, File
         if result.error or rel not in texts:
             _copy(src / rel, dst / rel)  # never written as migrated
         else:
-            atomic_write(dst / rel, texts[rel])
+            atomic_write(dst / rel, texts[rel], like=src / rel)
             shutil.copystat(src / rel, dst / rel)
     return len(other)
 
 
 def _copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
+    """A byte copy (a symlink stays a link); WriteFailed when the disk is full."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def write_in_place(src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool) -> list[str]:
-    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies when git cannot restore them."""
+    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies where git cannot restore them."""
     changed = [rel for rel, text in texts.items() if text != originals[rel]]
-    needs_backup = check_in_place_allowed([src / rel for rel in changed], force)
+    needs_backup = in_place_backups([src / rel for rel in changed], force)
     backups = []
     for rel in changed:
-        if needs_backup:
-            atomic_write(backup_path(src / rel), originals[rel])
-            backups.append(str(backup_path(src / rel)))
+        if src / rel in needs_backup:
+            backups.append(str(keep_backup(src / rel)))
         atomic_write(src / rel, texts[rel])
+    for folder in {(src / rel).parent for rel in changed}:
+        remove_stale_temporaries(folder)
     return backups
 
 

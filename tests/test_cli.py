@@ -148,3 +148,11 @@ def test_console_script_runs():
     exe = Path(sys.executable).with_name("xlaport")
     result = subprocess.run([str(exe), "kb", "show", "XLA204"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "wait_device_ops" in result.stdout
+
+
+def test_the_command_line_loads_no_heavy_module_before_a_command_runs():
+    """`xlaport --help` stays fast: mounting every area's commands imports no libcst, torch, numpy or pydantic."""
+    code = "import sys, xlaport.cli; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    loaded = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True).replace("'", '"'))
+    assert not {"libcst", "torch", "torch_xla", "numpy", "pydantic", "matplotlib"} & set(loaded)
+    assert "kb" in [group.name for group in app.registered_groups]  # kb/cli.py mounted its group

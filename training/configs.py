@@ -81,8 +81,10 @@ SIZES: dict[str, SizeConfig] = {
         max_synth=40,
     ),
     # LoRA on the pretrained SmolLM2-135M (model/base.py); the model fields above are unused.
-    # Sized to finish on 2 idle CPU cores in <= 60 min through torch_xla: 4x256 steps take ~4 s,
-    # 4x512 ~9 s (r=16 on q/k/v/o); 360 steps ~40 min + dataset, load and 4 compiles.
+    # Sized for <= 60 min on 2 idle CPU cores through torch_xla (the loop uses one thread). Measured
+    # on the shared machine (load ~15): 4x256 steps 70 s, mixed 256/512 steps ~22 s of CPU time each;
+    # contention roughly doubles CPU time (4x256 took 4.1 s on a quieter machine), so ~11 s per step
+    # idle: 240 steps ~44 min + 3 compiles + dataset build (most examples need the 512 bucket).
     "cpu": SizeConfig(
         name="cpu",
         pretrained=True,
@@ -100,7 +102,7 @@ SIZES: dict[str, SizeConfig] = {
         max_function_chars=1500,
         batch_size=4,
         base_steps=0,
-        lora_steps=360,
+        lora_steps=240,
         lora_lr=5e-4,
         warmup_steps=20,
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),

@@ -172,6 +172,10 @@ class StepContextRule(ScopedRule):
         return steps.step_loop(self, node)
 
     def per_step_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        """The step loop that runs `node` every step on the device (a script that names no device runs its
+        steps on the CPU, where host reads cost nothing)."""
+        if self.facts().cpu_script:
+            return None
         return steps.per_step_loop(self, node)
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:

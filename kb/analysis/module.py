@@ -32,6 +32,10 @@ class ModuleFacts:
     optimizer_keys: set[str] = field(default_factory=set)
     device_loader_keys: set[str] = field(default_factory=set)
     device_code: bool = False
+    # A script (imports torch; a `__main__` block or a module-level loop) that names no device anywhere: no
+    # `cuda`, `xla`, `mps`, `device`, `accelerator` or `gpu` in a name or string. Its tensors live on the CPU.
+    # (A fragment without imports is taken as part of a larger device program.)
+    cpu_script: bool = False
     uses_bf16: bool = False
     sets_static_cache: bool = False
 

@@ -4,6 +4,7 @@ the nodes inside a subtree, what each function binds (scopes), and whole-module 
 from __future__ import annotations
 
 import bisect
+import re
 
 import libcst as cst
 from libcst.metadata import QualifiedNameSource
@@ -29,6 +30,7 @@ AUTOCASTS = frozenset(
     }
 )
 
+DEVICE_WORDS = re.compile(r"cuda|xla|mps|tpu|gpu|device|accelerator", re.IGNORECASE)
 FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
 
 
@@ -41,6 +43,13 @@ def may_hold_tensor(param: cst.Param) -> bool:
         return "Tensor" in code_of(param.annotation.annotation)
     default = param.default
     return default is None or (isinstance(default, cst.Name) and default.value == "None")
+
+
+def _names_device(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.SimpleString):
+        return bool(DEVICE_WORDS.search(node.value))
+    word = node.attr.value if isinstance(node, cst.Attribute) else node.value
+    return bool(DEVICE_WORDS.search(word))
 
 
 class ScopedRule(Rule):
@@ -134,12 +143,25 @@ class ScopedRule(Rule):
         cuda_strings = any(is_cuda_string(s) for s in found.strings)
         cuda_calls = any(method_name(c) == "cuda" for c in found.calls)
         facts.device_code = cuda_strings or cuda_calls or facts.uses("torch_xla", "torch.cuda")
+        facts.cpu_script = (
+            facts.uses("torch")
+            and self._is_script()
+            and not any(_names_device(n) for n in (*found.names, *found.strings))
+        )
         facts.uses_bf16 = (
             any(self._casts_to_bf16(name) for name in found.names)
             or any(method_name(c) == "bfloat16" for c in found.calls)
             or any(string_value(s) in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "bfloat16") for s in found.strings)
         )
         return facts
+
+    def _is_script(self) -> bool:
+        for stmt in self.analysis.module.body:
+            if isinstance(stmt, (cst.For, cst.While)):
+                return True
+            if isinstance(stmt, cst.If) and "__main__" in code_of(stmt.test):
+                return True
+        return False
 
     def _casts_to_bf16(self, name: cst.CSTNode) -> bool:
         """`torch.bfloat16` used outside autocast (autocast keeps weights and reductions in float32)."""

@@ -305,6 +305,18 @@ def prepared_by_accelerate(rule: StepContextRule, loop: cst.For) -> bool:
     return False
 
 
+def passed_to_accelerate(rule: StepContextRule, name: str) -> bool:
+    """Is the local `name` handed to `accelerator.prepare(...)` (which evens out the batches of a loader)?"""
+    if not rule.facts().uses("accelerate"):
+        return False
+    for call in rule.analysis.nodes.calls:
+        if method_name(call) in PREPARE_METHODS and any(
+            isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args
+        ):
+            return True
+    return False
+
+
 def _start(rule: StepContextRule, node: cst.CSTNode) -> tuple[int, int]:
     pos = rule.position(node).start
     return (pos.line, pos.column)

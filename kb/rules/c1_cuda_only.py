@@ -250,7 +250,7 @@ class SdpaBackendSelection(Rule):
         "`with sdpa_kernel(...)` blocks are reported, since dropping them means re-indenting their body."
     )
     before = "import torch\n\ntorch.backends.cuda.enable_flash_sdp(True)\ny = attn(x)\n"
-    after = "import torch\n\ny = attn(x)\n"
+    after = "\ny = attn(x)\n"
     message = (
         "CUDA SDPA backend choice is ignored on XLA; drop it (for a fused TPU kernel use "
         "`torch_xla.experimental.custom_kernel.flash_attention`)"

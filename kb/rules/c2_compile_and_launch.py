@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
     add_kwarg,
     bound_arguments,
@@ -236,6 +237,7 @@ def launches_one_process_per_chip(rule: Rule) -> bool:
             return True
     return False
 
+
 @register
 class NcclProcessGroup(Rule):
     code = "XLA223"
@@ -332,7 +334,7 @@ class DdpDeviceIds(Rule):
 
 
 @register
-class MpSpawn(Rule):
+class MpSpawn(ScopedRule):
     code = "XLA225"
     title = "`torch.multiprocessing.spawn(fn, nprocs=N)`: launch with `torch_xla.launch`"
     category = "C2"
@@ -349,18 +351,25 @@ class MpSpawn(Rule):
         "that is exactly one process per device, what `torch_xla.launch` starts."
     )
     before = "import torch.multiprocessing as mp\n\nmp.spawn(train, args=(world_size,), nprocs=world_size, join=True)\n"
-    after = "import torch.multiprocessing as mp\nimport torch_xla\n\ntorch_xla.launch(train, args=(world_size,))\n"
+    after = "import torch_xla\n\ntorch_xla.launch(train, args=(world_size,))\n"
     message = "`mp.spawn` with a GPU count; use `torch_xla.launch(fn, args=...)` (one process per chip)"
     symptoms = (
         "ValueError: Unsupported nprocs",
         "Runtime is already initialized. Do not use the XLA device before calling xmp.spawn.",
     )
     references = ("torch_xla/torch_xla.py launch", "torch_xla/_internal/pjrt.py spawn", "huggingface/accelerate #2999")
-    valid = ("import torch_xla\ntorch_xla.launch(train, args=(1,))\n",)
+    valid = (
+        "import torch_xla\ntorch_xla.launch(train, args=(1,))\n",
+        "import torch.multiprocessing as mp\nimport torch.distributed.rpc as rpc\n"
+        "def run_role(rank, world):\n    rpc.init_rpc(str(rank), rank=rank, world_size=world)\n"
+        "mp.spawn(run_role, args=(3,), nprocs=3, join=True)\n",
+    )
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.is_call_to(node, "torch.multiprocessing.spawn"):
             return
+        if self.facts().uses("torch.distributed.rpc"):
+            return  # the processes are RPC roles (parameter server, agent, observers), not one per GPU
         given = bound_arguments(node, SPAWN_POSITIONS)
         join = given.get("join")
         if has_star_args(node) or "fn" not in given:

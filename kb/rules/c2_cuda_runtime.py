@@ -21,7 +21,7 @@ class CudaSynchronize(Rule):
         "device queue: `xm.wait_device_ops()` (after a `torch_xla.sync()` so the graph is launched)."
     )
     before = "import torch\n\ntorch.cuda.synchronize()\n"
-    after = "import torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
     references = ("torch_xla/core/xla_model.py: wait_device_ops",)
     message = "`torch.cuda.synchronize()` fails without a GPU; use `xm.wait_device_ops()`"
@@ -44,7 +44,7 @@ class CudnnFlags(Rule):
         "autotuning guarantee that the migrated run does not have."
     )
     before = "import torch\ntorch.backends.cudnn.benchmark = True\nx = 1\n"
-    after = "import torch\nx = 1\n"
+    after = "x = 1\n"
     message = "cuDNN flag has no effect on XLA; remove it"
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -197,7 +197,7 @@ class Tf32Flags(Rule):
         "make matmuls 3-6x slower than the TPU default; pick 'default' if speed matters more than parity."
     )
     before = "import torch\n\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n"
-    after = 'import torch\nimport torch_xla.backends\n\ntorch_xla.backends.set_mat_mul_precision("high")\n'
+    after = 'import torch_xla.backends\n\ntorch_xla.backends.set_mat_mul_precision("high")\n'
     message = "TF32 flags do nothing on TPU (default: one bf16 pass); use `torch_xla.backends.set_mat_mul_precision`"
     symptoms = ("allclose failures between TPU and GPU fp32 results", "loss drift vs the GPU reference")
     references = ("torch_xla/backends/__init__.py", "pytorch/xla #8811", "tutorials/precision_tutorial")

@@ -121,7 +121,7 @@ class AcceleratorApi(DeviceFlowRule):
         "`synchronize()` is `xm.wait_device_ops()`."
     )
     before = "import torch\n\ndevice = torch.accelerator.current_accelerator()\n"
-    after = "import torch\nimport torch_xla\n\ndevice = torch_xla.device()\n"
+    after = "import torch_xla\n\ndevice = torch_xla.device()\n"
     message = "`torch.accelerator` does not know the XLA device; use `torch_xla.device()`"
     references = ("xla-device-facts: torch.accelerator on an XLA host",)
     valid = ("import torch_xla\ndevice = torch_xla.device()\n",)

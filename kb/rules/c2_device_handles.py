@@ -101,7 +101,7 @@ class CudaIsAvailableFallback(Rule):
         "CUDA-only housekeeping are code a TPU never runs and are not reported."
     )
     before = "import torch\n\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
-    after = "import torch\nimport torch_xla\n\ndevice = torch_xla.device()\n"
+    after = "import torch_xla\n\ndevice = torch_xla.device()\n"
     references = ("xla_migration_facts C2: is_available() fallback",)
     message = "`torch.cuda.is_available()` is False on TPU: this picks the CPU silently"
     valid = ("import torch_xla\ndevice = torch_xla.device()\n",)
@@ -171,7 +171,7 @@ class CudaDeviceCount(Rule):
         "inside the launched function with `xr.world_size()`."
     )
     before = "import torch\n\nn_gpus = torch.cuda.device_count()\n"
-    after = "import torch\nimport torch_xla\n\nn_gpus = torch_xla.device_count()\n"
+    after = "import torch_xla\n\nn_gpus = torch_xla.device_count()\n"
     message = "`torch.cuda.device_count()` is 0 on TPU; use `torch_xla.device_count()`"
     symptoms = (
         "ZeroDivisionError: division by zero",
@@ -219,7 +219,7 @@ class CudaSetDevice(Rule):
         "XLA counterpart and is deleted."
     )
     before = "import torch\n\ntorch.cuda.set_device(local_rank)\nmodel = build()\n"
-    after = "import torch\n\nmodel = build()\n"
+    after = "\nmodel = build()\n"
     message = "`torch.cuda.set_device` raises on TPU; each process already sees its chip as `torch_xla.device()`"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
     references = ("docs/source/learn/pytorch-on-xla-devices.md (launch)",)

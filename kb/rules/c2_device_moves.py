@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, parameter_owners, related
+from ..analysis.scopes import ScopedRule
 from ..analysis.steps import training_loop
 from ..cst_helpers import (
     DATALOADERS,
@@ -194,7 +195,7 @@ class OptimizerBeforeMove(Rule):
 
 # --- host work in the step loop -----------------------------------------------------------
 @register
-class NumpyOfDeviceTensor(Rule):
+class NumpyOfDeviceTensor(ScopedRule):
     code = "XLA221"
     title = "`.numpy()` on a tensor of the training loop fails once it lives on XLA"
     category = "C2"
@@ -245,7 +246,7 @@ class NumpyOfDeviceTensor(Rule):
                 receiver = receiver.value
             else:
                 break
-        if self.qualified_names(receiver) or training_loop(self, node) is None:
+        if self.qualified_names(receiver) or training_loop(self, node) is None or self.facts().cpu_script:
             return  # `np...`, `torch.from_numpy(...)...`: not a device tensor; outside the loop: unknown
         to_host = cst.Call(cst.Attribute(func.value, cst.Name("cpu")))
         self.report(node, replacement=node.with_changes(func=func.with_changes(value=to_host)))

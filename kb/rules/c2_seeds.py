@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import block_of, calls_in, expr, find_nodes, keyword_arg, positional_args, whole_statement
 from ..rule import IMPORT_TORCH_XLA, REMOVE, Rule, register
 
@@ -39,7 +40,7 @@ def seed_argument(call: cst.Call) -> cst.BaseExpression | None:
     return kw.value if kw is not None else None
 
 
-class AddXlaSeed(Rule):
+class AddXlaSeed(ScopedRule):
     """Shared detector: a seeding call that leaves the XLA generator unseeded gets `torch_xla.manual_seed` after it."""
 
     seeds: frozenset[str] = TORCH_SEEDS
@@ -47,8 +48,8 @@ class AddXlaSeed(Rule):
     already_seeded: frozenset[str] = XLA_SEEDS | CUDA_SEEDS
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.qualified_names(node.func) & self.seeds:
-            return
+        if not self.qualified_names(node.func) & self.seeds or self.facts().cpu_script:
+            return  # a script that never names a device has no XLA generator to seed
         stmt = self.statement_of(node)
         block = block_of(self, stmt) if stmt is not None else None
         if block is not None and any(calls_in(self, s, self.already_seeded) for s in block.body):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import SCOPES, add_kwarg, code_of, dotted, find_nodes, has_star_args, keyword_arg, positional_args
 from ..rule import Rule, register
 from .c3_hf_trainer import is_on, is_training_args
@@ -12,7 +13,7 @@ from .c3_hf_trainer import is_on, is_training_args
 
 # --- checkpoints ---------------------------------------------------------------------------
 @register
-class TorchLoadWithoutMapLocation(Rule):
+class TorchLoadWithoutMapLocation(ScopedRule):
     code = "XLA307"
     title = "`torch.load` without `map_location` restores tensors where they were saved"
     category = "C3"
@@ -44,8 +45,8 @@ class TorchLoadWithoutMapLocation(Rule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, "torch.load") or has_star_args(node):
-            return
+        if not self.is_call_to(node, "torch.load") or has_star_args(node) or self.facts().cpu_script:
+            return  # a script that names no device loads what it saved from the CPU
         if len(positional_args(node)) < 2 and keyword_arg(node, "map_location") is None:
             self.report(node, replacement=add_kwarg(node, "map_location", cst.SimpleString('"cpu"')))
 

@@ -219,7 +219,7 @@ class PlainDataLoaderInStepLoop(StepContextRule):
         "from torch.utils.data import DataLoader\n\n"
         "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
         "for x, y in loader:\n"
-        "    loss = model(x, y)\n"
+        "    loss = model(x.to(device), y.to(device))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n"
     )
@@ -229,7 +229,7 @@ class PlainDataLoaderInStepLoop(StepContextRule):
         "import torch_xla.distributed.parallel_loader as pl\n\n"
         "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)\n"
         "for x, y in pl.MpDeviceLoader(loader, torch_xla.device()):\n"
-        "    loss = model(x, y)\n"
+        "    loss = model(x.to(device), y.to(device))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n"
     )
@@ -252,6 +252,8 @@ class PlainDataLoaderInStepLoop(StepContextRule):
 
     def visit_For(self, node: cst.For) -> None:
         if not self.runs_step(node) or self.iterates_device_loader(node) or steps.prepared_by_accelerate(self, node):
+            return
+        if self.facts().cpu_script:  # a script that names no device feeds a CPU model
             return
         name = self.plain_dataloader_name(node)
         if name is None:

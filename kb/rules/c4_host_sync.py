@@ -110,7 +110,7 @@ class ScalarCastInStepLoop(StepContextRule):
     before = (
         "import torch.nn.functional as F\n\n"
         "for x, y in loader:\n"
-        "    loss = F.cross_entropy(model(x), y)\n"
+        "    loss = F.cross_entropy(model(x.to(device)), y.to(device))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n"
         "    history.append(float(loss))\n"

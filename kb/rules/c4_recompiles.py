@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis import steps
 from ..analysis.context import StepContextRule
-from ..cst_helpers import DATALOADERS, add_kwarg, keyword_arg, method_name, string_value
+from ..cst_helpers import DATALOADERS, add_kwarg, identifier, keyword_arg, method_name, positional_args, string_value
 from ..rule import register
 
 COLLATORS = frozenset(
@@ -17,6 +18,18 @@ COLLATORS = frozenset(
         "DataCollatorForWholeWordMask",
     }
 )
+
+
+# Sizes of torchvision's standard splits (train=True, train=False): a batch size that divides one leaves no
+# partial last batch.
+SPLIT_SIZES = {
+    "MNIST": (60000, 10000),
+    "FashionMNIST": (60000, 10000),
+    "KMNIST": (60000, 10000),
+    "CIFAR10": (50000, 10000),
+    "CIFAR100": (50000, 10000),
+}
+EVAL_WORDS = ("test", "val", "eval")
 
 
 def _is_collator(names: set[str]) -> bool:
@@ -150,17 +163,60 @@ class DataLoaderWithoutDropLast(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, *DATALOADERS):
-            return
+        if not self.is_call_to(node, *DATALOADERS) or self.facts().cpu_script:
+            return  # a script that names no device feeds a CPU model: no graph to recompile
         if keyword_arg(node, "drop_last") is not None or keyword_arg(node, "batch_sampler") is not None:
             return
         batch_size = keyword_arg(node, "batch_size")
         if batch_size is not None and isinstance(batch_size.value, cst.Name) and batch_size.value.value == "None":
             return
+        target = self._target(node)
+        if target is not None and (
+            any(word in target.lower() for word in EVAL_WORDS) or steps.passed_to_accelerate(self, target)
+        ):
+            return  # an evaluation loader keeps every sample; accelerate evens out the batches of prepared ones
+        if self._divides_dataset(node):
+            return
         shuffle = keyword_arg(node, "shuffle")
         shuffled = shuffle is not None and isinstance(shuffle.value, cst.Name) and shuffle.value.value == "True"
         if shuffled or self._iterated_by_step_loop(node):
             self.report(node, replacement=add_kwarg(node, "drop_last", cst.Name("True")))
+
+    def _target(self, call: cst.Call) -> str | None:
+        """`loader` in `loader = DataLoader(...)`, `self.loader = ...`."""
+        assign = self.parent(call)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return None
+        return identifier(assign.targets[0].target)
+
+    def _divides_dataset(self, call: cst.Call) -> bool:
+        """A torchvision standard split whose size the (literal) batch size divides: no partial batch."""
+        args = positional_args(call)
+        dataset = args[0].value if args else getattr(keyword_arg(call, "dataset"), "value", None)
+        batch = args[1].value if len(args) > 1 else getattr(keyword_arg(call, "batch_size"), "value", None)
+        size, batch_size = self._split_size(dataset), self._integer(batch)
+        return size is not None and batch_size is not None and size % batch_size == 0
+
+    def _split_size(self, node: cst.CSTNode | None) -> int | None:
+        if isinstance(node, cst.Name):
+            values = self.assigned_values(node)
+            node = values[0] if len(values) == 1 else None
+        if not isinstance(node, cst.Call):
+            return None
+        for q in self.qualified_names(node.func):
+            package, _, name = q.rpartition(".")
+            if package.startswith("torchvision.datasets") and name in SPLIT_SIZES:
+                train = keyword_arg(node, "train")
+                if train is None or not isinstance(train.value, cst.Name):
+                    return None
+                return SPLIT_SIZES[name][0 if train.value.value == "True" else 1]
+        return None
+
+    def _integer(self, node: cst.CSTNode | None) -> int | None:
+        if isinstance(node, cst.Name):
+            values = self.assigned_values(node)
+            node = values[0] if len(values) == 1 else None
+        return int(node.value) if isinstance(node, cst.Integer) and int(node.value) > 0 else None
 
     def _iterated_by_step_loop(self, call: cst.Call) -> bool:
         assign = self.parent(call)

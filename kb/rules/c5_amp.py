@@ -288,6 +288,8 @@ class Float16(_AmpRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self.facts().cpu_script:
+            return  # float16 on the CPU of a script that names no device: nothing moves to the TPU
         if method_name(node) == "half" and not node.args:
             self.report(node.func.attr, replacement=cst.Name("bfloat16"))
             return
@@ -309,6 +311,8 @@ class Float16(_AmpRule):
             self.report(node, replacement=expr("torch.bfloat16"), imports=(IMPORT_TORCH,))
 
     def _is_dtype_value(self, node: cst.CSTNode) -> bool:
+        if self.facts().cpu_script:
+            return False
         parent = self.parent(node)
         if isinstance(parent, cst.Arg):
             return not self.inside_cuda_autocast(node)  # XLA501 rewrites the whole call

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
+from ..analysis.scopes import AUTOCASTS
 from ..cst_helpers import expr, keyword_arg, method_name, parenthesized, positional_args, string_value
 from ..rule import IMPORT_TORCH, IMPORT_XLA_BACKENDS, MATMUL_PRECISIONS, ImportSpec, register
 
@@ -29,7 +30,7 @@ class Float32MatmulPrecision(StepContextRule):
         "matmul throughput, hence unsafe."
     )
     before = 'import torch\n\ntorch.set_float32_matmul_precision("high")\n'
-    after = 'import torch\nimport torch_xla.backends\n\ntorch_xla.backends.set_mat_mul_precision("high")\n'
+    after = 'import torch_xla.backends\n\ntorch_xla.backends.set_mat_mul_precision("high")\n'
     message = "the float32 matmul precision of XLA is set by `torch_xla.backends.set_mat_mul_precision`"
     symptoms = ("loss/activation drift vs the CUDA run", "allclose failures")
     references = ("torch_xla/backends/__init__.py", "pytorch/xla#8811")
@@ -71,9 +72,7 @@ class BceOnSigmoid(StepContextRule):
         "import torch\nimport torch.nn.functional as F\n\n"
         "loss = F.binary_cross_entropy(torch.sigmoid(logits), target)\n"
     )
-    after = (
-        "import torch\nimport torch.nn.functional as F\n\nloss = F.binary_cross_entropy_with_logits(logits, target)\n"
-    )
+    after = "import torch.nn.functional as F\n\nloss = F.binary_cross_entropy_with_logits(logits, target)\n"
     message = "BCE on sigmoid probabilities saturates in bfloat16; use `BCEWithLogitsLoss` on the logits"
     symptoms = ("loss is 100.0", "loss is nan", "NaN in BCE under bfloat16")
     references = ("pytorch/xla PR #4311",)
@@ -148,9 +147,19 @@ class BceOnSigmoid(StepContextRule):
         )
 
     def _uses_sigmoid(self, node: cst.CSTNode) -> bool:
+        """Weak evidence (a sigmoid somewhere in the module), so only where the module computes in low
+        precision (bfloat16, half or autocast): a float32 program's BCE behaves as on a GPU."""
         facts = self.facts()
-        return bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"})) or any(
-            method_name(c) == "sigmoid" for c in self.module_nodes().calls
+        low_precision = (
+            facts.uses_bf16
+            or bool(facts.qnames & AUTOCASTS)
+            or any(method_name(c) == "half" for c in self.module_nodes().calls)
+            or facts.uses("torch.float16", "torch.half")
+        )
+        return (
+            low_precision
+            and bool(facts.qnames & (SIGMOID | {"torch.nn.Sigmoid"}))
+            or any(method_name(c) == "sigmoid" for c in self.module_nodes().calls)
         )
 
 

@@ -108,7 +108,7 @@ class CudaEmptyCache(_RemoveCudaCall):
         f"shows up at compile time as `{HBM_OOM}`). Deleting it keeps the program's meaning."
     )
     before = "import torch\n\ndel activations\ntorch.cuda.empty_cache()\n"
-    after = "import torch\n\ndel activations\n"
+    after = "\ndel activations\n"
     message = "`torch.cuda.empty_cache()` does nothing on TPU; remove it"
     symptoms = ("torch.cuda.empty_cache() has no effect",)
     references = ("xla_migration_facts C2: no-op cudnn/cuda flags",)
@@ -131,7 +131,7 @@ class CudaMemoryFraction(_RemoveCudaCall):
         "the intent that matters on TPU; shrink the per-chip batch or shard (FSDPv2 / SPMD) to fit."
     )
     before = "import torch\n\ntorch.cuda.set_per_process_memory_fraction(0.9)\ntrain()\n"
-    after = "import torch\n\ntrain()\n"
+    after = "\ntrain()\n"
     message = "no per-process memory fraction on TPU (and it raises without a GPU); remove it"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system", "Ran out of memory in memory space hbm")
     references = ("cloud.google.com/tpu/docs/v5e", "docs/source/perf/fsdp_spmd.md")
@@ -155,7 +155,7 @@ class CudaResetPeakStats(_RemoveCudaCall):
         "call changes nothing else; XLA's peak is `xm.get_memory_info(dev)['peak_bytes_used']`."
     )
     before = "import torch\n\ntorch.cuda.reset_peak_memory_stats()\nstep()\n"
-    after = "import torch\n\nstep()\n"
+    after = "\nstep()\n"
     message = "resetting CUDA peak stats raises without a GPU; remove it"
     symptoms = ("RuntimeError: invalid argument to reset_peak_memory_stats",)
     references = ("torch_xla/core/xla_model.py get_memory_info",)

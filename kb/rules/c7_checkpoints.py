@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import expr, is_cuda_string, keyword_arg, positional_args, same_quotes, string_value
 from ..rule import IMPORT_XM, Rule, register
 
@@ -19,7 +20,7 @@ def holds_state_dict(node: cst.CSTNode) -> bool:
 
 
 @register
-class TorchSaveDeviceTensors(Rule):
+class TorchSaveDeviceTensors(ScopedRule):
     code = "XLA701"
     title = "`torch.save(model.state_dict())` writes XLA tensors: use `xm.save`"
     category = "C7"
@@ -38,7 +39,7 @@ class TorchSaveDeviceTensors(Rule):
         "`master_only=False`. Prefer `.state_dict()`: `xm.save` converts plain tensors, not `nn.Parameter`s."
     )
     before = "import torch\n\ntorch.save(model.state_dict(), 'model.pt')\n"
-    after = "import torch\nimport torch_xla.core.xla_model as xm\n\nxm.save(model.state_dict(), 'model.pt')\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.save(model.state_dict(), 'model.pt')\n"
     message = "`torch.save` of device tensors reloads onto xla:0; use `xm.save` (CPU copy, master process writes)"
     symptoms = (
         "don't know how to restore data location of torch.FloatStorage (tagged with xla:0)",
@@ -57,8 +58,8 @@ class TorchSaveDeviceTensors(Rule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, "torch.save"):
-            return
+        if not self.is_call_to(node, "torch.save") or self.facts().cpu_script:
+            return  # a script that names no device saves CPU tensors
         args = positional_args(node)
         data = args[0].value if args else getattr(keyword_arg(node, "obj"), "value", None)
         if data is None or not holds_state_dict(data):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
 from ..rule import IMPORT_XM, IMPORT_XR, Rule, register
 
@@ -116,7 +117,7 @@ class DistBarrierNoop(Rule):
         "for host coordination the original barrier worked; keep it there."
     )
     before = "import torch.distributed as dist\n\ndist.barrier()\n"
-    after = "import torch.distributed as dist\nimport torch_xla.core.xla_model as xm\n\nxm.rendezvous('barrier')\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.rendezvous('barrier')\n"
     message = "`dist.barrier()` is a no-op on the xla process group; use `xm.rendezvous('tag')` on all replicas"
     symptoms = ("race after dist.barrier()", "hang at xm.rendezvous")
     references = ("torch_xla/distributed/xla_backend.py ProcessGroupXla.barrier", "docs/source/learn/_pjrt.md")
@@ -131,8 +132,13 @@ class DistBarrierNoop(Rule):
             self.report(node, replacement=expr("xm.rendezvous('barrier')"), imports=(IMPORT_XM,))
 
 
+def creates_process_group(rule: ScopedRule) -> bool:
+    """Does the module call `init_process_group` (then `dist.get_rank()` has a group to ask, on XLA too)?"""
+    return rule.facts().uses("torch.distributed.init_process_group")
+
+
 @register
-class RankZeroPrint(Rule):
+class RankZeroPrint(ScopedRule):
     code = "XLA706"
     title = "`if dist.get_rank() == 0: print(...)`: use `xm.master_print`"
     category = "C7"
@@ -150,7 +156,7 @@ class RankZeroPrint(Rule):
         "group. Unsafe: it also prints when no group exists, and `file=` becomes `fd=`."
     )
     before = "import torch.distributed as dist\n\nif dist.get_rank() == 0:\n    print('epoch', epoch, loss)\n"
-    after = "import torch.distributed as dist\nimport torch_xla.core.xla_model as xm\n\nxm.master_print('epoch', epoch, loss)\n"
+    after = "import torch_xla.core.xla_model as xm\n\nxm.master_print('epoch', epoch, loss)\n"
     message = "rank-0 print through torch.distributed; use `xm.master_print(...)` (no process group needed)"
     symptoms = (
         "ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
@@ -166,7 +172,7 @@ class RankZeroPrint(Rule):
     KEYWORDS = {"file": "fd", "flush": "flush"}
 
     def visit_If(self, node: cst.If) -> None:
-        if node.orelse is not None or not self._is_rank_zero(node.test):
+        if node.orelse is not None or not self._is_rank_zero(node.test) or creates_process_group(self):
             return
         lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
         prints: list[cst.Call] = []
@@ -215,7 +221,7 @@ SAMPLERS = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed
 
 
 @register
-class SamplerRankFromDist(Rule):
+class SamplerRankFromDist(ScopedRule):
     code = "XLA707"
     title = "`DistributedSampler` rank/world from torch.distributed: use `xr.world_size()` / `xr.global_ordinal()`"
     category = "C7"
@@ -237,8 +243,9 @@ class SamplerRankFromDist(Rule):
         "sampler = DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=True)\n"
     )
     after = (
-        "import torch.distributed as dist\nfrom torch.utils.data import DistributedSampler\n"
-        "import torch_xla.runtime as xr\n\n"
+        "from torch.utils.data import DistributedSampler\n"
+        "import torch_xla.runtime as xr\n"
+        "\n"
         "sampler = DistributedSampler(ds, num_replicas=xr.world_size(), rank=xr.global_ordinal(), shuffle=True)\n"
     )
     message = "sampler shards by torch.distributed; use `num_replicas=xr.world_size(), rank=xr.global_ordinal()`"
@@ -261,6 +268,8 @@ class SamplerRankFromDist(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.qualified_names(node.func) & SAMPLERS or any(a.star for a in node.args):
             return
+        if creates_process_group(self):
+            return  # the group exists (migrated to the xla backend): the sampler's lookup works
         positional = positional_args(node)
         new_args = list(node.args)
         added = []

@@ -34,8 +34,11 @@ class NvtxRanges(Rule):
         "with torch.cuda.nvtx.range('backward'):\n    out.sum().backward()\n"
     )
     after = (
-        "import torch\nimport torch_xla.debug.profiler as xp\n\nout = model(x)\n"
-        "with xp.Trace('backward'):\n    out.sum().backward()\n"
+        "import torch_xla.debug.profiler as xp\n"
+        "\n"
+        "out = model(x)\n"
+        "with xp.Trace('backward'):\n"
+        "    out.sum().backward()\n"
     )
     message = "NVTX annotates nothing on TPU; remove it or use `torch_xla.debug.profiler` (`xp.Trace`)"
     symptoms = ("No device timeline", "torch.cuda.nvtx.range_push returns -2")

@@ -29,7 +29,7 @@ class XlaUseSpmdEnv(EnvWriteRule):
         "time` and `xr.world_size()` is 1."
     )
     before = "import os\n\nos.environ['XLA_USE_SPMD'] = '1'\n"
-    after = "import os\nimport torch_xla.runtime as xr\n\nxr.use_spmd()\n"
+    after = "import torch_xla.runtime as xr\n\nxr.use_spmd()\n"
     message = "`XLA_USE_SPMD` is deprecated; call `xr.use_spmd()` before creating tensors"
     symptoms = (
         "XLA_USE_SPMD is being deprecated. Use torch_xla.runtime.use_spmd() without setting XLA_USE_SPMD env-var.",

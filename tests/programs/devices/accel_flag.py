@@ -31,7 +31,7 @@ def main():
     loader = torch.utils.data.DataLoader(data, **loader_kwargs)
     model = torch.nn.Linear(10, 3).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _, (x, y) in zip(range(args.steps), loader):
+    for _, (x, y) in zip(range(args.steps), loader, strict=False):
         loss = train_step(model, opt, device, x, y)
     print("device", next(model.parameters()).device)
     print("loss", float(loss))

@@ -1,0 +1,192 @@
+"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`);
+`register` adds them to the root app.
+
+Each command imports the engine inside its function: every `xlaport` invocation imports this module, and
+libcst and the rules would slow `xlaport --help` down.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from xlaport.cliutil import LintFormat, OutputFormat, fail_usage, split_codes
+from xlaport.files import (
+    DirtyTree,
+    WriteFailed,
+    atomic_write,
+    in_place_backups,
+    iter_python_files,
+    keep_backup,
+    remove_stale_temporaries,
+)
+
+
+def _rules(select: list[str] | None, ignore: list[str] | None = None):
+    from . import select_rules
+
+    try:
+        return select_rules(split_codes(select), split_codes(ignore))
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    """Python files, and the config files and run scripts that kb/configs.py reads."""
+    from .configs import CONFIG_KINDS
+
+    try:
+        return list(iter_python_files(paths, (".py", *CONFIG_KINDS)))
+    except FileNotFoundError as exc:
+        fail_usage(str(exc))
+
+
+def _report_errors(results) -> int:
+    errors = [r.error for r in results if r.error]
+    for error in errors:
+        typer.echo(f"error: {error}", err=True)
+    return len(errors)
+
+
+def lint(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to check.")],
+    select: Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
+) -> None:
+    """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
+    from .batch import lint_file
+    from .report_formats import as_json, as_sarif, as_text
+
+    rules = _rules(select, ignore)
+    results = [lint_file(p, rules) for p in _files(paths)]
+    findings = [f for r in results for f in r.findings]
+    if format is LintFormat.json:
+        typer.echo(as_json(findings))
+    elif format is LintFormat.sarif:
+        typer.echo(as_sarif(findings))
+    else:
+        if findings:
+            typer.echo(as_text(findings))
+        fixable = sum(f.fixable for f in findings)
+        typer.echo(
+            f"{len(findings)} finding(s) in {len(results)} file(s); {fixable} fixable "
+            f"([*] safe, [~] with --unsafe-fixes, [ ] manual)",
+            err=True,
+        )
+    errors = _report_errors(results)
+    raise typer.Exit(1 if findings or errors else 0)
+
+
+def fix(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to rewrite in place.")],
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
+    unsafe_fixes: Annotated[
+        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
+    ] = False,
+    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories.")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
+    ] = False,
+) -> None:
+    """Apply the knowledge base's fixes in place (or show them with --diff)."""
+    from .batch import fix_file
+
+    rules = _rules(select, ignore)
+    files = _files(paths)
+    results = [fix_file(p, rules, unsafe=unsafe_fixes) for p in files]
+    changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
+    if diff:
+        for path, r in changed:
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    r.source.splitlines(keepends=True), r.fixed.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+                )
+            )
+    else:
+        try:
+            needs_backup = in_place_backups([p for p, _ in changed], force)
+        except DirtyTree as exc:
+            fail_usage(str(exc))
+        for path, r in list(changed):
+            try:
+                if path in needs_backup:
+                    keep_backup(path)
+                atomic_write(path, r.fixed)
+            except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
+                r.error = str(exc)
+                changed.remove((path, r))
+        for folder in {Path(os.path.realpath(p)).parent for p, _ in changed}:
+            remove_stale_temporaries(folder)
+    applied = Counter(f.code for r in results for f in r.applied)
+    remaining = sum(len(r.findings) for r in results)
+    verb = "would apply" if diff else "applied"
+    typer.echo(
+        f"{verb} {sum(applied.values())} fix(es) in {len(changed)} file(s); {remaining} finding(s) left", err=True
+    )
+    errors = _report_errors(results)
+    raise typer.Exit(1 if errors else 0)
+
+
+def kb_list(format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text) -> None:
+    """Every entry: code, category, fix applicability, title."""
+    from . import all_rules
+    from .docs import entry_dict
+
+    rules = all_rules()
+    if format is OutputFormat.json:
+        typer.echo(json.dumps([entry_dict(r) for r in rules], indent=2))
+        return
+    for r in rules:
+        typer.echo(f"{r.code}  {r.category}  {r.fix:<6}  {'auto' if r.autofix else '    '}  {r.title}")
+
+
+def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201.")]) -> None:
+    """One entry in full: what it detects, why, example, fix safety, references."""
+    from . import get_rule
+    from .docs import render_markdown
+
+    try:
+        rule = get_rule(code)
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+    typer.echo(render_markdown(rule))
+
+
+def kb_search(
+    text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
+    k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
+    format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
+) -> None:
+    """The kb entries closest to TEXT (semantic search over the fix knowledge base)."""
+    from .retrieval import search_fixes
+
+    query = sys.stdin.read() if text == "-" else text
+    if not query.strip():
+        fail_usage("the search text is empty")
+    hits = search_fixes(query, k)
+    if format is OutputFormat.json:
+        typer.echo(json.dumps([h.model_dump() for h in hits], indent=2))
+        return
+    for rank, hit in enumerate(hits, 1):
+        typer.echo(f"{rank}. {hit.code}  {hit.score:.3f}  {hit.fix:<6}  {hit.title}")
+        typer.echo(f"     matched {hit.matched}")
+
+
+def register(app: typer.Typer) -> None:
+    """Adds `lint` and `fix`, and the `kb` group with `list`, `show` and `search`, to the root app."""
+    app.command()(lint)
+    app.command()(fix)
+    kb_app = typer.Typer(no_args_is_help=True, help="Browse the fix knowledge base.")
+    kb_app.command("list")(kb_list)
+    kb_app.command("show")(kb_show)
+    kb_app.command("search")(kb_search)
+    app.add_typer(kb_app, name="kb")

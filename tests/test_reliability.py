@@ -1,0 +1,307 @@
+"""Issue 13: inputs and faults that used to crash, hang or lose data — each front (CLI, HTTP, MCP) holds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mcp
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+from xlaport.kb import SourceError, lint_source
+from xlaport.serve.http import create_app
+from xlaport.serve.mcp import create_server
+from xlaport.serve.pipeline import Pipeline
+
+from xlaport.cli import app
+
+CUDA_SOURCE = "import torch\n\nx = torch.zeros(2).cuda()\n"
+AND_CHAIN = "y = " + " and ".join(["x"] * 10_000) + "\n"  # segfaulted libcst's native parser
+OR_CHAIN = "y = " + " or ".join(["x"] * 10_000) + "\n"
+PLUS_CHAIN = "x = " + "+".join(["1"] * 1_000) + "\n"  # RecursionError in libcst's visitors
+STRING_CHAIN = "x = (" + " ".join(['"a"'] * 1_000) + ")\n"  # implicit concatenation nests like a chain
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The real CLI in a child process: a native crash shows as rc -11 / 139, not as a test crash."""
+    env = {**os.environ, "USE_TORCH_XLA": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "xlaport", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def call_tool(server, name: str, arguments: dict):
+    async def go():
+        async with mcp.Client(server) as client:
+            return await client.call_tool(name, arguments)
+
+    return asyncio.run(go())
+
+
+# --- 1, 2: pathological nesting is refused with a reason, never a crash ------------------------------------
+@pytest.mark.parametrize("source", [AND_CHAIN, OR_CHAIN, PLUS_CHAIN, STRING_CHAIN], ids=["and", "or", "plus", "str"])
+def test_pathological_nesting_is_a_source_error(source):
+    with pytest.raises(SourceError, match="nested too deeply"):
+        lint_source(source)
+
+
+def test_parse_limits_are_configurable(monkeypatch):
+    source = "x = " + "+".join(["1"] * 20) + "\n"
+    assert lint_source(source) == []
+    monkeypatch.setenv("XLAPORT_MAX_NESTING", "10")
+    with pytest.raises(SourceError, match="over 10 levels"):
+        lint_source(source)
+    monkeypatch.delenv("XLAPORT_MAX_NESTING")
+    monkeypatch.setenv("XLAPORT_MAX_NODES", "5")
+    with pytest.raises(SourceError, match="too large"):
+        lint_source(source)
+
+
+def test_cli_lint_and_fix_report_the_bad_file_and_fix_the_others(tmp_path: Path):
+    (tmp_path / "and.py").write_text(AND_CHAIN)
+    (tmp_path / "plus.py").write_text(PLUS_CHAIN)
+    (tmp_path / "good.py").write_text(CUDA_SOURCE)
+    linted = cli("lint", str(tmp_path))
+    assert linted.returncode == 1, linted.stderr[-2000:]
+    assert "and.py: cannot parse: nested too deeply" in linted.stderr
+    assert "Traceback" not in linted.stderr
+    fixed = cli("fix", str(tmp_path))
+    assert fixed.returncode == 1 and "Traceback" not in fixed.stderr, fixed.stderr[-2000:]
+    assert "plus.py: cannot parse: nested too deeply" in fixed.stderr
+    assert "torch_xla" in (tmp_path / "good.py").read_text()  # the good file was still fixed
+    assert (tmp_path / "and.py").read_text() == AND_CHAIN
+
+
+def test_migrate_in_parallel_reports_the_bad_file(tmp_path: Path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "and.py").write_text(AND_CHAIN)
+    (src / "good.py").write_text(CUDA_SOURCE)
+    (src / "other.py").write_text(CUDA_SOURCE)
+    done = cli("migrate", str(src), "--out", str(tmp_path / "out"), "-j", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "and.py: cannot parse: nested too deeply" in done.stderr
+    assert (tmp_path / "out" / "and.py").read_text() == AND_CHAIN
+    assert "torch_xla" in (tmp_path / "out" / "good.py").read_text()
+
+
+def test_http_suggest_refuses_deep_nesting_and_keeps_serving():
+    with TestClient(create_app(Pipeline(), token=None, warm_up=False)) as c:
+        for source in (AND_CHAIN, PLUS_CHAIN):
+            refused = c.post("/v1/suggest", json={"source": source, "options": {"k": 0}})
+            assert refused.status_code == 422 and "nested too deeply" in str(refused.json()["detail"])
+        ok = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0}})
+        assert ok.status_code == 200 and ok.json()["changed"]
+
+
+def test_mcp_suggest_refuses_deep_nesting_with_the_reason():
+    server = create_server(Pipeline(), allow_execution=False)
+    for source in (AND_CHAIN, PLUS_CHAIN):
+        result = call_tool(server, "suggest_patch", {"source": source, "k": 0})
+        assert result.is_error and "nested too deeply" in result.content[0].text
+
+
+# --- 3: a FIFO named *.py never hangs a run ------------------------------------------------------------------
+def test_fifo_is_skipped_with_a_note(tmp_path: Path):
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "good.py").write_text(CUDA_SOURCE)
+    linted = cli("lint", str(tmp_path))  # used to block forever on open()
+    assert "pipe.py: not a regular file; skipped" in linted.stderr
+    fixed = cli("fix", str(tmp_path))
+    assert "pipe.py: not a regular file; skipped" in fixed.stderr and "torch_xla" in (tmp_path / "good.py").read_text()
+    out = tmp_path.parent / f"{tmp_path.name}-out"
+    migrated = cli("migrate", str(tmp_path), "--out", str(out))
+    assert migrated.returncode == 0 and "skipped, not regular files: pipe.py" in migrated.stdout
+
+
+# --- 4, 5: the way back to every original --------------------------------------------------------------------
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def make_repo(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q")
+    git(path, "config", "user.email", "t@example.com")
+    git(path, "config", "user.name", "t")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    git(path, "add", *files)
+    git(path, "commit", "-qm", "init")
+    return path
+
+
+def test_fix_backs_up_untracked_and_ignored_files_in_git(tmp_path: Path):
+    repo = make_repo(tmp_path / "a", {"tracked.py": CUDA_SOURCE, ".gitignore": "ignored.py\n"})
+    (repo / "untracked.py").write_text(CUDA_SOURCE)
+    (repo / "ignored.py").write_text(CUDA_SOURCE)
+    assert run("fix", str(repo)).exit_code == 0
+    assert not (repo / "tracked.py.xlaport.bak").exists()  # git restores it
+    for name in ("untracked.py", "ignored.py"):
+        assert (repo / f"{name}.xlaport.bak").read_text() == CUDA_SOURCE
+
+
+def test_each_file_is_judged_in_its_own_repository(tmp_path: Path):
+    a = make_repo(tmp_path / "a", {"f.py": CUDA_SOURCE})
+    b = make_repo(tmp_path / "b", {"f.py": CUDA_SOURCE})
+    (b / "f.py").write_text(CUDA_SOURCE + "y = 1\n")  # dirty in the SECOND repository
+    refused = run("fix", str(a / "f.py"), str(b / "f.py"))
+    assert refused.exit_code == 2 and str(b / "f.py") in refused.output
+    assert (a / "f.py").read_text() == CUDA_SOURCE  # nothing written
+    nested = make_repo(a / "inner", {"g.py": CUDA_SOURCE})
+    (nested / "g.py").write_text(CUDA_SOURCE + "z = 2\n")
+    assert run("fix", str(a)).exit_code == 2  # dirty nested repository
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "h.py").write_text(CUDA_SOURCE)
+    assert run("fix", str(a / "f.py"), str(plain / "h.py")).exit_code == 0
+    assert (plain / "h.py.xlaport.bak").read_text() == CUDA_SOURCE and not (a / "f.py.xlaport.bak").exists()
+
+
+def test_migrate_in_place_backs_up_untracked_files(tmp_path: Path):
+    repo = make_repo(tmp_path / "a", {"tracked.py": CUDA_SOURCE})
+    (repo / "new.py").write_text(CUDA_SOURCE)
+    done = cli("migrate", str(repo), "--in-place")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (repo / "new.py.xlaport.bak").read_text() == CUDA_SOURCE
+    assert not (repo / "tracked.py.xlaport.bak").exists()
+
+
+def test_a_second_fix_never_overwrites_the_backup(tmp_path: Path):
+    path = tmp_path / "t.py"
+    path.write_text(CUDA_SOURCE + "torch.cuda.synchronize()\n")
+    original = path.read_text()
+    assert run("fix", str(path), "--select", "XLA201").exit_code == 0
+    between = path.read_text()
+    assert between != original
+    assert run("fix", str(path)).exit_code == 0
+    assert (tmp_path / "t.py.xlaport.bak").read_text() == original
+    assert (tmp_path / "t.py.xlaport.1.bak").read_text() == between
+
+
+# --- 6, 7, 9: links stay links; owner, group, mode and BOM are kept ----------------------------------------------
+def test_fix_writes_through_a_symlink_and_keeps_it(tmp_path: Path):
+    target = tmp_path / "real.py"
+    target.write_text(CUDA_SOURCE)
+    link = tmp_path / "link.py"
+    link.symlink_to(target.name)
+    assert run("fix", str(link)).exit_code == 0
+    assert link.is_symlink() and os.readlink(link) == "real.py"
+    assert "torch_xla" in target.read_text()
+
+
+def test_migrate_copies_symlinks_as_links_and_says_so(tmp_path: Path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "real.py").write_text(CUDA_SOURCE)
+    (src / "alias.py").symlink_to("real.py")
+    (src / "data").symlink_to("/nonexistent-target")
+    done = cli("migrate", str(src), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "out"
+    assert (out / "alias.py").is_symlink() and os.readlink(out / "alias.py") == "real.py"
+    assert (out / "data").is_symlink()
+    assert "symlinks kept as links, not migrated: alias.py, data" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_fix_keeps_owner_group_and_mode(tmp_path: Path):
+    path = tmp_path / "t.py"
+    path.write_text(CUDA_SOURCE)
+    os.chown(path, 1234, 5678)
+    path.chmod(0o640)
+    assert run("fix", str(path)).exit_code == 0
+    info = path.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1234, 5678, 0o640)
+    assert "torch_xla" in path.read_text()
+
+
+def test_utf8_bom_is_accepted_and_kept(tmp_path: Path):
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbf" + CUDA_SOURCE.encode())
+    assert run("lint", str(path)).exit_code == 1  # findings, not "cannot parse"
+    assert run("fix", str(path)).exit_code == 0
+    data = path.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b"torch_xla" in data and data.count(b"\xef\xbb\xbf") == 1
+    out = tmp_path / "out"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "bom.py").write_bytes(b"\xef\xbb\xbf" + CUDA_SOURCE.encode())
+    assert cli("migrate", str(src), "--out", str(out)).returncode == 0
+    assert (out / "bom.py").read_bytes().startswith(b"\xef\xbb\xbf")
+
+
+# --- 8: disk full or an immutable file: a clear error, nothing left behind --------------------------------------
+def test_fix_on_a_full_disk_reports_and_leaves_no_temporary(tmp_path: Path, monkeypatch):
+    import errno
+
+    path = tmp_path / "t.py"
+    path.write_text(CUDA_SOURCE)
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "replace", full)
+    result = run("fix", str(path))
+    assert result.exit_code == 1 and "No space left on device" in result.output and "Traceback" not in result.output
+    assert path.read_text() == CUDA_SOURCE and synced  # fsynced before the (failed) rename
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py", "t.py.xlaport.bak"]
+
+
+def test_migrate_on_a_full_disk_removes_the_partial_copy(tmp_path: Path, monkeypatch):
+    import errno
+    import shutil
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text(CUDA_SOURCE)
+    (src / "b.txt").write_text("x\n")
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shutil, "copy2", full)
+    result = run("migrate", str(src), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and "No space left on device" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_stray_temporaries_are_never_copied_and_are_cleaned(tmp_path: Path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text(CUDA_SOURCE)
+    (src / ".a.py.k3j9x0qa.tmp").write_text("half a file")  # what a kill during a write left
+    done = cli("migrate", str(src), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0 and not (tmp_path / "out" / ".a.py.k3j9x0qa.tmp").exists()
+    assert run("fix", str(src / "a.py")).exit_code == 0
+    assert not (src / ".a.py.k3j9x0qa.tmp").exists()
+
+
+# --- 13: an unknown code is a usage error in --ignore as in --select ------------------------------------------------
+@pytest.mark.parametrize("command", ["lint", "fix"])
+def test_unknown_ignore_code_is_a_usage_error(tmp_path: Path, command):
+    path = tmp_path / "a.py"
+    path.write_text(CUDA_SOURCE)
+    for option in ("--select", "--ignore"):
+        result = run(command, option, "NOPE", str(path))
+        assert result.exit_code == 2 and "no rule matches NOPE" in result.output
+    assert path.read_text() == CUDA_SOURCE
+
+
+def test_unknown_ignore_code_is_refused_by_migrate_and_http(tmp_path: Path):
+    (tmp_path / "a.py").write_text(CUDA_SOURCE)
+    assert run("migrate", str(tmp_path), "--out", str(tmp_path.parent / "o"), "--ignore", "NOPE").exit_code == 2
+    with TestClient(create_app(Pipeline(), token=None, warm_up=False)) as c:
+        refused = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0, "ignore": ["NOPE"]}})
+        assert refused.status_code == 422 and "NOPE" in str(refused.json()["detail"])

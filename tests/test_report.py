@@ -1,0 +1,42 @@
+"""The one HTML renderer (xlaport/htmlpage.py) behind the migration report and verify's page."""
+
+from xlaport.serve.report import as_html, as_markdown
+from xlaport.serve.results import CheckRun, FileOutcome, MigrationResult, Validation
+
+from xlaport.htmlpage import diff_block, fmt, page, row
+
+
+def test_page_is_self_contained_and_escapes_its_title():
+    text = page("a <b> & c", ["<p>x</p>"])
+    assert text.startswith("<!doctype html>") and "<title>a &lt;b&gt; &amp; c</title>" in text
+    assert "<style>" in text and "src=" not in text and "href=" not in text and text.endswith("</body></html>\n")
+
+
+def test_cells_are_formatted_and_escaped():
+    assert row([None, 0.123456, "<x>"]) == "<tr><td>–</td><td>0.1235</td><td>&lt;x&gt;</td></tr>"
+    assert row(["a"], header=True) == "<tr><th>a</th></tr>"
+    assert fmt(3) == "3"
+
+
+def test_diff_lines_are_coloured_but_file_headers_are_not():
+    block = diff_block("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old <\n+new\n same")
+    assert '<span class="del">-old &lt;</span>' in block and '<span class="add">+new</span>' in block
+    assert '<span class="hunk">@@ -1 +1 @@</span>' in block and '<pre class="diff">--- a/x.py\n+++ b/x.py\n' in block
+
+
+def test_migration_report_uses_the_shared_page():
+    migration = MigrationResult(
+        run_id="r", src="src<1>", dst="dst", in_place=False, written=True, python_files=1, files_changed=1,
+        other_files_copied=0, errors=["bad.py: syntax"], fixes_applied={"XLA101": 1}, findings_left={},
+        files=[FileOutcome(path="train.py", status="changed", diff="+x = 1\n", codes_applied=["XLA101"])],
+        validation=Validation(
+            command="python train.py", status="rejected",
+            checks=[CheckRun(name="xla_check", passed=False, level="L0", reasons=["crashed <oom>"])],
+        ),
+        report_dir="dst",
+    )  # fmt: skip
+    html_page, markdown = as_html(migration), as_markdown(migration)
+    assert html_page.startswith("<!doctype html>") and "<title>xlaport migration report</title>" in html_page
+    assert "src&lt;1&gt;" in html_page and "<li>crashed &lt;oom&gt;</li>" in html_page
+    assert '<td class="rejected">rejected</td>' in html_page and '<span class="add">+x = 1</span>' in html_page
+    assert "- **xla_check**: FAILED, level L0" in markdown and "<li>bad.py: syntax</li>" in html_page
