@@ -168,6 +168,31 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
             stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
 
 
+# `a = 1; b = 2; ...`: a line of thousands of statements (generated or minified code) costs minutes of analysis
+# (10,000 took 180 s on a loaded core); hand-written code has a few.
+MAX_STATEMENTS_PER_LINE = 50
+
+
+def check_statements_per_line(tree: ast.Module) -> None:
+    """Raises SourceError for a line with more than XLAPORT_MAX_STATEMENTS_PER_LINE statements (default 50)."""
+    limit = _limit("MAX_STATEMENTS_PER_LINE", MAX_STATEMENTS_PER_LINE)
+    blocks: list[list[ast.stmt]] = [tree.body]
+    while blocks:
+        per_line: dict[int, int] = {}
+        for stmt in blocks.pop():
+            per_line[stmt.lineno] = per_line.get(stmt.lineno, 0) + 1
+            if per_line[stmt.lineno] > limit:
+                raise SourceError(
+                    f"cannot analyse: over {limit} statements on line {stmt.lineno} (generated or minified code?); "
+                    f"put one statement per line, or raise XLAPORT_MAX_STATEMENTS_PER_LINE"
+                )
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, name, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                    blocks.append(block)
+            blocks.extend(part.body for part in getattr(stmt, "handlers", []) + getattr(stmt, "cases", []))
+
+
 def parse(source: str) -> cst.Module:
     """The libcst module of `source`; SourceError (with the reason) for what is not Python or too big to analyse.
 
@@ -182,6 +207,7 @@ def parse(source: str) -> cst.Module:
         raise SourceError(
             f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
         ) from None
+    check_statements_per_line(tree)
     check_parse_limits(tree, source)
     try:
         return cst.parse_module(source)
