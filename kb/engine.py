@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import os
 import re
 import tokenize
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
-from .analysis.module import ModuleAnalysis
+from .analysis.module import ModuleAnalysis, children_of
 from .imports import remove_imports_made_unused
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
+# Larger sources are refused at once: analysis time and memory grow with the tree (~1 s and ~50 MB per
+# 1,000 lines on a loaded core), so an unbounded file could hold a worker for many minutes.
+MAX_SOURCE_CHARS_ENV = "XLAPORT_MAX_SOURCE_CHARS"
+DEFAULT_MAX_SOURCE_CHARS = 1_000_000
+FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
 
 
 class SourceError(ValueError):
@@ -78,6 +85,24 @@ def _is_suppressed(line: int, code: str, suppressed: dict[int, set[str] | None])
         return False
     codes = suppressed[line]
     return codes is None or code in codes
+
+
+def max_source_chars() -> int:
+    """The size limit of one source, `$XLAPORT_MAX_SOURCE_CHARS` (characters), else 1,000,000."""
+    configured = os.environ.get(MAX_SOURCE_CHARS_ENV)
+    try:
+        return int(configured) if configured else DEFAULT_MAX_SOURCE_CHARS
+    except ValueError:
+        raise SourceError(f"{MAX_SOURCE_CHARS_ENV} must be a number of characters, not {configured!r}") from None
+
+
+def check_size(source: str) -> None:
+    limit = max_source_chars()
+    if len(source) > limit:
+        raise SourceError(
+            f"too large to analyse: {len(source):,} characters, the limit is {limit:,} "
+            f"(set {MAX_SOURCE_CHARS_ENV} to raise it)"
+        )
 
 
 # Limits on what is handed to libcst (override with XLAPORT_MAX_NESTING / XLAPORT_MAX_NODES).
@@ -143,12 +168,38 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
             stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
 
 
+# `a = 1; b = 2; ...`: a line of thousands of statements (generated or minified code) costs minutes of analysis
+# (10,000 took 180 s on a loaded core); hand-written code has a few.
+MAX_STATEMENTS_PER_LINE = 50
+
+
+def check_statements_per_line(tree: ast.Module) -> None:
+    """Raises SourceError for a line with more than XLAPORT_MAX_STATEMENTS_PER_LINE statements (default 50)."""
+    limit = _limit("MAX_STATEMENTS_PER_LINE", MAX_STATEMENTS_PER_LINE)
+    blocks: list[list[ast.stmt]] = [tree.body]
+    while blocks:
+        per_line: dict[int, int] = {}
+        for stmt in blocks.pop():
+            per_line[stmt.lineno] = per_line.get(stmt.lineno, 0) + 1
+            if per_line[stmt.lineno] > limit:
+                raise SourceError(
+                    f"cannot analyse: over {limit} statements on line {stmt.lineno} (generated or minified code?); "
+                    f"put one statement per line, or raise XLAPORT_MAX_STATEMENTS_PER_LINE"
+                )
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, name, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                    blocks.append(block)
+            blocks.extend(part.body for part in getattr(stmt, "handlers", []) + getattr(stmt, "cases", []))
+
+
 def parse(source: str) -> cst.Module:
     """The libcst module of `source`; SourceError (with the reason) for what is not Python or too big to analyse.
 
     CPython's parser goes first: it rejects pathological nesting with a SyntaxError, and its tree is checked
     against the limits above, before libcst (whose native parser would crash the process) sees the text.
     """
+    check_size(source)
     try:
         tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
@@ -156,6 +207,7 @@ def parse(source: str) -> cst.Module:
         raise SourceError(
             f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
         ) from None
+    check_statements_per_line(tree)
     check_parse_limits(tree, source)
     try:
         return cst.parse_module(source)
@@ -175,15 +227,48 @@ class _Detection:
     start: tuple[int, int]
 
 
-def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
+def run_rules(module: cst.Module, visitors: list[Rule]) -> ModuleAnalysis:
+    """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper.resolve(ParentNodeProvider))
-    visitors = [rule() for rule in rules]
+    analysis = ModuleAnalysis.of(module, wrapper)
     for visitor in visitors:
         visitor.analysis = analysis
-    wrapper.visit_batched(visitors)
-    suppressed = suppressions(source)
-    positions = wrapper.resolve(PositionProvider)
+    if any(visitor.get_inherited_dependencies() for visitor in visitors):
+        wrapper.visit_batched(visitors)  # a rule that declares libcst metadata gets it resolved
+    else:
+        _visit_batched(module, visitors)
+    return analysis
+
+
+def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
+    """libcst's batched visit (each node's `visit_<Type>` of every rule in order, its children, then its
+    `leave_<Type>`), without libcst's traversal, which rebuilds every node it passes."""
+    visits: dict[str, list] = {}
+    leaves: dict[str, list] = {}
+    for visitor in visitors:
+        for name, method in visitor.get_visitors().items():
+            kind, _, node_type = name.partition("_")
+            if "_" in node_type:
+                raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
+            (visits if kind == "visit" else leaves).setdefault(node_type, []).append(method)
+    stack: list[tuple[cst.CSTNode, bool]] = [(module, False)]
+    while stack:
+        node, leaving = stack.pop()
+        methods = (leaves if leaving else visits).get(type(node).__name__, ())
+        for method in methods:
+            method(node)
+        if not leaving:
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(list(children_of(node))))
+
+
+def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
+    visitors = [rule() for rule in rules]
+    analysis = run_rules(module, visitors)
+    if not any(visitor.reports for visitor in visitors):
+        return []  # the common case: no positions, no suppression comments to read
+    suppressed = suppressions(source) if "xlaport" in source else {}
+    positions = analysis.wrapper.resolve(PositionProvider)
     dead = [positions[n] for n in analyse_devices(module).facts.dead_regions() if n in positions]
     detections = []
     for visitor in visitors:
@@ -348,14 +433,31 @@ def _drop_removal_markers(module: cst.Module) -> cst.Module:
     return module.visit(_MarkerDropper())
 
 
+_FIX_CACHE: OrderedDict[tuple, FixResult] = OrderedDict()
+
+
 def fix_source(
     source: str,
     path: str = "<string>",
     rules: list[type[Rule]] | None = None,
     unsafe: bool = False,
 ) -> FixResult:
-    """Applies every allowed rewrite until nothing more changes; never returns unparsable code."""
+    """Applies every allowed rewrite until nothing more changes; never returns unparsable code.
+    Results are kept by content hash (with the path, rules and `unsafe`) for the next identical request."""
     rules = all_rules() if rules is None else rules
+    key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe)
+    cached = _FIX_CACHE.get(key)
+    if cached is None:
+        cached = _fix_source(source, path, rules, unsafe)
+        _FIX_CACHE[key] = cached
+        while len(_FIX_CACHE) > FIX_CACHE_SIZE:
+            _FIX_CACHE.popitem(last=False)
+    else:
+        _FIX_CACHE.move_to_end(key)
+    return replace(cached, applied=list(cached.applied), remaining=list(cached.remaining))
+
+
+def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -> FixResult:
     module = original = parse(source)
     applied: list[Finding] = []
     current_source = source

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +40,7 @@ SYMPTOM_BONUS = 0.25
 SUMMARY_WEIGHT = 0.2
 MAX_QUERY_CHARS = 4000
 MAX_LOG_LINES = 8
+QUERY_CACHE_SIZE = 4096  # query embeddings kept per index (384 floats each)
 # A line of a pasted log that carries the actual error (not the "File ..." frames of a traceback).
 TRACEBACK_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line \d+')
 LIBRARY_PATH = re.compile(r"(site-packages|dist-packages|/lib/python\d)")
@@ -150,6 +152,7 @@ class FixIndex:
         self.index = index
         self.encoder = encoder
         self._symptoms = [(code, _normalise(text)) for code, kind, text in passages if kind == "symptom"]
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # query text -> embedding, most recent last
 
     @classmethod
     def load_or_build(
@@ -189,13 +192,27 @@ class FixIndex:
             return [[] for _ in texts]
         parts = [query_parts(t) for t in texts]
         flat = [p for ps in parts for p in ps]
-        scores, rows = self.index.search(self.encoder.encode(flat), self.index.ntotal)
+        scores, rows = self.index.search(self._encode(flat), self.index.ntotal)
         results, offset = [], 0
         for text, ps in zip(texts, parts, strict=True):
             block = slice(offset, offset + len(ps))
             offset += len(ps)
             results.append(self._rank(text, scores[block], rows[block], k))
         return results
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        """The encoder's vectors, each text encoded once per process (the same findings and log lines
+        come back on every request; the encoder is most of a search's time)."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if missing:
+            for text, vector in zip(missing, self.encoder.encode(missing), strict=True):
+                self._vectors[text] = vector
+        vectors = np.stack([self._vectors[t] for t in texts])
+        for text in texts:
+            self._vectors.move_to_end(text)
+        while len(self._vectors) > QUERY_CACHE_SIZE:
+            self._vectors.popitem(last=False)
+        return vectors
 
     def _rank(self, text: str, scores: np.ndarray, rows: np.ndarray, k: int) -> list[FixHit]:
         best: dict[str, tuple[float, int]] = {}  # code -> (best passage similarity, its row)

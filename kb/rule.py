@@ -8,13 +8,7 @@ from functools import cache
 from typing import ClassVar, Literal
 
 import libcst as cst
-from libcst.metadata import (
-    CodeRange,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    QualifiedNameSource,
-)
+from libcst.metadata import CodeRange, QualifiedNameSource
 
 from .analysis.module import ModuleAnalysis
 from .cst_helpers import whole_statement
@@ -107,7 +101,8 @@ class Rule(cst.BatchableCSTVisitor):
     `before` must trigger the rule; when the rule rewrites, fixing `before` gives `after`.
     """
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+    # None: names, parents and positions come from `self.analysis`, which resolves each only when asked.
+    METADATA_DEPENDENCIES = ()
 
     code: ClassVar[str]
     title: ClassVar[str]
@@ -161,7 +156,7 @@ class Rule(cst.BatchableCSTVisitor):
     # --- name resolution -----------------------------------------------------------
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Import-resolved dotted names of `node` (never locals: `cuda = 1; cuda.x` is not torch.cuda)."""
-        names = self.get_metadata(QualifiedNameProvider, node, set())
+        names = self.analysis.qualified_name_objects(node)
         return {q.name for q in names if q.source is QualifiedNameSource.IMPORT}
 
     def call_name(self, call: cst.Call) -> str | None:
@@ -173,7 +168,7 @@ class Rule(cst.BatchableCSTVisitor):
 
     # --- tree context ----------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.get_metadata(ParentNodeProvider, node, None)
+        return self.analysis.parent(node)
 
     def ancestors(self, node: cst.CSTNode):
         current = self.parent(node)
@@ -189,7 +184,7 @@ class Rule(cst.BatchableCSTVisitor):
         return None
 
     def position(self, node: cst.CSTNode) -> CodeRange:
-        return self.get_metadata(PositionProvider, node)
+        return self.analysis.position(node)
 
 
 @cache

@@ -7,7 +7,7 @@ import bisect
 import re
 
 import libcst as cst
-from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
 from ..rule import Rule
@@ -58,7 +58,7 @@ class ScopedRule(Rule):
 
     # --- names ---------------------------------------------------------------------
     def is_builtin(self, node: cst.CSTNode, *names: str) -> bool:
-        found = self.get_metadata(QualifiedNameProvider, node, set())
+        found = self.analysis.qualified_name_objects(node)
         return any(
             q.source is QualifiedNameSource.BUILTIN and q.name in {f"builtins.{n}" for n in names} for q in found
         )

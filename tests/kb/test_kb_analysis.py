@@ -5,7 +5,8 @@ import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 from xlaport.kb import lint_source
 from xlaport.kb.analysis import steps
-from xlaport.kb.analysis.module import ModuleAnalysis
+from xlaport.kb.analysis.module import parent_map
+from xlaport.kb.engine import run_rules
 from xlaport.kb.rule import Rule
 
 
@@ -43,10 +44,8 @@ class _Probe(Rule):
 
 def probe(source: str) -> list[tuple[bool, bool]]:
     module = cst.parse_module(source)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     rule = _Probe()
-    rule.analysis = ModuleAnalysis.of(module, wrapper.resolve(ParentNodeProvider))
-    wrapper.visit_batched([rule])
+    run_rules(module, [rule])
     return rule.seen
 
 
@@ -64,3 +63,21 @@ def test_step_loop_and_training_loop():
         "    scheduler.step()\n"  # not a training step
     )
     assert probe(source) == [(False, True), (True, True), (False, False), (False, False)]
+
+
+def test_parent_map_is_libcsts_parent_provider_in_the_same_order():
+    source = (
+        "@torch.no_grad()\n"
+        "async def f(a: int = (1), *b, c=lambda x: x if x else -x, **d) -> 'T':\n"
+        "    x = [i for i in range(3) if i]; y = {k: v for k, v in d.items()}\n"
+        "    with open('f') as h, g() as (p, q):\n"
+        "        async for z in h:\n"
+        "            print(f'{z!r:>{a}}', *b, sep=(''), **d)  # comment\n"
+        "    match x:\n"
+        "        case [1, *rest] | {'k': _} if rest:\n"
+        "            pass\n"
+        "    return (yield from x[1:2, ...])\n"
+    )
+    module = cst.parse_module(source)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
+    assert list(parent_map(module).items()) == list(expected.items())

@@ -1,0 +1,226 @@
+"""Performance of lint, fix, migrate and the service, with the parse-only floor measured in the same run.
+
+    .venv/bin/python bench/perf.py [--jobs 2] [--every 1] [--requests 30] [--json out.json]
+
+- kb: torch's own `torch/nn`, `torch/optim`, `torch/distributed` (471 files in torch 2.9.0, from the
+  installed package: offline). libcst parse only (the floor), `lint` (all rules), `fix` (all safe rewrites),
+  back to back over the same files with the same `--jobs` worker processes; files/s, lines/s, the ratio to
+  the floor and the peak RSS of a worker.
+- migrate (no validation, rules only) of a tree of real code: the repositories under /work/corpus (or `--tree`).
+- service: `POST /v1/suggest` (rules only, no validation, the ~200-line file of bench/serve.py) and
+  `POST /v1/search`, p50/p95 through the real ASGI app.
+
+Prints a table and the same numbers as JSON (the load average is part of both: the machine is shared).
+Not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import libcst as cst
+
+from serve import QUERIES, bench_file, percentile, timed_requests  # bench/serve.py
+
+PACKAGE_DIRS = ("nn", "optim", "distributed")
+CORPUS = Path("/work/corpus")
+TREES = (
+    "karpathy__nanoGPT",
+    "karpathy__minGPT",
+    "kuangliu__pytorch-cifar",
+    "HobbitLong__SupContrast",
+    "facebookresearch__mae",
+)
+
+
+def torch_files() -> list[Path]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    return [p for d in PACKAGE_DIRS for p in sorted((root / d).rglob("*.py")) if p.is_file()]
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def parse_only(path: Path) -> tuple[int, int, float]:
+    source = path.read_text(encoding="utf-8")
+    cst.parse_module(source)
+    return source.count("\n"), 0, _rss_mb()
+
+
+def lint(path: Path) -> tuple[int, int, float]:
+    from xlaport.kb import lint_source
+
+    source = path.read_text(encoding="utf-8")
+    return source.count("\n"), len(lint_source(source, str(path))), _rss_mb()
+
+
+def fix(path: Path) -> tuple[int, int, float]:
+    from xlaport.kb import fix_source
+
+    source = path.read_text(encoding="utf-8")
+    return source.count("\n"), len(fix_source(source, str(path)).applied), _rss_mb()
+
+
+def _warm(_: int) -> None:
+    from xlaport.kb import all_rules
+
+    all_rules()
+
+
+def kb_rows(files: list[Path], jobs: int) -> list[dict]:
+    rows = []
+    for name, task in (("parse only (floor)", parse_only), ("lint", lint), ("fix", fix)):
+        with Pool(jobs) as pool:  # fresh workers per mode: the peak RSS is that mode's
+            pool.map(_warm, range(jobs))  # import cost is not part of the measurement
+            start = time.perf_counter()
+            results = pool.map(task, files, chunksize=2)
+            seconds = time.perf_counter() - start
+        lines = sum(r[0] for r in results)
+        rows.append(
+            {
+                "mode": name,
+                "seconds": round(seconds, 2),
+                "files_per_s": round(len(files) / seconds, 1),
+                "lines_per_s": round(lines / seconds),
+                "findings_or_fixes": sum(r[1] for r in results),
+                "peak_rss_mb": round(max(r[2] for r in results)),
+            }
+        )
+    floor = rows[0]["seconds"]
+    for row in rows:
+        row["x_floor"] = round(row["seconds"] / floor, 2)
+    return rows
+
+
+def migrate_row(trees: list[Path], jobs: int) -> dict:
+    from xlaport.serve.pipeline import Pipeline
+    from xlaport.serve.results import MigrateOptions
+
+    pipeline = Pipeline(proposer=None)
+    pipeline.warm_up()
+    lines = files = 0
+    seconds = 0.0
+    with tempfile.TemporaryDirectory(prefix="xlaport-perf-") as tmp:
+        os.environ["XLAPORT_TRACES"] = str(Path(tmp) / "traces.jsonl")  # not the user's trace file
+        for tree in trees:
+            py = list(tree.rglob("*.py"))
+            files += len(py)
+            lines += sum(p.read_text(encoding="utf-8", errors="replace").count("\n") for p in py)
+            start = time.perf_counter()
+            pipeline.migrate(tree, Path(tmp) / tree.name, MigrateOptions(jobs=jobs))
+            seconds += time.perf_counter() - start
+    return {
+        "mode": f"migrate ({len(trees)} trees)",
+        "seconds": round(seconds, 2),
+        "files": files,
+        "lines": lines,
+        "files_per_s": round(files / seconds, 1),
+        "lines_per_s": round(lines / seconds),
+    }
+
+
+def service_rows(requests: int) -> list[dict]:
+    from fastapi.testclient import TestClient
+    from xlaport.serve.http import create_app
+    from xlaport.serve.pipeline import Pipeline
+
+    source, lines = bench_file()
+    pipeline = Pipeline(proposer=None)  # rules only
+    with TestClient(create_app(pipeline, token=None, max_concurrency=1, timeout_s=600)) as client:
+        pipeline.warm_up()
+        timed_requests(client, "/v1/suggest", [{"source": source, "path": "bench.py"}])  # first call: imports
+        # the same text again (served from the content-hash cache) and a new text each time (a comment differs)
+        same = timed_requests(client, "/v1/suggest", [{"source": source, "path": "bench.py"}] * requests)
+        new = [{"source": f"{source}\n# request {i}\n", "path": "bench.py"} for i in range(requests)]
+        fresh = timed_requests(client, "/v1/suggest", new)
+        searches = [{"text": QUERIES[i % len(QUERIES)], "k": 5} for i in range(requests)]
+        timed_requests(client, "/v1/search", searches[: len(QUERIES)])  # each query seen once before
+        search = timed_requests(client, "/v1/search", searches)
+        unseen = [{"text": f"{QUERIES[i % len(QUERIES)]} (request {i})", "k": 5} for i in range(requests)]
+        search_new = timed_requests(client, "/v1/search", unseen)
+    measured = (
+        (f"POST /v1/suggest ({lines} lines, rules only, same text)", same),
+        (f"POST /v1/suggest ({lines} lines, rules only, new text)", fresh),
+        ("POST /v1/search (8 queries, each seen before)", search),
+        ("POST /v1/search (a new query each time)", search_new),
+    )
+    return [
+        {
+            "mode": name,
+            "n": len(times),
+            "p50_ms": round(1000 * statistics.median(times)),
+            "p95_ms": round(1000 * percentile(times, 95)),
+        }
+        for name, times in measured
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--every", type=int, default=1, help="every K-th file of the torch corpus (1 = all 471)")
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--tree", type=Path, nargs="*", help="trees to migrate (default: 5 repos in /work/corpus)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["kb", "migrate", "service"])
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+
+    out: dict = {"load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(), "jobs": args.jobs}
+    if "kb" not in args.skip:
+        files = torch_files()[:: args.every]
+        out["kb_corpus"] = {"files": len(files), "lines": sum(p.read_text().count("\n") for p in files)}
+        out["kb"] = kb_rows(files, args.jobs)
+        print(json.dumps(out["kb"]), flush=True)  # partial results survive a later failure
+    if "migrate" not in args.skip:
+        trees = args.tree or [CORPUS / t for t in TREES if (CORPUS / t).is_dir()]
+        out["migrate"] = migrate_row(trees, args.jobs)
+        print(json.dumps(out["migrate"]), flush=True)
+    if "service" not in args.skip:
+        out["service"] = service_rows(args.requests)
+    out["load_average_at_end"] = os.getloadavg()
+
+    print(
+        f"load average {out['load_average_at_start'][0]:.1f} at start, {out['load_average_at_end'][0]:.1f} at end; "
+        f"{out['cpus']} cpus, {args.jobs} worker processes"
+    )
+    if "kb" in out:
+        c = out["kb_corpus"]
+        print(f"\ntorch/{{{','.join(PACKAGE_DIRS)}}}: {c['files']} files, {c['lines']} lines")
+        print(
+            f"{'mode':<20} {'seconds':>8} {'x floor':>8} {'files/s':>8} {'lines/s':>8} {'found/fixed':>11} {'peak MB':>8}"
+        )
+        for r in out["kb"]:
+            print(
+                f"{r['mode']:<20} {r['seconds']:>8.1f} {r['x_floor']:>7.2f}x {r['files_per_s']:>8.1f} "
+                f"{r['lines_per_s']:>8} {r['findings_or_fixes']:>11} {r['peak_rss_mb']:>8}"
+            )
+    if "migrate" in out:
+        r = out["migrate"]
+        print(
+            f"\n{r['mode']}: {r['files']} files, {r['lines']} lines in {r['seconds']:.1f} s = "
+            f"{r['files_per_s']} files/s, {r['lines_per_s']} lines/s"
+        )
+    if "service" in out:
+        print()
+        for r in out["service"]:
+            print(f"{r['mode']:<52} n={r['n']:<4} p50 {r['p50_ms']:>6} ms  p95 {r['p95_ms']:>6} ms")
+    text = json.dumps(out, indent=1)
+    print("\n" + text)
+    if args.json:
+        args.json.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

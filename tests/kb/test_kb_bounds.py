@@ -1,0 +1,40 @@
+"""Any input is bounded: too large or pathological sources are refused at once with the limit that applied."""
+
+import time
+
+import pytest
+from xlaport.kb import SourceError, lint_source
+from xlaport.kb.engine import fix_source
+
+
+def test_a_source_over_the_size_limit_is_refused_at_once_naming_the_limit():
+    source = "import torch\n" + "y = torch.zeros(3).cuda()\n" * 200_000  # 5.2 MB
+    start = time.perf_counter()
+    with pytest.raises(SourceError, match=r"too large to analyse: 5,200,013 characters, the limit is 1,000,000"):
+        lint_source(source)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_the_size_limit_is_configurable(monkeypatch):
+    source = "import torch\nx = torch.zeros(3).cuda()\n"
+    monkeypatch.setenv("XLAPORT_MAX_SOURCE_CHARS", "20")
+    with pytest.raises(SourceError, match="XLAPORT_MAX_SOURCE_CHARS"):
+        fix_source(source)
+    monkeypatch.setenv("XLAPORT_MAX_SOURCE_CHARS", "100")
+    assert [f.code for f in lint_source(source)]
+
+
+def test_thousands_of_statements_on_one_line_are_refused_with_the_reason():
+    source = "import torch\n" + ";".join(f"x{i} = torch.zeros({i})" for i in range(10_000)) + "\n"
+    start = time.perf_counter()
+    with pytest.raises(SourceError, match="over 50 statements on line 2"):
+        lint_source(source)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_the_statement_limit_applies_inside_blocks_and_spares_a_few_statements():
+    crowded = "def f():\n    if True:\n        " + "; ".join("a = 1" for _ in range(60)) + "\n"
+    with pytest.raises(SourceError, match="over 50 statements on line 3"):
+        lint_source(crowded)
+    source = "import torch\nif True:\n    a = 1; b = 2; c = torch.zeros(1).cuda()\n"
+    assert any(f.line == 3 for f in lint_source(source))
