@@ -34,7 +34,7 @@ from typing import Any
 from xlaport.eval.sandbox import read_child_file, run_sandboxed
 from xlaport.eval.tied_weights import describe
 
-from xlaport.files import atomic_write, backup_path, iter_python_files, read_source
+from xlaport.files import atomic_write, iter_python_files, keep_backup, read_source
 
 MARK = "__xlaport__"  # same key as testgen_worker.MARK (not imported: the worker imports torch)
 DEFAULT_SEED = 0
@@ -615,13 +615,12 @@ def render_readme(result: TestgenResult, record: str | None) -> str:
 
 
 def _write(path: Path, text: str, written: list[str]) -> None:
-    """Writes `text`, keeping a .xlaport.bak of a different file already there."""
+    """Writes `text`, keeping a .xlaport.bak of a different file already there (never overwriting one)."""
     if path.exists():
-        old = path.read_text(encoding="utf-8", errors="replace")
-        if old == text:
+        if path.read_text(encoding="utf-8", errors="replace") == text:
             written.append(str(path))
             return
-        atomic_write(backup_path(path), old)
+        keep_backup(path)
     atomic_write(path, text)
     written.append(str(path))
 

@@ -209,6 +209,9 @@ def test_rewriting_a_generated_file_keeps_a_backup(tmp_path):
     _write(path, "first\n", written)
     _write(path, "second\n", written)
     assert path.read_text() == "second\n" and (tmp_path / "test_xlaport_model.py.xlaport.bak").read_text() == "first\n"
+    _write(path, "third\n", written)  # a later rewrite keeps the first backup and adds another
+    assert (tmp_path / "test_xlaport_model.py.xlaport.bak").read_text() == "first\n"
+    assert (tmp_path / "test_xlaport_model.py.xlaport.1.bak").read_text() == "second\n"
 
 
 @pytest.mark.slow
