@@ -31,7 +31,7 @@ AUTOCASTS = frozenset(
 )
 
 # Device words at the start of a word (`use_cuda`, `ngpu`-style names aside): `output` names no TPU.
-DEVICE_WORDS = re.compile(r"(?<![a-z])n?(cuda|xla|mps|tpu|gpu|device|accelerator|dev\b)", re.IGNORECASE)
+DEVICE_WORDS = re.compile(r"(?<![a-z])n?(cuda|xla|mps|tpu|gpu|device|accelerator|dev)s?(?![a-z])", re.IGNORECASE)
 FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
 
 

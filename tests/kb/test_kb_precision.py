@@ -10,6 +10,7 @@ def codes(source: str) -> set[str]:
 
 # --- not-on-device: a script that names no device trains on the CPU ------------------------------
 CPU_SCRIPT = """
+import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 
@@ -28,6 +29,7 @@ for epoch in range(3):
         preds = model(x).detach().numpy()
 torch.save(model.state_dict(), "model.ckpt")
 model.load_state_dict(torch.load("model.ckpt"))
+plt.xlabel("epoch")
 """
 DEVICE_CODES = {"XLA206", "XLA221", "XLA307", "XLA401", "XLA404", "XLA408", "XLA414", "XLA701"}
 
