@@ -147,7 +147,9 @@ class CodeModel:
         self.model = PeftModel.from_pretrained(base_model, str(self.model_dir)).to(self.device).eval()
         config = base_model.config
         self.context = int(
-            meta.get("context") or getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 1024)
+            meta.get("context")
+            or getattr(config, "max_position_embeddings", None)
+            or getattr(config, "n_positions", 1024)
         )
         self.max_new_tokens = int(meta.get("max_new_tokens", 512))
         self._lock = threading.Lock()  # one generation at a time: the CPU is the bottleneck anyway
@@ -195,7 +197,9 @@ class CodeModel:
         try:
             ast.parse(new_source)
         except SyntaxError as exc:
-            candidate.rejected_reason = f"the file does not parse with the candidate spliced in: {exc.msg} (line {exc.lineno})"
+            candidate.rejected_reason = (
+                f"the file does not parse with the candidate spliced in: {exc.msg} (line {exc.lineno})"
+            )
             return candidate, None
         left = findings_left(new_source, function_name, findings)
         if findings and left == sorted(f.code for f in findings):
@@ -238,6 +242,7 @@ class CodeModel:
     def generate_text(self, prompt_ids: list[int], budget: int) -> tuple[str, bool, int]:
         """(decoded continuation up to EOS, whether EOS came within `budget` tokens, tokens generated). Greedy."""
         import torch
+
         input_ids = torch.tensor([prompt_ids], device=self.device)
         with self._lock, torch.no_grad():
             previous_threads = torch.get_num_threads()

@@ -11,7 +11,9 @@ from xlaport.serve.pipeline import Pipeline
 
 CLASSIFIER = Path(__file__).resolve().parent / "programs" / "verify_classifier"
 
-CUDA_SOURCE = "import torch\n\nx = torch.zeros(3).cuda()\n\n\ndef peak():\n    return torch.cuda.max_memory_allocated()\n"
+CUDA_SOURCE = (
+    "import torch\n\nx = torch.zeros(3).cuda()\n\n\ndef peak():\n    return torch.cuda.max_memory_allocated()\n"
+)
 TOKEN = "s3cret-token"
 FAST = {"k": 0}  # no retrieval: the embedding model is not loaded
 
@@ -67,7 +69,9 @@ def test_bad_input_is_a_4xx_with_a_clear_message():
         unknown = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0, "select": ["NOPE"]}})
         assert unknown.status_code == 422 and "NOPE" in str(unknown.json()["detail"])
         assert c.post("/v1/suggest", json={"path": "x.py"}).status_code == 422  # no source
-        assert c.post("/v1/suggest", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+        assert (
+            c.post("/v1/suggest", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+        )
         assert c.post("/v1/suggest", json={"source": "x", "options": {"k": 99}}).status_code == 422
         assert c.post("/v1/search", json={"text": ""}).status_code == 422
         deep = "x = " + "(" * 5000 + ")" * 5000 + "\n"

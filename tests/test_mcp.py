@@ -40,7 +40,9 @@ def test_tools_are_listed_with_typed_arguments():
 
 def test_suggest_and_explain_call_the_pipeline():
     server = create_server(Pipeline(), allow_execution=False)
-    result = call(server, "suggest_patch", {"source": "import torch\n\nx = torch.ones(2).cuda()\n", "path": "a.py", "k": 0})
+    result = call(
+        server, "suggest_patch", {"source": "import torch\n\nx = torch.ones(2).cuda()\n", "path": "a.py", "k": 0}
+    )
     assert not result.is_error
     patch = result.structured_content
     assert patch["changed"] and "torch_xla.device()" in patch["migrated"]
@@ -59,7 +61,11 @@ def test_bad_input_and_disabled_execution_are_clear_tool_errors():
     assert check.is_error and "does not run code" in check.content[0].text
     verify = call(server, "verify_migration", {"original_dir": ".", "migrated_dir": ".", "command": "python t.py"})
     assert verify.is_error and "does not run code" in verify.content[0].text
-    missing = call(create_server(Pipeline()), "verify_migration", {"original_dir": "/nonexistent", "migrated_dir": ".", "command": "python t.py"})
+    missing = call(
+        create_server(Pipeline()),
+        "verify_migration",
+        {"original_dir": "/nonexistent", "migrated_dir": ".", "command": "python t.py"},
+    )
     assert missing.is_error and "not a directory" in missing.content[0].text
 
 
@@ -68,7 +74,9 @@ def test_migrate_repo(tmp_path, monkeypatch):
     src = tmp_path / "project"
     shutil.copytree(PROJECT, src)
     server = create_server(Pipeline(), allow_execution=False)
-    result = call(server, "migrate_repo", {"src": str(src), "dst": str(tmp_path / "out"), "validate_cmd": "python train.py"})
+    result = call(
+        server, "migrate_repo", {"src": str(src), "dst": str(tmp_path / "out"), "validate_cmd": "python train.py"}
+    )
     assert not result.is_error, result.content
     summary = result.structured_content
     assert summary["files_changed"] == 2 and Path(summary["reports"]["html"]).is_file()
@@ -81,7 +89,9 @@ def test_migrate_repo(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_search_fixes_retrieves_from_the_index():
     server = create_server(Pipeline(index=FixIndex.load_or_build(directory=cache_dir())))
-    result = call(server, "search_fixes", {"text": "ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", "k": 2})
+    result = call(
+        server, "search_fixes", {"text": "ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", "k": 2}
+    )
     hits = result.structured_content["result"]
     assert [h["code"] for h in hits][0] == "XLA105" and len(hits) == 2
 

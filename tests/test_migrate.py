@@ -21,8 +21,21 @@ PROJECT = ROOT / "tests" / "fixtures" / "serve_project"
 EXAMPLES = ROOT / "examples"
 NO_RETRIEVAL = MigrateOptions(k=0)
 TRACE_KEYS = {
-    "schema", "run_id", "time", "src", "path", "unit", "function", "original", "migrated", "patch",
-    "codes_applied", "codes_left", "proposed_by", "validation", "error",
+    "schema",
+    "run_id",
+    "time",
+    "src",
+    "path",
+    "unit",
+    "function",
+    "original",
+    "migrated",
+    "patch",
+    "codes_applied",
+    "codes_left",
+    "proposed_by",
+    "validation",
+    "error",
 }
 
 
@@ -40,7 +53,11 @@ def pipeline():
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def copy_project(tmp_path: Path) -> Path:
@@ -176,7 +193,9 @@ def test_cli_keeps_its_flags_and_summary(tmp_path):
     runner = CliRunner()
     missing = runner.invoke(app, ["migrate", str(src)])
     assert missing.exit_code == 2 and "--out" in missing.output
-    result = runner.invoke(app, ["migrate", str(src), "--out", str(tmp_path / "out"), "--format", "json", "--select", "C1,C2"])
+    result = runner.invoke(
+        app, ["migrate", str(src), "--out", str(tmp_path / "out"), "--format", "json", "--select", "C1,C2"]
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["files_changed"] == 2 and summary["validation"]["status"] == "unvalidated"
@@ -219,16 +238,25 @@ def _verify_report(command: list[str]):
 
     check = {"level": "L2", "reasons": [], "steps": 4}
     return VerifyReport(
-        original="o", migrated="m", command=command, level="L2", required="L3", status="inconclusive",
-        reasons=["L1: too few steps"], check=check,
+        original="o",
+        migrated="m",
+        command=command,
+        level="L2",
+        required="L3",
+        status="inconclusive",
+        reasons=["L1: too few steps"],
+        check=check,
     )
 
 
-@pytest.mark.parametrize(("validate", "verify", "executions"), [
-    ("python train.py --steps 4", "python train.py --steps 4", 1),
-    ("train.py --steps 4", "python  train.py  --steps 4", 1),  # the same command, spelled otherwise
-    ("python train.py --steps 4", "python train.py --steps 8", 2),
-])
+@pytest.mark.parametrize(
+    ("validate", "verify", "executions"),
+    [
+        ("python train.py --steps 4", "python train.py --steps 4", 1),
+        ("train.py --steps 4", "python  train.py  --steps 4", 1),  # the same command, spelled otherwise
+        ("python train.py --steps 4", "python train.py --steps 8", 2),
+    ],
+)
 def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
     tmp_path, pipeline, monkeypatch, validate, verify, executions
 ):
@@ -250,7 +278,11 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
         runs.append(("tests", record))
         return CheckRun(name="generated_tests", passed=True)
 
-    for name, fake in [("run_verify", run_verify), ("run_xla_check", run_xla_check), ("run_generated_tests", run_generated_tests)]:
+    for name, fake in [
+        ("run_verify", run_verify),
+        ("run_xla_check", run_xla_check),
+        ("run_generated_tests", run_generated_tests),
+    ]:
         monkeypatch.setattr(pipeline_module, name, fake)
     result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(k=0, validate_cmd=validate, verify_cmd=verify))
     assert sum(kind in ("verify", "check") for kind, _ in runs) == executions  # verify runs the program once itself

@@ -101,7 +101,13 @@ def tiny_model(tmp_path_factory):
     tokenizer.save_pretrained(str(lora_dir))
     write_meta(
         lora_dir,
-        {"kind": "lora", "base_model": str(base_dir), "prompt_format": PROMPT_FORMAT, "context": size.context, "max_new_tokens": 24},
+        {
+            "kind": "lora",
+            "base_model": str(base_dir),
+            "prompt_format": PROMPT_FORMAT,
+            "context": size.context,
+            "max_new_tokens": 24,
+        },
     )
     probe = tokenizer("def f(x):\n    return x.cuda()\n", return_tensors="pt").input_ids
     model.eval()

@@ -9,7 +9,7 @@ from xlaport.serve.checks import parse_command
 from xlaport.serve.pipeline import RULES_ONLY, Pipeline
 from xlaport.serve.results import CheckRun, SuggestOptions, verdict
 
-CUDA_SOURCE = '''import torch
+CUDA_SOURCE = """import torch
 
 
 def train(model, x):
@@ -20,7 +20,7 @@ def train(model, x):
 
 def peak():
     return torch.cuda.max_memory_allocated()
-'''
+"""
 
 NO_RETRIEVAL = SuggestOptions(k=0)  # k=0 never loads the embedding model: fast tests
 

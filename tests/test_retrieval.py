@@ -101,7 +101,10 @@ def test_index_is_cached_on_disk_and_rebuilt_when_the_kb_changes(tmp_path):
         ("AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'", {"XLA103"}),
         ("ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", {"XLA105"}),
         ("torch.cuda.max_memory_allocated() returns 0 on the TPU", {"XLA601"}),
-        ("for step in range(n):\n    loss.backward(); opt.step()\n    print(loss.item())", {"XLA401", "XLA402", "XLA403", "XLA404"}),
+        (
+            "for step in range(n):\n    loss.backward(); opt.step()\n    print(loss.item())",
+            {"XLA401", "XLA402", "XLA403", "XLA404"},
+        ),
     ],
 )
 def test_the_right_entry_is_in_the_top_three(index, query, expected):
@@ -146,7 +149,18 @@ def test_batched_search_equals_single_queries(index):
 def test_kb_search_command(cache, monkeypatch):
     monkeypatch.setenv("XLAPORT_CACHE_DIR", str(cache))
     runner = CliRunner()
-    result = runner.invoke(app, ["kb", "search", "ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'", "-k", "2", "--format", "json"])
+    result = runner.invoke(
+        app,
+        [
+            "kb",
+            "search",
+            "ImportError: cannot import name 'GradScaler' from 'torch_xla.amp'",
+            "-k",
+            "2",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)
     assert len(hits) == 2 and hits[0]["code"] == "XLA105"

@@ -49,7 +49,9 @@ def series(values, name="loss", steps=None) -> cv.Series:
 
 def decaying(n=40, start=2.0, end=0.5, wiggle=0.02, shift=0.0):
     """A noisy decreasing loss curve; the same wiggle for the same n (both runs see the same batches)."""
-    return [start + (end - start) * i / (n - 1) + wiggle * ((-1) ** i) * (1 + i % 3) + shift * i / (n - 1) for i in range(n)]
+    return [
+        start + (end - start) * i / (n - 1) + wiggle * ((-1) ** i) * (1 + i % 3) + shift * i / (n - 1) for i in range(n)
+    ]
 
 
 # --- capture ------------------------------------------------------------------------------------
@@ -88,8 +90,17 @@ def test_parse_text_with_custom_patterns():
 
 def test_parse_log_files(tmp_path):
     summary = tmp_path / "metrics.json"
-    summary.write_text(json.dumps({"loss": [2.0, 1.5, 1.0], "evals": [{"step": 2, "val_loss": 1.2}], "val_loss": 1.1,
-                                   "accuracy": 0.9, "train_seconds": 3.0}))
+    summary.write_text(
+        json.dumps(
+            {
+                "loss": [2.0, 1.5, 1.0],
+                "evals": [{"step": 2, "val_loss": 1.2}],
+                "val_loss": 1.1,
+                "accuracy": 0.9,
+                "train_seconds": 3.0,
+            }
+        )
+    )
     curves = cv.parse_log_file(summary)
     assert curves.loss.values == [2.0, 1.5, 1.0]
     assert curves.metrics["val_loss"].values == [1.2, 1.1]
@@ -224,12 +235,16 @@ def record(role, loss, metric=None, device=None, step_s=0.01, wall_s=5.0) -> Run
 def test_assess_levels_and_status():
     config = VerifyConfig()
     ref = record("reference", decaying(), [0.5, 0.8, 0.9])
-    level, reasons, improvements, undecided, *_ = assess(ref, record("migrated", decaying(), [0.5, 0.8, 0.9]), FakeCheck(), config)
+    level, reasons, improvements, undecided, *_ = assess(
+        ref, record("migrated", decaying(), [0.5, 0.8, 0.9]), FakeCheck(), config
+    )
     assert level == "L3" and not undecided
     assert any("L4: not assessable here" in r for r in reasons)
 
     # the goal holds but L2 failed: L3 is not claimed
-    level, reasons, *_ = assess(ref, record("migrated", decaying(), [0.5, 0.8, 0.9]), FakeCheck("L0", ["repeated compilation: 5"]), config)
+    level, reasons, *_ = assess(
+        ref, record("migrated", decaying(), [0.5, 0.8, 0.9]), FakeCheck("L0", ["repeated compilation: 5"]), config
+    )
     assert level == "L0" and "L2: repeated compilation: 5" in reasons
 
     # training agrees, the final metric does not: points at checkpoint/evaluation
@@ -238,7 +253,9 @@ def test_assess_levels_and_status():
     assert any("checkpoint save/reload" in r for r in reasons)
 
     # an improvement is listed, not failed
-    level, reasons, improvements, *_ = assess(ref, record("migrated", decaying(shift=-0.3), [0.5, 0.8, 0.95]), FakeCheck(), config)
+    level, reasons, improvements, *_ = assess(
+        ref, record("migrated", decaying(shift=-0.3), [0.5, 0.8, 0.95]), FakeCheck(), config
+    )
     assert level == "L3" and len(improvements) == 2
 
     # a metric the reference reports and the migrated run does not: evaluation coverage changed
@@ -257,7 +274,9 @@ def test_assess_levels_and_status():
     level, reasons, _, undecided, *_ = assess(failed_ref, record("migrated", decaying(), [0.97]), FakeCheck(), config)
     assert level == "L2" and undecided
     with_claim = VerifyConfig(claim="accuracy>=0.95")
-    level, reasons, _, undecided, *_ = assess(failed_ref, record("migrated", decaying(), [0.97]), FakeCheck(), with_claim)
+    level, reasons, _, undecided, *_ = assess(
+        failed_ref, record("migrated", decaying(), [0.97]), FakeCheck(), with_claim
+    )
     assert level == "L3" and not undecided
 
 
@@ -288,7 +307,9 @@ def test_absolute_gates_are_nan_and_budget_only():
     config = VerifyConfig(full_run_steps=100_000, budget_hours=1.0)
     run = record("migrated", decaying(), step_s=0.5, wall_s=30.0)
     nan, budget = absolute_gates(run, FakeCheck(), config)
-    assert not nan.stopped and budget.stopped and "over the budget of 1 h" in budget.reason and "13.89 h" in budget.reason
+    assert (
+        not nan.stopped and budget.stopped and "over the budget of 1 h" in budget.reason and "13.89 h" in budget.reason
+    )
     assert [g.stopped for g in absolute_gates(run, FakeCheck(), VerifyConfig())] == [False]
     # a loss that rises to 30x its first value is no reason to stop on its own: only NaN/inf is
     exploding = record("migrated", [1.0, 2.0, 8.0, 30.0])
@@ -439,13 +460,29 @@ def test_split_command():
 
 def test_html_report_is_self_contained():
     config = VerifyConfig()
-    ref, mig = record("reference", decaying(), [0.5, 0.8, 0.9]), record("migrated", decaying(shift=0.4), [0.5, 0.7, 0.8])
+    ref, mig = (
+        record("reference", decaying(), [0.5, 0.8, 0.9]),
+        record("migrated", decaying(shift=0.4), [0.5, 0.7, 0.8]),
+    )
     level, reasons, improvements, undecided, loss, metrics, claim, perf = assess(ref, mig, FakeCheck(), config)
     from xlaport.eval.verify import VerifyReport
 
-    report = VerifyReport("orig<dir>", "mig", ["python", "train.py"], level, "L3", "fail", reasons, improvements,
-                          loss=loss, metrics=metrics, performance=perf, reference_run=ref, migrated_run=mig,
-                          check={"per_step": [{"index": i, "compiles": int(i < 2)} for i in range(40)], "steps_warmup": 2})
+    report = VerifyReport(
+        "orig<dir>",
+        "mig",
+        ["python", "train.py"],
+        level,
+        "L3",
+        "fail",
+        reasons,
+        improvements,
+        loss=loss,
+        metrics=metrics,
+        performance=perf,
+        reference_run=ref,
+        migrated_run=mig,
+        check={"per_step": [{"index": i, "compiles": int(i < 2)} for i in range(40)], "steps_warmup": 2},
+    )
     page = render_html(report)
     images = re.findall(r"src='data:image/png;base64,([^']+)'", page)
     assert len(images) == 4 and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
@@ -471,25 +508,33 @@ PLANTED_EDITS = {
     # the auxiliary term lost: the printed loss is LOWER than the reference's, so a rule that lets every
     # lower loss pass would accept it; the first step, before any update, shows the objective changed
     "regress_dropped_term": [
-        ("loss = F.cross_entropy(logits, y) + args.aux_weight * F.mse_loss(predicted, t)",
-         "loss = F.cross_entropy(logits, y)"),
+        (
+            "loss = F.cross_entropy(logits, y) + args.aux_weight * F.mse_loss(predicted, t)",
+            "loss = F.cross_entropy(logits, y)",
+        ),
     ],
     # each simulated replica clips its own gradient before the average (the study's four-chip LoRA+ run
     # through accelerate) instead of clipping the averaged gradient; real multi-replica collectives are not
     # reliable on the XLA CPU device, so replicas are micro-batches and the all-reduce is a mean
     "regress_clip_before_reduce": [
-        ("            loss.backward()\n",
-         "            loss.backward()\n"
-         "            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)\n"),
-        ("            param.grad = grad\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)\n",
-         "            param.grad = grad\n"),
+        (
+            "            loss.backward()\n",
+            "            loss.backward()\n"
+            "            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)\n",
+        ),
+        (
+            "            param.grad = grad\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)\n",
+            "            param.grad = grad\n",
+        ),
     ],
     # saved as {"model": state_dict} and reloaded into a fresh model with strict=False: no key matches, the
     # final evaluation runs on untrained weights, no error, exit 0
     "regress_wrong_checkpoint": [
         ('torch.save(model.state_dict(), "best.pt")', 'torch.save({"model": model.state_dict()}, "best.pt")'),
-        ('    model.load_state_dict(torch.load("best.pt"))',
-         '    model = Net().to(device)\n    model.load_state_dict(torch.load("best.pt"), strict=False)'),
+        (
+            '    model.load_state_dict(torch.load("best.pt"))',
+            '    model = Net().to(device)\n    model.load_state_dict(torch.load("best.pt"), strict=False)',
+        ),
     ],
     # not a regression: a larger learning rate whose loss ends LOWER than the reference's; verify must report
     # the improvement, not fail it (the study's UniPELT false alarm)
@@ -560,9 +605,26 @@ def test_planted_regressions(variant, planted_reports):
 def test_cli_too_few_steps_is_inconclusive(tmp_path, reference_cache):
     result = CliRunner().invoke(
         app,
-        ["verify", str(CLASSIFIER / "original"), str(CLASSIFIER / "migrated"), "--reference-cache", reference_cache,
-         "--json", str(tmp_path / "v.json"), "--html", str(tmp_path / "v.html"), "--plots", str(tmp_path / "plots"),
-         "--", "python", "train.py", "--steps", "8", "--eval-every", "8"],
+        [
+            "verify",
+            str(CLASSIFIER / "original"),
+            str(CLASSIFIER / "migrated"),
+            "--reference-cache",
+            reference_cache,
+            "--json",
+            str(tmp_path / "v.json"),
+            "--html",
+            str(tmp_path / "v.html"),
+            "--plots",
+            str(tmp_path / "plots"),
+            "--",
+            "python",
+            "train.py",
+            "--steps",
+            "8",
+            "--eval-every",
+            "8",
+        ],
     )
     assert result.exit_code == 3, result.output
     data = json.loads((tmp_path / "v.json").read_text())

@@ -113,9 +113,7 @@ def extract_functions(source: str, file: str, max_chars: int = 3000) -> list[Fun
     return found
 
 
-def iter_functions(
-    roots: Iterable[Path], max_files: int | None = None, max_chars: int = 3000
-) -> Iterator[Function]:
+def iter_functions(roots: Iterable[Path], max_files: int | None = None, max_chars: int = 3000) -> Iterator[Function]:
     for path, name in corpus_files(roots, max_files):
         try:
             source = path.read_text(encoding="utf-8")

@@ -208,9 +208,7 @@ class Batches:
         return len(self.input_ids)
 
 
-def pretrain_batches(
-    tokenizer, texts: list[str], block: int, batch_size: int, steps: int, seed: int = 0
-) -> Batches:
+def pretrain_batches(tokenizer, texts: list[str], block: int, batch_size: int, steps: int, seed: int = 0) -> Batches:
     """Random `block`-token windows of the texts joined by EOS: one shape for every step."""
     eos = tokenizer.eos_token_id
     stream: list[int] = []

@@ -133,7 +133,12 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_checkpoint(path: Path, step: int, model, optimizer, losses: dict[int, float]) -> None:
     """CPU state dicts of the trainable weights and the optimizer, written atomically."""
-    data = {"step": step, "model": trainable_state(model), "optimizer": _to_cpu(optimizer.state_dict()), "losses": losses}
+    data = {
+        "step": step,
+        "model": trainable_state(model),
+        "optimizer": _to_cpu(optimizer.state_dict()),
+        "losses": losses,
+    }
     tmp = path.with_name(path.name + ".tmp")
     torch.save(data, tmp)
     os.replace(tmp, path)
@@ -252,7 +257,9 @@ def _train(
         result.compiles = _compile_count() - compiles_start
         result.compiles_after_warmup = _compile_count() - compiles_at_warmup
         counts = _fallback_counts()
-        result.fallback_ops = {k: v - fallbacks_start.get(k, 0) for k, v in counts.items() if v > fallbacks_start.get(k, 0)}
+        result.fallback_ops = {
+            k: v - fallbacks_start.get(k, 0) for k, v in counts.items() if v > fallbacks_start.get(k, 0)
+        }
     model.eval()
     return result
 
@@ -322,7 +329,9 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
         state = get_peft_model_state_dict(model)
     else:
         state, seen = {}, set()
-        for name, tensor in model.state_dict(keep_vars=True).items():  # tied weights appear under two names: keep the first
+        for name, tensor in model.state_dict(
+            keep_vars=True
+        ).items():  # tied weights appear under two names: keep the first
             if id(tensor) not in seen:
                 seen.add(id(tensor))
                 state[name] = tensor
