@@ -137,6 +137,7 @@ class Probe:
         self.off_xla_moves: list[str | None] = []  # where Module.to left a module off the XLA device
         self.replaced: dict[int, weakref.ref] = {}  # parameters that a Module.to call replaced by new ones
         self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": [], "untied": []}
+        self.untied_by_moves: list[tuple[weakref.ref, str, list[list[str]]]] = []  # (module, its name, lost groups)
         self.nonfinite_reads: list[dict] = []
         self.item_sites: dict[str | None, int] = {}  # where the script calls .item() on XLA tensors
         self.last_read_site: str | None = None  # the latest of them
@@ -248,8 +249,8 @@ class Probe:
             result = original(module, *args, **kwargs)
             after = {id(p) for p in module.parameters()}
             lost = lost_groups(shared, module)
-            if lost:
-                probe._note("untied", lost_ties_message(type(module).__name__, lost))
+            if lost:  # judged at the next placement check: the program may tie them again right after the move
+                probe.untied_by_moves.append((weakref.ref(module), type(module).__name__, lost))
             for key, param in before.items():
                 if key not in after:
                     probe.replaced[key] = weakref.ref(param)
@@ -310,7 +311,13 @@ class Probe:
         return ref is not None and ref() is param
 
     def check_placement(self) -> None:
-        """Finds optimizer groups holding replaced parameters and parameters off the XLA device."""
+        """Finds optimizer groups holding replaced parameters, parameters off the XLA device, and ties a move
+        lost that the program has not restored since (`model.tie_weights()` right after the move is fine)."""
+        for module_ref, name, lost in self.untied_by_moves:
+            module = module_ref()
+            still_lost = [group for group in lost if module is not None and lost_groups([group], module)]
+            if still_lost:
+                self._note("untied", lost_ties_message(name, still_lost))
         for number, optimizer in enumerate(self.optimizers):
             for group_index, group in enumerate(optimizer.param_groups):
                 params = list(group["params"])

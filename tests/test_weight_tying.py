@@ -87,3 +87,19 @@ def test_differential_result_says_parameter_sharing_differs():
     assert problems[0].startswith("parameter sharing differs (tied weights?)")
     assert "embed.weight = head.weight" in problems[0]
     assert any("grad[head.weight]: only the migrated code produced it" in p and "tied weights?" in p for p in problems)
+
+
+@pytest.mark.slow
+def test_check_accepts_a_tie_the_program_restores_right_after_the_move(tmp_path):
+    """The tie is judged at the next placement check (optimizer, first step, exit), not inside `.to()`:
+    `model.to(device); model.head.weight = model.embed.weight` is the manual form of XLA314's fix."""
+    script = tmp_path / "retied.py"
+    script.write_text(
+        TIED_MODEL.replace(
+            "model = LM().to(torch_xla.device())\n",
+            "model = LM()\nmodel.to(torch_xla.device())\nmodel.head.weight = model.embed.weight\n",
+        )
+    )
+    report = run_check(script, timeout_s=300)
+    assert report.lost_ties == [] and report.level == "L2", report.reasons
+    assert "parameters 1" in report.stdout_tail
