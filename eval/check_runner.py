@@ -107,7 +107,11 @@ def _rss_mb() -> float:
 
 def _user_site(depth: int = 2) -> str | None:
     """`file:line` of the nearest caller outside torch_xla, torch and this runner."""
-    frame = sys._getframe(depth)
+    return _first_user_frame(sys._getframe(depth))
+
+
+def _first_user_frame(frame) -> str | None:
+    """`file:line` of `frame` or the nearest frame below it that is user code (not site-packages, not this runner)."""
     while frame is not None:
         name = frame.f_code.co_filename
         if not (name == RUNNER_FILE or "site-packages" in name or name.startswith("<frozen")):
@@ -518,13 +522,7 @@ class Probe:
 
 def _main_thread_site() -> str | None:
     """`file:line` of the user code the main thread is running now."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not (name == RUNNER_FILE or "site-packages" in name or name.startswith("<frozen")):
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    return _first_user_frame(sys._current_frames().get(threading.main_thread().ident))
 
 
 class TorchXlaImportHook(importlib.abc.MetaPathFinder):
