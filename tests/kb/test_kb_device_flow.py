@@ -169,6 +169,22 @@ def test_string_test_guards():
     assert guards(src) == [("'cuda' in device", True, False), ("device_type == 'cuda'", False, True)]
 
 
+def test_a_prefix_test_on_the_device_is_a_guard_and_flips_with_its_origin():
+    src = """\
+        import torch
+        device = "cpu"
+        if torch.cuda.is_available():
+            device = "cuda"
+        device_type = "cuda" if device.startswith("cuda") else "cpu"
+        name = "cudnn" if backend.startswith("cuda") else "none"
+        """
+    assert ('device.startswith("cuda")', True, False) in guards(src)
+    assert not any("backend" in g[0] for g in guards(src))  # not a device value
+    out = fixed(src)
+    # before: the origin became "xla" but the test stayed `startswith("cuda")`, so autocast got "cpu"
+    assert 'device_type = "xla" if device.startswith("xla") else "cpu"' in out
+
+
 def test_an_or_is_not_a_guard():
     assert guards("import torch\nif torch.cuda.is_available() or force:\n    x.cuda()\n") == []
 
