@@ -133,6 +133,16 @@ class DeviceFacts:
         return out
 
 
+def _boolean_pair(node: cst.IfExp) -> bool | None:
+    """True for `True if c else False`, False for `False if c else True`, None for anything else."""
+    names = [n.value if isinstance(n, cst.Name) else None for n in (node.body, node.orelse)]
+    if names == ["True", "False"]:
+        return True
+    if names == ["False", "True"]:
+        return False
+    return None
+
+
 class _Walker(cst.CSTVisitor):
     """One pass: parents, imports, and the nodes the analysis looks at."""
 
@@ -485,6 +495,9 @@ class DeviceAnalysis:
                 node = parent
             elif isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 positive = not positive
+                node = parent
+            elif isinstance(parent, cst.IfExp) and parent.test is node and _boolean_pair(parent) is not None:
+                positive = positive == _boolean_pair(parent)  # `True if <test> else False` is the test itself
                 node = parent
             else:
                 break

@@ -17,6 +17,7 @@ from ..cst_helpers import (
     with_commas,
 )
 from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from .c2_tensor_types import is_rewritten_use
 
 
 @register
@@ -365,6 +366,7 @@ class CudaTypeCheck(Rule):
                 name.startswith("torch.cuda.")
                 and name.endswith("Tensor")
                 and not isinstance(self.parent(node), cst.Attribute)
+                and not is_rewritten_use(self, node)  # XLA232 rewrites constructors and conversions
             ):
                 self.report(
                     node,

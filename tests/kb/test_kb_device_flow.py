@@ -185,6 +185,20 @@ def test_a_prefix_test_on_the_device_is_a_guard_and_flips_with_its_origin():
     assert 'device_type = "xla" if device.startswith("xla") else "cpu"' in out
 
 
+def test_a_boolean_ifexp_is_its_own_test():
+    # PyTorch-GAN style: `cuda = True if torch.cuda.is_available() else False`, then `if cuda: model.cuda()`
+    src = """\
+        import torch
+        cuda = True if torch.cuda.is_available() else False
+        off = False if torch.cuda.is_available() else True
+        if cuda:
+            model.cuda()
+        """
+    assert guards(src)[0] == ("True if torch.cuda.is_available() else False", True, False)
+    out = fixed(src)
+    assert "cuda = True\n" in out and "model.to(torch_xla.device())" in out
+
+
 def test_an_or_is_not_a_guard():
     assert guards("import torch\nif torch.cuda.is_available() or force:\n    x.cuda()\n") == []
 
