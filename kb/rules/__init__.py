@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     c3_checkpoints,
     c3_hf_trainer,
     c3_model_loading,
+    c3_stale_optimizer,
     c3_weight_tying,
     c4_barriers,
     c4_dynamic_shapes,
