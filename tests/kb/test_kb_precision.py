@@ -222,6 +222,23 @@ def test_is_cuda_and_a_multi_gpu_count_only_pick_data_parallel():
     assert "XLA220" in codes(source.replace(" and self.ngpu > 1", ""))
 
 
+def test_a_device_type_test_around_the_device_choice_is_one_finding_the_guard_flip():
+    # the guard picks the placement (`.cuda()`), so XLA230 rewrites the test; XLA220 would report it twice
+    source = (
+        "import torch\n"
+        "def place(model, device):\n"
+        "    if device.type == 'cuda':\n"
+        "        model = torch.nn.DataParallel(model).cuda()\n"
+        "    else:\n"
+        "        model.to(device)\n"
+        "    return model\n"
+    )
+    found = [(f.line, f.code) for f in lint_source(source) if f.code in ("XLA220", "XLA230")]
+    assert found == [(3, "XLA230")]
+    batch_size = source.replace("model = torch.nn.DataParallel(model).cuda()", "batch = 64")
+    assert [(f.line, f.code) for f in lint_source(batch_size) if f.code in ("XLA220", "XLA230")] == [(3, "XLA220")]
+
+
 def test_a_state_dict_saved_after_moving_the_model_to_the_cpu_holds_cpu_tensors():
     source = "import torch\ndef save(model, path):\n    model.eval().cpu()\n    torch.save(model.state_dict(), path)\n"
     assert "XLA701" not in codes(source)
