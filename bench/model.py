@@ -56,6 +56,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
 
     from xlaport.model.artifacts import read_meta
     from xlaport.model.prompts import split_target
+    from xlaport.model.proposer import add_imports
     from xlaport.training.dataset import load_dataset
     from xlaport.training.traces import module_text
 
@@ -82,6 +83,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
                     "function": name,
                     "target_function": function,
                     "target_imports": imports,
+                    "target_source": add_imports(module_text(trace.imports, function), imports),
                 }
             )
     for directory in sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []:
@@ -105,6 +107,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
                 "function": changed[0],
                 "target_function": textwrap.dedent(target),
                 "target_imports": added,
+                "target_source": expected,
             }
         )
     return items
@@ -114,7 +117,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
     from xlaport.kb import lint_source
     from xlaport.model.proposer import load_proposer
     from xlaport.model.spans import function_sources
-    from xlaport.serve.pipeline import Evidence, Pipeline, SuggestOptions
+    from xlaport.serve.pipeline import Pipeline, SuggestOptions
 
     start = time.perf_counter()
     model = load_proposer(model_dir)
@@ -128,15 +131,12 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
     verdicts: dict[tuple[str, str], str] = {}  # (original, migrated) -> "status: reason"
 
     def validated(source: str, migrated: str) -> str | None:
-        """The pipeline's validation of `migrated` (XLA execution check + generated tests), at most `validate` runs."""
+        """`validate_file` of `migrated` (memoized; at most `validate` distinct files), or None past the limit."""
         key = (source, migrated)
         if key not in verdicts:
             if len(verdicts) >= validate:
                 return None
-            options = SuggestOptions(unsafe_fixes=True, k=0, timeout_s=600)
-            evidence = Evidence(codes_applied=[], codes_left=[])
-            evidence = rules_pipeline.validate_file(source, migrated, "f.py", options, evidence)
-            verdicts[key] = f"{evidence.status}: {evidence.reason}" if evidence.reason else evidence.status
+            verdicts[key] = validate_file(source, migrated)
         return verdicts[key]
 
     def exact(migrated: str, item: dict) -> bool:
@@ -175,6 +175,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         )
         if row["model_accepted"]:
             row["model_validation"] = validated(source, new_source)
+            row["target_validation"] = validated(source, item["target_source"])  # the control: the right answer
 
         t = time.perf_counter()
         both = model_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
@@ -185,6 +186,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         row["both_notes"] = [note for note in both.notes if "code model" in note or "proposal" in note]
         if row["both_proposals"]:
             row["both_validation"] = validated(source, both.migrated)
+            row["target_validation"] = validated(source, item["target_source"])
         rows.append(row)
         log(
             f"[{n + 1}/{len(items)}] {item['name']}: manual {row['manual']}, resolved rules {row['rules_resolved']} "
@@ -204,6 +206,39 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         "rows": rows,
         "summary": summarize(rows),
     }
+
+
+def is_script(source: str) -> bool:
+    """Whether running the file does something: a `__main__` guard or a top-level call."""
+    import ast
+
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            return True
+    return False
+
+
+def validate_file(original: str, migrated: str) -> str:
+    """The pipeline's checks on a migrated file: generated differential tests, and the XLA execution check
+    where the file is a script (a module of definitions does nothing when run, so the execution check would
+    reject even the right answer: "no XLA step was seen"). "status" or "status: reason"."""
+    import tempfile
+
+    from xlaport.serve.checks import run_generated_tests, run_xla_check
+    from xlaport.serve.results import verdict
+
+    with tempfile.TemporaryDirectory(prefix="xlaport-bench-") as tmp:
+        original_path, migrated_path = Path(tmp, "original", "f.py"), Path(tmp, "migrated", "f.py")
+        for target, text in ((original_path, original), (migrated_path, migrated)):
+            target.parent.mkdir(parents=True)
+            target.write_text(text, encoding="utf-8")
+        checks = [run_generated_tests(original_path, migrated_path, Path(tmp, "tests"))]
+        if is_script(migrated):
+            checks.insert(0, run_xla_check(migrated_path, [], 600, 4096))
+    status, reason, _ = verdict(checks)
+    return f"{status}: {reason}" if reason else status
 
 
 def read_meta_of(model_dir: Path) -> dict:
@@ -240,7 +275,8 @@ def summarize(rows: list[dict]) -> dict:
 
     def validation(key: str) -> dict:
         runs = [r[key] for r in rows if r.get(key)]
-        return {**share(runs.count("validated"), len(runs)), "statuses": dict(Counter(runs))}  # reasons included
+        passed = sum(run == "validated" for run in runs)
+        return {**share(passed, len(runs)), "statuses": dict(Counter(run.split(":")[0] for run in runs))}
 
     return {
         "functions": len(rows),
@@ -249,7 +285,7 @@ def summarize(rows: list[dict]) -> dict:
         "exact": {arm: share(sum(r[f"{arm}_exact"] for r in rows), len(rows)) for arm in arms},
         "model_accepted": share(sum(r["model_accepted"] for r in rows), len(rows)),
         "rules_model_proposals": sum(r["both_proposals"] for r in rows),
-        "validated": {"model": validation("model_validation"), "both": validation("both_validation")},
+        "validated": {arm: validation(f"{arm}_validation") for arm in ("model", "both", "target")},
         "median_s": {arm: round(statistics.median(r[f"{arm}_s"] for r in rows), 2) for arm in arms} if rows else {},
         "mean_s": {arm: round(statistics.fmean(r[f"{arm}_s"] for r in rows), 2) for arm in arms} if rows else {},
         "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
