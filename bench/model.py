@@ -348,8 +348,8 @@ def training_record(model_dir: Path) -> dict:
 
     meta = read_meta(model_dir) or {}
     train = meta.get("train") or {}
-    if not train:
-        return {}
+    if "steady_s" not in train:  # no training record, or an adapter exported from a checkpoint mid-run
+        return {"partial": train} if train else {}
     size = get_size(meta.get("size", "cpu"))
     steady_steps = max(1, train["steps"] - train.get("start_step", 0) - train["compile_warmup_steps"])
     step_s = train["steady_s"] / steady_steps
@@ -435,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         if model_dir is None:
             raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
         results = {"quality": run_quality(model_dir, args.limit, args.validate, log, args.max_new_tokens)}
+        if args.json:  # the quality run is the slow part: keep it even if what follows fails
+            args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
         results["training"] = training_record(model_dir)
         if args.throughput_json:
             earlier = json.loads(args.throughput_json.read_text(encoding="utf-8"))
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.throughput_steps:
             results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)
         print(table(results["quality"]["summary"]))
-    if results.get("training"):
+    if results.get("training", {}).get("wall_s"):
         tr = results["training"]
         print(
             f"training ({tr['size']}, {tr['steps']} steps): {tr['wall_s']} s wall, {tr['steady_step_s']} s/step steady, "
