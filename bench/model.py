@@ -164,6 +164,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         row["model_reason"] = (
             None if row["model_accepted"] else (candidate.rejected_reason if candidate else "no such function")
         )
+        row["model_raw"] = candidate.raw if candidate else ""  # the edit script, for reading the rejections
         row["model_tokens"] = candidate.new_tokens if candidate else 0
         row["model_gen_s"] = candidate.seconds if candidate else 0.0
         row["model_resolved"] = (
