@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval import curves as cv
 from xlaport.eval.verify import (
     RunRecord,
     VerifyConfig,
@@ -30,7 +29,8 @@ from xlaport.eval.verify import (
     verify,
     verify_tree,
 )
-from xlaport.eval.verify_report import render_html, render_plots
+from xlaport.eval.verify import curves as cv
+from xlaport.eval.verify.page import render_html, render_plots
 
 from xlaport.cli import app
 
