@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlaport.eval.verify import VerifyReport
 from xlaport.eval.verify.page import write_report as write_verify_report
+from xlaport.eval.verify.report import VerifyReport
 
 from xlaport.files import atomic_write
 from xlaport.htmlpage import bullets, diff_block, esc, page

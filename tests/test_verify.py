@@ -15,22 +15,12 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval.verify import (
-    RunRecord,
-    VerifyConfig,
-    VerifyUsageError,
-    absolute_gates,
-    assess,
-    judge_claim,
-    load_config,
-    reference_from_log,
-    relative_gates,
-    split_command,
-    verify,
-    verify_tree,
-)
 from xlaport.eval.verify import curves as cv
+from xlaport.eval.verify.api import verify, verify_tree
+from xlaport.eval.verify.assess import absolute_gates, assess, judge_claim, relative_gates
+from xlaport.eval.verify.config import VerifyConfig, VerifyUsageError, load_config
 from xlaport.eval.verify.page import render_html, render_plots
+from xlaport.eval.verify.runs import RunRecord, reference_from_log, split_command
 
 from xlaport.cli import app
 
@@ -465,7 +455,7 @@ def test_html_report_is_self_contained():
         record("migrated", decaying(shift=0.4), [0.5, 0.7, 0.8]),
     )
     level, reasons, improvements, undecided, loss, metrics, claim, perf = assess(ref, mig, FakeCheck(), config)
-    from xlaport.eval.verify import VerifyReport
+    from xlaport.eval.verify.report import VerifyReport
 
     report = VerifyReport(
         "orig<dir>",

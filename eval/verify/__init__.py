@@ -20,33 +20,9 @@ not a level. The outcome is "pass" when the claimed level reaches `require`, "in
 
 Files: `config.py` the settings, `runs.py` the two runs, `assess.py` the gates and levels, `report.py` the
 `VerifyReport`, `api.py` `verify` and `verify_tree`, `curves/` capture and comparison of training curves,
-`page.py` the HTML page and plots (matplotlib: import it where a page is written), `cli.py` the command.
+`page.py` the HTML page and plots, `cli.py` the command.
+
+This file re-exports nothing, unlike check/ and testgen/: curves/ needs numpy and page.py matplotlib, and
+`xlaport --help` imports cli.py (so this package) without either. Import from the files:
+`from xlaport.eval.verify.api import verify`, `from xlaport.eval.verify.report import VerifyReport`.
 """
-
-from .api import verify, verify_tree
-from .assess import absolute_gates, assess, judge_claim, relative_gates
-from .config import LEVELS, VerifyConfig, VerifyUsageError, level_at_least, load_config
-from .report import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS, VerifyReport
-from .runs import RunRecord, copy_tree, reference_from_log, split_command
-
-__all__ = [
-    "EXIT_FAIL",
-    "EXIT_INCONCLUSIVE",
-    "EXIT_PASS",
-    "LEVELS",
-    "RunRecord",
-    "VerifyConfig",
-    "VerifyReport",
-    "VerifyUsageError",
-    "absolute_gates",
-    "assess",
-    "copy_tree",
-    "judge_claim",
-    "level_at_least",
-    "load_config",
-    "reference_from_log",
-    "relative_gates",
-    "split_command",
-    "verify",
-    "verify_tree",
-]

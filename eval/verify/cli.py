@@ -100,7 +100,8 @@ def register(app: typer.Typer) -> None:
         format: Annotated[OutputFormat, typer.Option("--format", help="What to print.")] = OutputFormat.text,
     ) -> None:
         """Grade a migration L0–L4 against a reference run of the original code (see the exit codes below)."""
-        from . import VerifyUsageError, load_config, verify
+        from .api import verify
+        from .config import VerifyUsageError, load_config
         from .page import save_plots, write_report
 
         directions = {name: "higher" for name in higher_better or []} | {name: "lower" for name in lower_better or []}

@@ -7,10 +7,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from xlaport.cliutil import EXIT_FAILED, EXIT_OK
+
 from . import curves as cv
 from .runs import RunRecord
 
-EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 3
+EXIT_INCONCLUSIVE = 3  # beside cliutil's EXIT_OK (pass), EXIT_FAILED (fail) and EXIT_USAGE
 
 
 @dataclass
@@ -40,7 +42,7 @@ class VerifyReport:
 
     @property
     def exit_code(self) -> int:
-        return {"pass": EXIT_PASS, "inconclusive": EXIT_INCONCLUSIVE}.get(self.status, EXIT_FAIL)
+        return {"pass": EXIT_OK, "inconclusive": EXIT_INCONCLUSIVE}.get(self.status, EXIT_FAILED)
 
     def to_dict(self) -> dict:
         return {
