@@ -371,3 +371,11 @@ def test_optimizer_built_by_the_caller_trains_once_fixed():
     assert start.equal(end), "without the early move the optimizer holds stale CPU parameters"
     start, end = run(migrated)["train"](3)
     assert not start.equal(end), "after the fix the model must learn"
+
+
+# --- XLA202: a device string handed to the program's own code stays a string -------------------------------
+def test_cuda_string_given_to_own_function_becomes_the_xla_string_and_torch_calls_get_the_device():
+    src = "import torch\ndef run(device):\n    return 'cuda' in device\nrun(device='cuda')\nx = torch.zeros(2, device='cuda')\n"
+    out = fixed(src, "XLA202")
+    assert "run(device='xla')" in out  # `'cuda' in device` would raise on a torch.device object
+    assert "torch.zeros(2, device=torch_xla.device())" in out
