@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     c2_device_handles,
     c2_device_moves,
     c2_seeds,
+    c2_tensor_types,
     c3_checkpoints,
     c3_hf_trainer,
     c3_model_loading,

@@ -271,6 +271,11 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
             if const(inner) is not None:
                 return false if const(inner) == "True" else true
             return n.with_changes(expression=inner)
+        if isinstance(n, cst.IfExp):  # `True if <test> else False`
+            inner = walk(n.test)
+            if const(inner) is not None:
+                return n.body if const(inner) == "True" else n.orelse
+            return n.with_changes(test=inner)
         return n
 
     return walk(node)

@@ -19,6 +19,7 @@ from ..cst_helpers import (
     with_commas,
 )
 from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, XLA_DEVICE, Rule, register
+from .c2_tensor_types import is_rewritten_use
 
 
 @register
@@ -412,6 +413,7 @@ class CudaTypeCheck(Rule):
                 name.startswith("torch.cuda.")
                 and name.endswith("Tensor")
                 and not isinstance(self.parent(node), cst.Attribute)
+                and not is_rewritten_use(self, node)  # XLA232 rewrites constructors and conversions
             ):
                 self.report(
                     node,
@@ -439,4 +441,12 @@ class CudaTypeCheck(Rule):
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(c.comparator for c in node.comparisons)]
         if any(_is_type_probe(o) for o in operands) and any(_is_cudaish(self, o) for o in operands):
+            if self._flipped_guard(node):
+                return  # a guard around the device choice: XLA230 rewrites this test to hold on XLA
             self.report(node)
+
+    def _flipped_guard(self, node: cst.Comparison) -> bool:
+        guards = analyse_devices(self.analysis.module).facts.guards
+        return any(
+            g.flips and any(o is g.test for o in (node.left, *(c.comparator for c in node.comparisons))) for g in guards
+        )
