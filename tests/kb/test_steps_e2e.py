@@ -30,3 +30,22 @@ def test_migrated_program_compiles_only_during_warm_up(name, steps, tmp_path):
     assert report.steps == steps
     assert report.compiles_after_warmup == 0, report.recompile_sources
     assert report.level == "L2", report.reasons
+
+
+@pytest.mark.slow
+def test_migrated_tree_with_the_step_in_another_module_compiles_only_during_warm_up(tmp_path):
+    from xlaport.serve.tree import plan_tree, rewrite_files
+
+    src = PROGRAMS.parent / "project_steps"
+    python, _ = plan_tree(src)
+    results = rewrite_files(src, python, None, False)  # the default (safe) fixes, the tree analysed as one
+    for rel, result in zip(python, results, strict=True):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(result.fixed)
+    syncs = {str(rel): (tmp_path / rel).read_text().count("torch_xla.sync()") for rel in python}
+    assert syncs == {"loop.py": 1, "support/__init__.py": 0, "support/updates.py": 0, "train.py": 0}
+    report = run_check(tmp_path / "train.py", timeout_s=300, workdir=tmp_path)
+    assert report.error is None, report.error
+    assert report.steps == 16
+    assert report.compiles_after_warmup == 0, report.recompile_sources
+    assert report.level == "L2", report.reasons
