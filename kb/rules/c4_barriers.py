@@ -68,6 +68,7 @@ class MissingStepBarrier(StepContextRule):
         "import torch\n\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
         "    optimizer.zero_grad()\n"
         "    loss = criterion(model(x), y)\n"
         "    loss.backward()\n"
@@ -78,6 +79,7 @@ class MissingStepBarrier(StepContextRule):
         "import torch_xla\n\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
         "    optimizer.zero_grad()\n"
         "    loss = criterion(model(x), y)\n"
         "    loss.backward()\n"
@@ -115,6 +117,8 @@ class MissingStepBarrier(StepContextRule):
     )
 
     def visit_Module(self, node: cst.Module) -> None:
+        if self.facts().cpu_script:  # a script that names no device trains on the CPU: no lazy graph
+            return
         for site in steps.barrier_sites(self):
             message = self.message
             if site.helper:
