@@ -119,15 +119,21 @@ def summarize_project(root: Path, rels: list[Path]) -> ProjectSteps:
                 continue
             first = rel not in summaries
             links = first and any(re.search(rf"\b{name}\b", sources[rel]) for name in classes)
-            found = module_steps(visitor, with_passes=links)
+            try:
+                found = module_steps(visitor, with_passes=links)
+            except Exception:  # noqa: BLE001  (one module the analysis fails on exports nothing; its own fix reports it)
+                visitors[rel] = None
+                summaries.pop(rel, None)
+                continue
             if links:
                 linked.add(rel)
             if not first:
                 found = ModuleSteps(found.module, found.steppers, summaries[rel].signatures, summaries[rel].passes)
             summaries[rel] = found
-        _link_all_callers(summaries, linked, visitors, sources)
+        unread = _link_all_callers(summaries, linked, visitors, sources)
         combined = ProjectSteps.combine(list(summaries.values()))
-        found = ProjectSteps(project.modules, combined.steppers, combined.param_classes)
+        bound = frozenset(b for b in combined.param_classes if b[0].rsplit(".", 1)[-1] not in unread)
+        found = ProjectSteps(project.modules, combined.steppers, bound)
         if found == project:
             break
         words = {part for name in found.steppers - project.steppers for part in name.split(".")[-2:]}
@@ -144,17 +150,26 @@ def summarize_project(root: Path, rels: list[Path]) -> ProjectSteps:
 
 def _link_all_callers(
     summaries: dict[Path, ModuleSteps], linked: set[Path], visitors: dict[Path, _Summary | None], sources: dict
-) -> None:
+) -> set[str]:
     """A parameter's class is certain only when every caller of its function was read: read what each module
-    that names such a function passes (once)."""
+    that names such a function passes (once). Returns the names of the functions named by a module that
+    could not be read: their parameters stay unknown."""
     functions = {f.rsplit(".", 1)[-1] for s in summaries.values() for f, _, k in s.passes if k != UNKNOWN}
+    unread: set[str] = set()
     for rel, text in sources.items():
-        visitor = visitors.get(rel)
-        if rel in linked or visitor is None or rel not in summaries:
+        named = {name for name in functions if re.search(rf"\b{re.escape(name)}\b", text)}
+        if rel in linked or not named:
             continue
-        if any(re.search(rf"\b{re.escape(name)}\b", text) for name in functions):
+        visitor = visitors.get(rel)
+        try:
+            if visitor is None or rel not in summaries:
+                raise ValueError(rel)
             summaries[rel] = replace(summaries[rel], passes=passes(visitor))
-            linked.add(rel)
+        except Exception:  # noqa: BLE001  (as in summarize_project)
+            unread |= named
+            continue
+        linked.add(rel)
+    return unread
 
 
 def _summary_visitor(
@@ -168,7 +183,11 @@ def _summary_visitor(
             visitors[rel] = None
             return None
         visitor = _Summary()
-        run_rules(module, [visitor], project, str(rel))
+        try:
+            run_rules(module, [visitor], project, str(rel))
+        except Exception:  # noqa: BLE001  (as in summarize_project)
+            visitors[rel] = None
+            return None
         visitors[rel] = visitor
     visitor = visitors[rel]
     if visitor is not None:
