@@ -265,3 +265,26 @@ def test_a_loop_drawing_batches_from_a_prepared_loader_needs_no_barrier():
     )
     assert "XLA406" not in codes(source)
     assert "XLA406" in codes(source.replace("        dl = self.accelerator.prepare(dl)\n", ""))
+
+
+# --- not-a-tensor: a forward argument that overrides a number setting --------------------------------
+def test_a_forward_argument_that_falls_back_to_a_number_setting_is_no_tensor():
+    source = (
+        "import torch.nn as nn\n"
+        "def default(value, fallback):\n"
+        "    return fallback if value is None else value\n"
+        "class Guided(nn.Module):\n"
+        "    def __init__(self, net, drop_prob=0.5):\n"
+        "        super().__init__()\n"
+        "        self.net = net\n"
+        "        self.drop_prob = drop_prob\n"
+        "    def forward(self, x, drop_prob=None):\n"
+        "        drop_prob = default(drop_prob, self.drop_prob)\n"
+        "        if drop_prob > 0:\n"
+        "            x = x * 2\n"
+        "        return self.net(x)\n"
+    )
+    assert "XLA405" not in codes(source)
+    # the same argument falling back to a tensor buffer is a tensor: the test reads it on the host
+    buffer = source.replace("self.drop_prob = drop_prob", "self.drop_prob = torch.tensor(drop_prob)")
+    assert "XLA405" in codes(buffer)
