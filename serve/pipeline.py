@@ -43,7 +43,7 @@ from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
 from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check
-from .isolated import fix_source_killable
+from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
     CheckOutcome,
@@ -100,7 +100,8 @@ class Pipeline:
             return self._index
 
     def warm_up(self) -> None:
-        """Loads the index and the embedding model now rather than on the first request."""
+        """Loads the index and the embedding model, and starts a fix worker, now rather than on the first request."""
+        FIX_WORKERS.warm(1)
         self.index.search("warm up", 1)
 
     # -- the knowledge base ----------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class Pipeline:
             codes_applied=[f.code for f in fixed.applied],
             codes_left=[m.finding.code for m in manual],
             rewritten_functions=[p.function_name for p in proposals],
+            model=proposals[0].model if proposals else None,
         )
         if migrated == source:
             evidence.reason = "nothing to validate: no changes"
