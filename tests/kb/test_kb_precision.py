@@ -288,3 +288,37 @@ def test_a_forward_argument_that_falls_back_to_a_number_setting_is_no_tensor():
     # the same argument falling back to a tensor buffer is a tensor: the test reads it on the host
     buffer = source.replace("self.drop_prob = drop_prob", "self.drop_prob = torch.tensor(drop_prob)")
     assert "XLA405" in codes(buffer)
+
+
+# --- not-on-device: a checkpoint the module itself wrote from CPU values ------------------------------
+def test_a_cache_of_plain_data_saved_by_the_module_loads_without_map_location():
+    source = (
+        "import os\n"
+        "import torch\n"
+        "model = build().to(device)\n"
+        "if os.path.isfile(args.vector_cache):\n"
+        "    vocab.vectors = torch.load(args.vector_cache)\n"
+        "else:\n"
+        "    vocab.vectors = read_vectors()\n"
+        "    torch.save(vocab.vectors, args.vector_cache)\n"
+    )
+    assert "XLA307" not in codes(source)
+    # the same path written from the model: device tensors
+    assert "XLA307" in codes(source.replace("torch.save(vocab.vectors,", "torch.save(model,"))
+
+
+def test_a_module_whose_saves_all_write_cpu_tensors_loads_them_without_map_location():
+    source = (
+        "import torch\n"
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "def save(model, optimizer, path):\n"
+        "    model.eval().cpu()\n"
+        "    torch.save(model.state_dict(), path)\n"
+        "    optim_state = FSDP.full_optim_state_dict(model, optimizer)\n"
+        "    torch.save(optim_state, path + '.opt')\n"
+        "def load(model, path):\n"
+        "    model.load_state_dict(torch.load(path))\n"
+        "    model.to(device)\n"
+    )
+    assert "XLA307" not in codes(source)
+    assert "XLA307" in codes(source.replace("    model.eval().cpu()\n", ""))
