@@ -111,7 +111,10 @@ def test_a_module_that_creates_the_process_group_may_ask_it_for_ranks():
         "        print('ready')\n"
     )
     assert not codes(body.format(init="    dist.init_process_group('nccl')\n")) & {"XLA706", "XLA707"}
-    assert {"XLA706", "XLA707"} <= codes(body.format(init=""))
+    # a CUDA module that asks torch.distributed: its program created the group elsewhere (else the GPU run fails)
+    assert not codes(body.format(init="")) & {"XLA706", "XLA707"}
+    # torch_xla code without a group of its own: launched by torch_xla.launch, there may be none
+    assert {"XLA706", "XLA707"} <= codes("import torch_xla\n" + body.format(init=""))
 
 
 # --- float32-program: BCE after a sigmoid somewhere only saturates in low precision --------------------
