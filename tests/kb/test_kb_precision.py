@@ -242,6 +242,29 @@ def test_a_device_type_test_around_the_device_choice_is_one_finding_the_guard_fl
     assert [(f.line, f.code) for f in lint_source(batch_size) if f.code in ("XLA220", "XLA230")] == [(3, "XLA220")]
 
 
+def test_is_cuda_choosing_a_config_that_only_cuda_hosts_set_takes_the_same_value_on_tpu():
+    source = (
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "class Attend(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.cpu_config = (True, True)\n"
+        "        self.cuda_config = None\n"
+        "        if not torch.cuda.is_available():\n"
+        "            return\n"
+        "        self.cuda_config = (True, False)\n"
+        "    def forward(self, q):\n"
+        "        n, on_gpu = q.shape[0], q.is_cuda\n"
+        "        config = self.cuda_config if on_gpu else self.cpu_config\n"
+        "        return run(q, config)\n"
+    )
+    assert "XLA220" not in codes(source)
+    # set on every host: the GPU value is real, and a TPU host would miss it
+    everywhere = source.replace("        if not torch.cuda.is_available():\n            return\n", "")
+    assert "XLA220" in codes(everywhere)
+
+
 def test_a_state_dict_saved_after_moving_the_model_to_the_cpu_holds_cpu_tensors():
     source = "import torch\ndef save(model, path):\n    model.eval().cpu()\n    torch.save(model.state_dict(), path)\n"
     assert "XLA701" not in codes(source)
