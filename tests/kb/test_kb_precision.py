@@ -363,3 +363,16 @@ def test_a_module_whose_saves_all_write_cpu_tensors_loads_them_without_map_locat
     )
     assert "XLA307" not in codes(source)
     assert "XLA307" in codes(source.replace("    model.eval().cpu()\n", ""))
+
+
+# --- message-wrong: a generate() that is not Hugging Face's ----------------------------------------------
+def test_generate_of_a_model_from_another_library_has_no_hf_cache():
+    source = (
+        "from transformers import GPT2LMHeadModel\n"
+        "from mygpt.model import GPT\n"
+        "model = GPT.from_pretrained('gpt2')\n"
+        "hf = GPT2LMHeadModel.from_pretrained('gpt2')\n"
+        "a = model.generate(x, max_new_tokens=20, do_sample=False)\n"
+        "b = hf.generate(x, max_new_tokens=20, do_sample=False)\n"
+    )
+    assert [f.line for f in lint_source(source) if f.code == "XLA415"] == [6]
