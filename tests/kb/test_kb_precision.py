@@ -376,3 +376,19 @@ def test_generate_of_a_model_from_another_library_has_no_hf_cache():
         "b = hf.generate(x, max_new_tokens=20, do_sample=False)\n"
     )
     assert [f.line for f in lint_source(source) if f.code == "XLA415"] == [6]
+
+
+# --- inference-only: a split tie changes no number when nothing trains ------------------------------------
+def test_a_tied_hf_model_moved_for_inference_only_keeps_its_numbers():
+    source = (
+        "import torch\n"
+        "from transformers import GPT2LMHeadModel\n"
+        "def compare(device, x):\n"
+        "    hf = GPT2LMHeadModel.from_pretrained('gpt2')\n"
+        "    hf.to(device)\n"
+        "    return hf(x).logits\n"
+    )
+    assert "XLA314" not in codes(source)
+    # trained in the same module, or handed to a caller who may train it: the copies drift apart
+    assert "XLA314" in codes(source + "loss = compare(d, x).sum()\nloss.backward()\n")
+    assert "XLA314" in codes(source.replace("    return hf(x).logits\n", "    return hf\n"))
