@@ -278,7 +278,10 @@ class DeviceAnalysis:
                 guard.flips = self._has_device_path(guard.condition) or any(
                     self._has_device_path(r) for r in guard.regions
                 )
-                guard.quiet = not guard.flips and any(self.has_cuda_reference(r) for r in guard.regions)
+                guard.quiet = not guard.flips and (
+                    any(self.has_cuda_reference(r) for r in guard.regions)
+                    or (bool(guard.regions) and all(_only_text(r) for r in guard.regions))
+                )
                 self.facts.guards.append(guard)
 
     def _cuda_test_literal(self, comp: cst.Comparison) -> cst.SimpleString | None:
@@ -402,6 +405,33 @@ class DeviceAnalysis:
         finder = _DevicePathFinder(self)
         region.visit(finder)
         return finder.found
+
+
+TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+
+
+def _only_text(region: cst.CSTNode) -> bool:
+    """Does `region` only build text (`log_msg.append('max mem: {memory}')`, `fmt += ' mem'`)? A CUDA guard
+    around it prepares a log line for CUDA hosts: nothing a TPU host needs."""
+    if isinstance(region, cst.Else):
+        region = region.body
+    if not isinstance(region, cst.IndentedBlock):
+        return False
+    for line in region.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        for small in line.body:
+            if isinstance(small, (cst.Assign, cst.AugAssign)):
+                text = isinstance(small.value, TEXT)
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                call = small.value  # `lines.append('...')`
+                text = isinstance(call.func, cst.Attribute) and all(isinstance(a.value, TEXT) for a in call.args)
+                text = text and bool(call.args)
+            else:
+                text = False
+            if not text:
+                return False
+    return True
 
 
 class _DevicePathFinder(cst.CSTVisitor):

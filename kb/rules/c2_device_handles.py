@@ -5,11 +5,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
-from ..analysis.guards import after_cuda_early_return, is_cuda_early_return
+from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return
 from ..analysis.launch import world_size_move
 from ..cst_helpers import (
     code_of,
     expr,
+    find_nodes,
     identifier,
     is_cuda_string,
     keyword_arg,
@@ -404,6 +405,8 @@ class CudaTypeCheck(Rule):
         if node.attr.value == "is_cuda" and not self.qualified_names(node):
             if self._and_multi_gpu(node):
                 return  # `x.is_cuda and ngpu > 1` only picks data_parallel; False takes the plain forward
+            if self._picks_cuda_only_value(node):
+                return  # `self.cuda_config if x.is_cuda else self.cpu_config`: the GPU value is None without CUDA
             self.report(
                 node, "`.is_cuda` is False for XLA tensors; use `t.device.type == 'xla'` or `xm.is_xla_tensor(t)`"
             )
@@ -420,6 +423,51 @@ class CudaTypeCheck(Rule):
                     f"`{name}` is a CUDA tensor type; XLA tensors are `torch.xla.*Tensor`: use dtype/device checks",
                 )
                 return
+
+    def _picks_cuda_only_value(self, node: cst.Attribute) -> bool:
+        """Is `node` (directly, or through the name it is unpacked into) the test of `a if t.is_cuda else b`
+        where `a` is an attribute the class sets to something other than None only on CUDA hosts (after
+        `if not torch.cuda.is_available(): return`, or under a CUDA guard)? A TPU host gets `b` either way."""
+        tests: list[cst.CSTNode] = [node]
+        target = self._unpacked_into(node)
+        if target is not None:
+            func = next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+            if func is not None:
+                tests += [n for n in find_nodes(func, cst.Name) if n.value == target and n is not node]
+        choices = [p for t in tests if isinstance(p := self.parent(t), cst.IfExp) and p.test is t]
+        return bool(choices) and all(self._cuda_only_attribute(c.body) for c in choices)
+
+    def _unpacked_into(self, node: cst.CSTNode) -> str | None:
+        """`a, is_cuda, d = *s, q.is_cuda, q.device` -> "is_cuda" (matched from the end past a starred value)."""
+        element = self.parent(node)
+        values = self.parent(element)
+        assign = self.parent(values)
+        if not (isinstance(element, cst.Element) and isinstance(values, cst.Tuple) and isinstance(assign, cst.Assign)):
+            return None
+        targets = assign.targets[0].target if len(assign.targets) == 1 else None
+        if not isinstance(targets, cst.Tuple):
+            return None
+        from_end = len(values.elements) - values.elements.index(element)
+        if from_end > len(targets.elements) or any(isinstance(e, cst.StarredElement) for e in targets.elements):
+            return None
+        name = targets.elements[-from_end].value
+        return name.value if isinstance(name, cst.Name) else None
+
+    def _cuda_only_attribute(self, value: cst.CSTNode) -> bool:
+        if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self"):
+            return False
+        cls = next((a for a in self.ancestors(value) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+        sets = [
+            a
+            for m in methods
+            for a in find_nodes(m, cst.Assign)
+            if len(a.targets) == 1 and code_of(a.targets[0].target) == code_of(value)
+        ]
+        real = [a for a in sets if not (isinstance(a.value, cst.Name) and a.value.value == "None")]
+        return bool(real) and all(guarded_by_cuda(self, a) for a in real)
 
     def _and_multi_gpu(self, node: cst.CSTNode) -> bool:
         """Is `node` part of a test and-ed with `n > 1` (a multi-GPU count)?"""
