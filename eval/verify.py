@@ -2,7 +2,7 @@
 
     verify(original_dir, migrated_dir, ["python", "train.py", "--steps", "40"], config) -> VerifyReport
 
-1. The migrated command runs on the XLA device under the execution check (eval/check.py), which gives
+1. The migrated command runs on the XLA device under the execution check (eval/check/), which gives
    L0 (it ran) and L2 (no CPU fallback, no recompilation after warm-up, no per-step host syncs, no NaN,
    no stale optimizer parameters) plus per-step XLA metrics.
 2. Fail fast: verify stops before spending a reference run when the migrated smoke test produced

@@ -6,10 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+
 from xlaport.files import UnreadableSource, read_source
 
+from .analysis.context import StepContextRule
+from .analysis.project import ModuleSteps, ProjectSteps, module_name
+from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
-from .engine import SourceError, fix_source, lint_source
+from .engine import SourceError, fix_source, lint_source, parse, run_rules
 from .rule import Finding, Rule
 
 
@@ -45,7 +50,10 @@ def _analysis_error(name: str, exc: Exception) -> str:
     return f"{name}: internal error while analysing ({type(exc).__name__}: {exc})"
 
 
-def lint_file(path: Path, rules: list[type[Rule]] | None = None, display: str | None = None) -> FileResult:
+def lint_file(
+    path: Path, rules: list[type[Rule]] | None = None, display: str | None = None, project: ProjectSteps | None = None
+) -> FileResult:
+    """`project`: the tree `path` is part of, where `display` is its path from the tree's root."""
     name = display or str(path)
     source, error = _read(path)
     if error:
@@ -53,15 +61,20 @@ def lint_file(path: Path, rules: list[type[Rule]] | None = None, display: str | 
     if config_kind(path):
         return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
     try:
-        return FileResult(name, findings=lint_source(source, name, rules), source=source)
+        return FileResult(name, findings=lint_source(source, name, rules, project), source=source)
     except Exception as exc:  # one bad file never stops a run
         return FileResult(name, source=source, error=_analysis_error(name, exc))
 
 
 def fix_file(
-    path: Path, rules: list[type[Rule]] | None = None, unsafe: bool = False, display: str | None = None
+    path: Path,
+    rules: list[type[Rule]] | None = None,
+    unsafe: bool = False,
+    display: str | None = None,
+    project: ProjectSteps | None = None,
 ) -> FileResult:
-    """Computes the fixed text of `path`; writes nothing."""
+    """Computes the fixed text of `path`; writes nothing. `project`: the tree `path` is part of, where
+    `display` is its path from the tree's root."""
     name = display or str(path)
     source, error = _read(path)
     if error:
@@ -70,7 +83,7 @@ def fix_file(
         if config_kind(path):
             result = fix_config(source, name, _codes(rules))
         else:
-            result = fix_source(source, name, rules, unsafe=unsafe)
+            result = fix_source(source, name, rules, unsafe=unsafe, project=project)
     except Exception as exc:  # one bad file never stops a run
         return FileResult(name, source=source, error=_analysis_error(name, exc))
     return FileResult(name, findings=result.remaining, applied=result.applied, source=source, fixed=result.fixed)
@@ -78,3 +91,40 @@ def fix_file(
 
 def _codes(rules: list[type[Rule]] | None) -> set[str] | None:
     return None if rules is None else {r.code for r in rules}
+
+
+MAX_PROJECT_ROUNDS = 4  # a stepping helper calling another module's stepping helper: one round per link
+
+
+def summarize_project(root: Path, rels: list[Path]) -> ProjectSteps:
+    """Which of the tree's callables step once per call (analysis/project.py), from its Python files under
+    `root`. Files that cannot be read or parsed are left out (their own migration reports them). A helper
+    that calls another module's stepping helper steps too: rounds repeat until nothing new is found."""
+    modules: dict[Path, cst.Module] = {}
+    for rel in rels:
+        source, error = _read(root / rel)
+        if error:
+            continue
+        try:
+            modules[rel] = parse(source)
+        except SourceError:  # a file xlaport cannot analyse exports nothing
+            continue
+    project = ProjectSteps(modules=frozenset(module_name(rel) for rel in rels))
+    summaries: dict[Path, ModuleSteps] = {}
+    for _ in range(MAX_PROJECT_ROUNDS):
+        for rel, module in modules.items():
+            visitor = _Summary()
+            run_rules(module, [visitor], project, str(rel))
+            summaries[rel] = module_steps(visitor)
+        found = ProjectSteps.combine(list(summaries.values()))
+        found = ProjectSteps(project.modules, found.steppers, found.param_classes)
+        if found == project:
+            break
+        project = found
+    return project
+
+
+class _Summary(StepContextRule):
+    """A rule with no visits: the analysis context `module_steps` reads."""
+
+    code = "summary"

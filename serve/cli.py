@@ -204,7 +204,8 @@ def render_patch(patch, model_name: str | None) -> str:
     evidence = patch.evidence
     lines = [f"{patch.path}: model {model_name or 'none (rules-only)'}"]
     lines.append("  rules applied: " + (", ".join(evidence.codes_applied) or "none"))
-    lines.append("  rewritten by the model: " + (", ".join(evidence.rewritten_functions) or "none"))
+    served = f" {evidence.model}" if evidence.model else ""
+    lines.append(f"  rewritten by the model{served}: " + (", ".join(evidence.rewritten_functions) or "none"))
     for note in patch.notes:
         lines.append(f"  note: {note}")
     for item in patch.manual:

@@ -149,6 +149,7 @@ class Pipeline:
             codes_applied=[f.code for f in fixed.applied],
             codes_left=[m.finding.code for m in manual],
             rewritten_functions=[p.function_name for p in proposals],
+            model=proposals[0].model if proposals else None,
         )
         if migrated == source:
             evidence.reason = "nothing to validate: no changes"

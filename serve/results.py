@@ -38,6 +38,7 @@ class Evidence(BaseModel):
     codes_applied: list[str]
     codes_left: list[str]
     rewritten_functions: list[str] = Field([], description="Functions the code model rewrote.")
+    model: str | None = Field(None, description="The code model that rewrote them (None: the rules alone).")
     checks: list[CheckRun] = []
     level: str | None = None
     validated: bool = False

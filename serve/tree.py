@@ -16,7 +16,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from xlaport.kb import get_rule
-from xlaport.kb.batch import FileResult, fix_file
+from xlaport.kb.analysis.project import ProjectSteps
+from xlaport.kb.batch import FileResult, fix_file, summarize_project
 from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
@@ -89,12 +90,12 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
         raise DestinationNotEmpty(f"destination exists and is not empty: {dst} (pass --force to write into it)")
 
 
-def _fix_task(task: tuple[str, str, list[str] | None, bool]) -> FileResult:
-    path, display, codes, unsafe = task
+def _fix_task(task: tuple[str, str, list[str] | None, bool, ProjectSteps]) -> FileResult:
+    path, display, codes, unsafe, project = task
     rules = None if codes is None else [get_rule(c) for c in codes]
     # one broken file must not end the run: fix_file reports it (and it is copied as is); kb's parse refuses
     # what would crash libcst (see xlaport.kb.engine.parse)
-    return fix_file(Path(path), rules, unsafe=unsafe, display=display)
+    return fix_file(Path(path), rules, unsafe=unsafe, display=display, project=project)
 
 
 def rewrite_files(
@@ -105,9 +106,12 @@ def rewrite_files(
     jobs: int = 1,
     progress: Progress | None = None,
 ) -> list[FileResult]:
-    """The fixed text of every file (nothing is written), in the order of `rels`; `jobs` worker processes."""
+    """The fixed text of every file (nothing is written), in the order of `rels`; `jobs` worker processes.
+    Each file is analysed as part of the tree: a training loop that calls another module's stepping helper
+    gets its step barrier (kb/analysis/project.py)."""
     codes = None if rules is None else [r.code for r in rules]
-    tasks = [(str(src / rel), str(rel), codes, unsafe) for rel in rels]
+    project = summarize_project(src, rels)
+    tasks = [(str(src / rel), str(rel), codes, unsafe, project) for rel in rels]
     results: list[FileResult] = []
 
     def collect(iterator) -> None:

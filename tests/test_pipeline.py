@@ -55,6 +55,7 @@ def test_rules_fix_what_they_can_and_say_the_patch_is_unvalidated():
     assert patch.diff.startswith("--- a/train.py\n+++ b/train.py\n")
     assert {"XLA201", "XLA202"} <= set(patch.evidence.codes_applied)
     assert [m.finding.code for m in patch.manual] == ["XLA601"]
+    assert patch.evidence.model is None
     assert patch.manual[0].function == "peak"
     assert patch.evidence.validated is False and patch.evidence.status == "unvalidated"
     assert patch.evidence.reason == "validation was not requested"
@@ -111,6 +112,7 @@ def test_a_proposal_that_fixes_findings_is_applied_and_recorded():
     assert proposer.calls == [("peak", ["XLA601"], [])]
     assert "return 0" in patch.migrated and patch.manual == []
     assert patch.evidence.rewritten_functions == ["peak"]
+    assert patch.evidence.model == proposer.name  # the patch names the model that served the proposal
     assert RULES_ONLY not in patch.notes
     assert patch.evidence.status == "unvalidated"  # a model's rewrite is never presented as validated unchecked
 

@@ -14,7 +14,6 @@ from xlaport.eval.testgen import (
     SourcePair,
     Target,
     TestgenError,
-    _write,
     compare_values,
     find_targets,
     generate_tests,
@@ -22,7 +21,8 @@ from xlaport.eval.testgen import (
     render_test_file,
     run_generated_tests,
 )
-from xlaport.eval.testgen_worker import probe_module
+from xlaport.eval.testgen.generate import _write
+from xlaport.eval.testgen.worker.probe import probe_module
 
 from xlaport.cli import app
 

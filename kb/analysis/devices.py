@@ -133,6 +133,16 @@ class DeviceFacts:
         return out
 
 
+def _boolean_pair(node: cst.IfExp) -> bool | None:
+    """True for `True if c else False`, False for `False if c else True`, None for anything else."""
+    names = [n.value if isinstance(n, cst.Name) else None for n in (node.body, node.orelse)]
+    if names == ["True", "False"]:
+        return True
+    if names == ["False", "True"]:
+        return False
+    return None
+
+
 class _Walker(cst.CSTVisitor):
     """One pass: parents, imports, and the nodes the analysis looks at."""
 
@@ -421,6 +431,7 @@ class DeviceAnalysis:
     def _guards(self) -> None:
         tests: list[cst.CSTNode] = [c for c in self.walker.calls if self.call_name(c) in AVAILABILITY]
         tests += [lit for comp in self.walker.comparisons if (lit := self._cuda_test_literal(comp)) is not None]
+        tests += [lit for call in self.walker.calls if (lit := self._cuda_prefix_literal(call)) is not None]
         for test in tests:
             guard = self._guard(test)
             parent = self.parent(test)
@@ -453,12 +464,24 @@ class DeviceAnalysis:
             return literal
         return None
 
+    def _cuda_prefix_literal(self, call: cst.Call) -> cst.SimpleString | None:
+        """The `'cuda'` literal of `device.startswith('cuda')` (build-nanogpt's `device_type` test)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(call.args) == 1):
+            return None
+        literal = call.args[0].value
+        if not (isinstance(literal, cst.SimpleString) and string_value(literal) in ("cuda", "cuda:")):
+            return None
+        return literal if self._is_device_key(key_of(func.value)) else None
+
     def _guard(self, test: cst.CSTNode) -> Guard | None:
         """The condition around `test` and the code it protects; None when the test is not a plain guard
         (an `or`, a call argument, an assert)."""
         positive = True
         node: cst.CSTNode = test
-        if isinstance(test, cst.SimpleString):
+        if isinstance(test, cst.SimpleString) and isinstance(self.parent(test), cst.Arg):
+            node = self.parent(self.parent(test))  # the `device.startswith('cuda')` call
+        elif isinstance(test, cst.SimpleString):
             comp = self.parent(test)
             if isinstance(comp, cst.ComparisonTarget):
                 comp = self.parent(comp)
@@ -472,6 +495,9 @@ class DeviceAnalysis:
                 node = parent
             elif isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 positive = not positive
+                node = parent
+            elif isinstance(parent, cst.IfExp) and parent.test is node and _boolean_pair(parent) is not None:
+                positive = positive == _boolean_pair(parent)  # `True if <test> else False` is the test itself
                 node = parent
             else:
                 break

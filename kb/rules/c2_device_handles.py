@@ -6,7 +6,9 @@ import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
 from ..analysis.guards import after_cuda_early_return, is_cuda_early_return
+from ..analysis.launch import world_size_move
 from ..cst_helpers import (
+    code_of,
     expr,
     identifier,
     is_cuda_string,
@@ -16,7 +18,8 @@ from ..cst_helpers import (
     string_value,
     with_commas,
 )
-from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, XLA_DEVICE, Rule, register
+from .c2_tensor_types import is_rewritten_use
 
 
 @register
@@ -186,6 +189,9 @@ LAUNCHERS = frozenset(
 )
 
 
+COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
+
+
 @register
 class CudaDeviceCount(Rule):
     code = "XLA211"
@@ -193,14 +199,17 @@ class CudaDeviceCount(Rule):
     category = "C2"
     fix = "unsafe"
     autofix = True
-    detects = "Calls of `torch.cuda.device_count()`."
+    detects = "Calls of `torch.cuda.device_count()` and `torch.accelerator.device_count()`."
     why = (
-        "It returns 0 without a GPU, so world sizes, per-device batch sizes and `if n > 1:` branches silently take "
-        "the wrong value (or divide by zero). `torch_xla.device_count()` counts the XLA devices this process can "
-        "address. Unsafe: that call starts the XLA runtime, and a runtime started in the parent makes "
-        "`torch_xla.launch` fail (`RuntimeError: Runtime is already initialized. Do not use the XLA device before "
-        "calling xmp.spawn.`) — so in files that launch processes xlaport only reports it: read the world size "
-        "inside the launched function with `xr.world_size()`."
+        "Both return 0 on an XLA host, so world sizes, per-device batch sizes and `if n > 1:` branches silently "
+        "take the wrong value (or divide by zero). `torch_xla.device_count()` counts the XLA devices this process "
+        "can address. Unsafe: the numbers differ where a GPU host and a TPU host differ, and that call starts "
+        "the XLA runtime, and a runtime started in the parent makes `torch_xla.launch` fail (`RuntimeError: "
+        "Runtime is already initialized. Do not use the XLA device before calling xmp.spawn.`; `xr.world_size()` "
+        "in the parent does the same, measured). In a file that launches processes, a count assigned to a name "
+        "that is only handed to the launched function through `torch_xla.launch(fn, args=(n, ...))` is moved "
+        "into that function: the parent's count and the argument go, and `fn` starts with `n = xr.world_size()` "
+        "(safe: the number of processes the launch started, what the GPU count was). Other uses are reported."
     )
     before = "import torch\n\nn_gpus = torch.cuda.device_count()\n"
     after = "import torch_xla\n\nn_gpus = torch_xla.device_count()\n"
@@ -219,7 +228,7 @@ class CudaDeviceCount(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.qualified_names(node.func)
-        if "torch.cuda.device_count" in names and not self._multi_gpu_test(node):
+        if names & COUNTS and not self._multi_gpu_test(node):
             self.counts.append(node)
         elif names & LAUNCHERS:
             self.launches = True
@@ -239,15 +248,34 @@ class CudaDeviceCount(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for call in self.counts:
-            if self.launches:
+            what = f"`{code_of(call.func)}()`"
+            if not self.launches:
                 self.report(
                     call,
-                    "`torch.cuda.device_count()` is 0 on TPU, and counting XLA devices before `torch_xla.launch` "
+                    f"{what} is 0 on TPU; use `torch_xla.device_count()`",
+                    replacement=expr("torch_xla.device_count()"),
+                    imports=(IMPORT_TORCH_XLA,),
+                )
+                continue
+            move = world_size_move(self, call)
+            if move is None:
+                self.report(
+                    call,
+                    f"{what} is 0 on TPU, and counting XLA devices before `torch_xla.launch` "
                     "breaks the launch: let the runtime pick one process per chip and read `xr.world_size()` "
                     "inside the launched function",
                 )
-            else:
-                self.report(call, replacement=expr("torch_xla.device_count()"), imports=(IMPORT_TORCH_XLA,))
+                continue
+            # one edit each, applied together (the engine keeps a rule's edits of one pass together)
+            said = f"{what} is 0 on TPU and nothing can count the processes before the launch"
+            self.report(
+                call, f"{said}: `{move.function}` reads `xr.world_size()`", REMOVE, target=move.assignment, fix="safe"
+            )
+            self.report(move.args, f"{said}: the world size is no longer passed", move.new_args, fix="safe")
+            self.report(move.params, f"{said}: `{move.function}` reads it", move.new_params, fix="safe")
+            self.report(
+                move.first, f"{said}: read it from the runtime", move.new_first, imports=(IMPORT_XR,), fix="safe"
+            )
 
 
 @register
@@ -365,6 +393,7 @@ class CudaTypeCheck(Rule):
                 name.startswith("torch.cuda.")
                 and name.endswith("Tensor")
                 and not isinstance(self.parent(node), cst.Attribute)
+                and not is_rewritten_use(self, node)  # XLA232 rewrites constructors and conversions
             ):
                 self.report(
                     node,
@@ -392,4 +421,12 @@ class CudaTypeCheck(Rule):
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(c.comparator for c in node.comparisons)]
         if any(_is_type_probe(o) for o in operands) and any(_is_cudaish(self, o) for o in operands):
+            if self._flipped_guard(node):
+                return  # a guard around the device choice: XLA230 rewrites this test to hold on XLA
             self.report(node)
+
+    def _flipped_guard(self, node: cst.Comparison) -> bool:
+        guards = analyse_devices(self.analysis.module).facts.guards
+        return any(
+            g.flips and any(o is g.test for o in (node.left, *(c.comparator for c in node.comparisons))) for g in guards
+        )

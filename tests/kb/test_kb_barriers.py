@@ -29,7 +29,7 @@ def barrier_lines(source: str) -> list[int]:
 
 
 def test_finding_points_at_the_step_or_the_helper_call():
-    assert barrier_lines((STEPS / "scaler_step" / "input.py").read_text()) == [19]  # grad_scaler.step(opt)
+    assert barrier_lines((STEPS / "scaler_step" / "input.py").read_text()) == [20]  # grad_scaler.step(opt)
     assert barrier_lines((STEPS / "helper_method" / "input.py").read_text()) == [21]  # self._one_batch(...)
     assert barrier_lines((STEPS / "trainer_class" / "input.py").read_text()) == [26]  # self.training_step(...)
 

@@ -31,7 +31,7 @@ torch.save(model.state_dict(), "model.ckpt")
 model.load_state_dict(torch.load("model.ckpt"))
 plt.xlabel("epoch")
 """
-DEVICE_CODES = {"XLA206", "XLA221", "XLA307", "XLA401", "XLA404", "XLA408", "XLA414", "XLA701"}
+DEVICE_CODES = {"XLA206", "XLA221", "XLA307", "XLA401", "XLA404", "XLA406", "XLA408", "XLA414", "XLA701"}
 
 
 def test_a_script_that_names_no_device_gets_no_device_findings():
@@ -40,7 +40,7 @@ def test_a_script_that_names_no_device_gets_no_device_findings():
 
 def test_the_same_script_moved_to_cuda_gets_them():
     on_gpu = CPU_SCRIPT.replace("model = nn.Linear(3, 1)", "model = nn.Linear(3, 1).to('cuda')")
-    assert {"XLA206", "XLA307", "XLA401", "XLA408", "XLA414", "XLA701"} <= codes(on_gpu)
+    assert {"XLA206", "XLA307", "XLA401", "XLA406", "XLA408", "XLA414", "XLA701"} <= codes(on_gpu)
 
 
 def test_a_library_module_without_a_device_keeps_its_findings():
@@ -220,6 +220,23 @@ def test_is_cuda_and_a_multi_gpu_count_only_pick_data_parallel():
     )
     assert "XLA220" not in codes(source)
     assert "XLA220" in codes(source.replace(" and self.ngpu > 1", ""))
+
+
+def test_a_device_type_test_around_the_device_choice_is_one_finding_the_guard_flip():
+    # the guard picks the placement (`.cuda()`), so XLA230 rewrites the test; XLA220 would report it twice
+    source = (
+        "import torch\n"
+        "def place(model, device):\n"
+        "    if device.type == 'cuda':\n"
+        "        model = torch.nn.DataParallel(model).cuda()\n"
+        "    else:\n"
+        "        model.to(device)\n"
+        "    return model\n"
+    )
+    found = [(f.line, f.code) for f in lint_source(source) if f.code in ("XLA220", "XLA230")]
+    assert found == [(3, "XLA230")]
+    batch_size = source.replace("model = torch.nn.DataParallel(model).cuda()", "batch = 64")
+    assert [(f.line, f.code) for f in lint_source(batch_size) if f.code in ("XLA220", "XLA230")] == [(3, "XLA220")]
 
 
 def test_a_state_dict_saved_after_moving_the_model_to_the_cpu_holds_cpu_tensors():

@@ -1,4 +1,4 @@
-"""The `xlaport check` command: a thin front over eval/check.py."""
+"""The `xlaport check` command: a thin front over eval/check/."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def check(
     Example: xlaport check train.py --steps-warmup 2 -- --epochs 1
 
     Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors."""
-    from .check import render_text, run_check
-    from .sandbox import DEFAULT_MEMORY_MB, host_memory_mb
+    from ..sandbox import DEFAULT_MEMORY_MB, host_memory_mb
+    from . import render_text, run_check
 
     if not script.is_file():
         typer.echo(f"error: no such script: {script}", err=True)
@@ -79,7 +79,7 @@ class _CheckCommand(TyperCommand):
     """Appends what the sandbox guarantees on this machine, probed when the help is shown."""
 
     def format_help(self, ctx, formatter) -> None:
-        from .sandbox import sandbox_status
+        from ..sandbox import sandbox_status
 
         super().format_help(ctx, formatter)
         status = sandbox_status()

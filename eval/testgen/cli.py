@@ -1,4 +1,4 @@
-"""The `xlaport testgen` command: a thin front over eval/testgen.py."""
+"""The `xlaport testgen` command: a thin front over eval/testgen/."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.text,
     ) -> None:
         """Generate differential unit tests: ORIGINAL on the CPU (CUDA mapped to CPU) vs MIGRATED on XLA."""
-        from xlaport.eval.testgen import TestgenError, generate_tests, run_generated_tests
+        from . import TestgenError, generate_tests, run_generated_tests
 
         try:
             result = generate_tests(
