@@ -2,8 +2,8 @@
 [--tree DIR] [--jobs 2] [--validate] [--json bench/results/serve.json]`.
 
 Prints, from one run:
-- `POST /v1/suggest` p50/p95 (rules only, no validation) for a ~200-line file through the ASGI app (FastAPI
-  TestClient, lifespan run once, index and a fix worker warm), with new text each request (a changed
+- `POST /v1/suggest` p50/p95 (rules only, no validation) for a ~200-line file through the ASGI app (driven by
+  httpx in one event loop, as a server drives it; lifespan run once, index and a fix worker warm), with new text each request (a changed
   comment: no cache hit) and with the same text again (the kb's result cache); next to it the engine alone
   (`fix_source` in this process on the same new texts), so the service's own cost is the difference;
 - `POST /v1/search` p50/p95 (code snippets and error messages);
@@ -17,6 +17,7 @@ Prints, from one run:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import multiprocessing
 import os
@@ -57,11 +58,11 @@ def bench_file() -> tuple[str, int]:
     return text, text.count("\n")
 
 
-def timed_requests(client, path: str, bodies: list[dict]) -> list[float]:
+async def timed_requests(client, path: str, bodies: list[dict]) -> list[float]:
     times = []
     for body in bodies:
         start = time.perf_counter()
-        response = client.post(path, json=body)
+        response = await client.post(path, json=body)
         times.append(time.perf_counter() - start)
         if response.status_code != 200:
             raise SystemExit(f"{path} answered {response.status_code}: {response.text[:300]}")
@@ -77,33 +78,43 @@ def latency(times: list[float]) -> dict:
 
 
 def service(requests: int) -> dict:
-    from fastapi.testclient import TestClient
+    """The ASGI app driven in one event loop (as uvicorn drives it), lifespan run once; then the engine alone."""
     from xlaport.kb import fix_source, select_rules
-    from xlaport.serve.http import create_app
-    from xlaport.serve.pipeline import Pipeline
 
     source, lines = bench_file()
     new_texts = [f"{source}\n# request {i}\n" for i in range(requests)]
-    start = time.perf_counter()
-    with TestClient(create_app(Pipeline(proposer=None), token=None, max_concurrency=1, timeout_s=600)) as client:
-        startup = time.perf_counter() - start
-        timed_requests(client, "/v1/suggest", [{"source": "import torch\n", "path": "warm.py"}])
-        new = timed_requests(client, "/v1/suggest", [{"source": s, "path": "bench.py"} for s in new_texts])
-        same = timed_requests(client, "/v1/suggest", [{"source": source, "path": "bench.py"}] * requests)
-        searches = [{"text": QUERIES[i % len(QUERIES)], "k": 5} for i in range(requests)]
-        search = timed_requests(client, "/v1/search", searches)
+    report = asyncio.run(_requests(source, new_texts))
     rules = select_rules()
     engine = []
     for text in new_texts:  # the same new texts, in this process: the kb engine's own cost
         begin = time.perf_counter()
         fix_source(text + "# engine\n", "bench.py", rules)
         engine.append(time.perf_counter() - begin)
+    return {"file_lines": lines, **report, "engine_fix_source": latency(engine)}
+
+
+async def _requests(source: str, new_texts: list[str]) -> dict:
+    import httpx
+    from xlaport.serve.http import create_app
+    from xlaport.serve.pipeline import Pipeline
+
+    start = time.perf_counter()
+    app = create_app(Pipeline(proposer=None), token=None, max_concurrency=1, timeout_s=600)
+    async with app.router.lifespan_context(app):
+        startup = time.perf_counter() - start
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            await timed_requests(client, "/v1/suggest", [{"source": "import torch\n", "path": "warm.py"}])
+            new = await timed_requests(client, "/v1/suggest", [{"source": s, "path": "bench.py"} for s in new_texts])
+            same = await timed_requests(
+                client, "/v1/suggest", [{"source": source, "path": "bench.py"}] * len(new_texts)
+            )
+            searches = [{"text": QUERIES[i % len(QUERIES)], "k": 5} for i in range(len(new_texts))]
+            search = await timed_requests(client, "/v1/search", searches)
     return {
-        "file_lines": lines,
         "startup_s": round(startup, 2),
         "suggest_new_text": latency(new),
         "suggest_same_text": latency(same),
-        "engine_fix_source": latency(engine),
         "search": latency(search),
     }
 
