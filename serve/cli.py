@@ -55,7 +55,12 @@ def migrate(
             'root, e.g. "python train.py --steps 40" (see `xlaport verify`).',
         ),
     ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files rewritten in parallel.")] = 1,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, max=64, help="Files rewritten in parallel [default: one per core for 8+ files]."
+        ),
+    ] = None,
     in_place: Annotated[
         bool,
         typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport)."),
