@@ -67,7 +67,10 @@ class CudaDeviceString(Rule):
     )
     why = (
         "There is no CUDA device on a TPU host: allocation fails with `Found no NVIDIA driver`, "
-        "or, behind a fallback, the code silently runs on the CPU."
+        "or, behind a fallback, the code silently runs on the CPU. torch's own calls get `torch_xla.device()`; "
+        "a `device='cuda'` handed to the program's own functions (or another library's) becomes the string "
+        "`'xla'`, because the callee may treat it as text (`'cuda' in device`, `device.split(':')`), which a "
+        "`torch.device` object breaks (`TypeError: argument of type 'torch.device' is not iterable`, measured)."
     )
     before = "import torch\n\nd = torch.device('cuda:0')\ny = x.to('cuda')\nz = torch.zeros(3, device='cuda')\n"
     after = (
@@ -90,12 +93,29 @@ class CudaDeviceString(Rule):
             return
         device_kw = keyword_arg(node, "device")
         if device_kw is not None and is_cuda_string(device_kw.value):
-            self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            if self._takes_device_object(node):
+                self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            else:  # the callee may treat it as text (`'cuda' in device`, `device.split(':')`): keep a string
+                value = device_kw.value
+                assert isinstance(value, cst.SimpleString)
+                self.report(value, replacement=same_quotes(value, "xla"), imports=(IMPORT_TORCH_XLA,))
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
             args = positional_args(node)
             if args and is_cuda_string(args[0].value):
                 self.report(args[0].value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+
+    def _takes_device_object(self, call: cst.Call) -> bool:
+        """torch's own calls (`torch.zeros`, `.to`, `.new_zeros`, modules' constructors) take a device object as well
+        as a string; a call of the program's own code or of another library may read the value as a string."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in TENSOR_METHODS_WITH_DEVICE:
+            return True
+        return any(n == "torch" or n.startswith(("torch.", "torch_xla.")) for n in self.qualified_names(func))
+
+
+# Tensor methods whose `device=` is torch's (a torch.device or a string both work).
+TENSOR_METHODS_WITH_DEVICE = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 
 
 @register
