@@ -523,6 +523,12 @@ def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[c
     return finder.found + [(n, "int used as a device") for n in analysis.facts.int_devices]
 
 
+def imports_torch_xla(module: cst.Module) -> bool:
+    """Is `module` torch_xla code? A CUDA program that works on GPUs already has, somewhere in its files, what
+    torch_xla idioms replace (a process group, a gradient all-reduce): findings about their absence need this."""
+    return any(m == "torch_xla" or m.startswith("torch_xla.") for m in analyse(module).walker.aliases.values())
+
+
 _CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.devices import analyse as analyse_devices
+from ..analysis.devices import imports_torch_xla
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
 from ..rule import IMPORT_XM, IMPORT_XR, Rule, register
@@ -137,8 +137,7 @@ def may_lack_process_group(rule: ScopedRule) -> bool:
     """Can `dist.get_rank()` find no group here? Only in torch_xla code that does not call `init_process_group`
     itself. A CUDA program that asks torch.distributed creates the group somewhere (else it fails on the GPU as
     well), perhaps in another file; migrated, that group uses the `xla` backend and answers the same."""
-    imported = analyse_devices(rule.analysis.module).walker.aliases.values()
-    xla = rule.facts().uses("torch_xla") or any(m == "torch_xla" or m.startswith("torch_xla.") for m in imported)
+    xla = rule.facts().uses("torch_xla") or imports_torch_xla(rule.analysis.module)
     return xla and not rule.facts().uses("torch.distributed.init_process_group")
 
 

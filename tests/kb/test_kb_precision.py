@@ -392,3 +392,21 @@ def test_a_tied_hf_model_moved_for_inference_only_keeps_its_numbers():
     # trained in the same module, or handed to a caller who may train it: the copies drift apart
     assert "XLA314" in codes(source + "loss = compare(d, x).sum()\nloss.backward()\n")
     assert "XLA314" in codes(source.replace("    return hf(x).logits\n", "    return hf\n"))
+
+
+# --- framework-managed: CUDA data-parallel code reduces its gradients somewhere -------------------------
+def test_a_cuda_train_function_of_a_wrapped_model_needs_no_xla_all_reduce():
+    source = (
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "def setup():\n"
+        "    dist.init_process_group('nccl')\n"
+        "def train(model, loader, optimizer, rank):\n"
+        "    for x, y in loader:\n"
+        "        x, y = x.to(rank), y.to(rank)\n"
+        "        loss = model(x, y)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    assert "XLA407" not in codes(source)  # the model arrives wrapped (FSDP/DDP in the caller's file)
+    assert "XLA407" in codes("import torch_xla\n" + source)
