@@ -42,7 +42,7 @@ from xlaport.files import WriteFailed, in_place_backups
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
-from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check
+from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check, verify_outcome
 from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
@@ -501,18 +501,6 @@ class Pipeline:
         return Validation(
             command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason
         )
-
-
-def verify_outcome(report, command: str) -> VerifyOutcome:
-    """A VerifyReport as the pipeline's result."""
-    return VerifyOutcome(
-        command=command,
-        status=report.status,
-        level=report.level,
-        exit_code=report.exit_code,
-        reasons=list(report.reasons),
-        report=report.to_dict(),
-    )
 
 
 _DEFAULT: Pipeline | None = None
