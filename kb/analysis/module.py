@@ -95,6 +95,7 @@ class ModuleAnalysis:
     # name in it; None when the module is analysed alone.
     project: ProjectSteps | None = None
     module_name: str | None = None
+    climb: tuple | None = None  # (the project, steps._climb's result): the update calls, loops and helpers
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     by_start: list[tuple[tuple[int, int], tuple[int, int], int, cst.CSTNode]] | None = None
     function_spans: list[Span] = field(default_factory=list)
