@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from xlaport.cliutil import LintFormat, OutputFormat, fail_usage, split_codes
+from xlaport.cliutil import (
+    IgnoreOption,
+    LintFormat,
+    OutputFormat,
+    SelectOption,
+    UnsafeFixesOption,
+    fail_usage,
+    split_codes,
+)
 from xlaport.files import (
     DirtyTree,
     WriteFailed,
@@ -74,8 +82,8 @@ def _report_errors(results) -> int:
 
 def lint(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to check.")],
-    select: Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
@@ -107,11 +115,9 @@ def lint(
 def fix(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to rewrite in place.")],
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
-    unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
-    ] = False,
-    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories.")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    unsafe_fixes: UnsafeFixesOption = False,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,

@@ -21,9 +21,10 @@ from multiprocessing.process import BaseProcess
 from xlaport.kb import FixResult, SourceError, fix_source, get_rule
 from xlaport.kb.rule import Rule
 
-_CONTEXT = multiprocessing.get_context("forkserver")
-# the modules a worker needs, imported once in the forkserver: a new worker is a fork of it, not an import
-_CONTEXT.set_forkserver_preload(["xlaport.kb.engine", "xlaport.kb.configs", __name__])
+# Every worker process of the service and of `migrate` forks from one forkserver, which imported the modules a
+# worker needs once: a new worker is a fork of it, not an import, and inherits no threads from its parent.
+WORKER_CONTEXT = multiprocessing.get_context("forkserver")
+WORKER_CONTEXT.set_forkserver_preload(["xlaport.kb.engine", "xlaport.kb.configs", __name__])
 
 MEMORY_MB_ENV = "XLAPORT_WORKER_MEMORY_MB"
 RECYCLE_MB_ENV = "XLAPORT_WORKER_RECYCLE_MB"
@@ -79,8 +80,8 @@ def _serve(conn: Connection, memory_mb: int, recycle_mb: int) -> None:
 class _Worker:
     def __init__(self, memory_mb: int, recycle_mb: int) -> None:
         self.memory_mb = memory_mb
-        self.conn, child_end = _CONTEXT.Pipe()
-        self.process: BaseProcess = _CONTEXT.Process(
+        self.conn, child_end = WORKER_CONTEXT.Pipe()
+        self.process: BaseProcess = WORKER_CONTEXT.Process(
             target=_serve, args=(child_end, memory_mb, recycle_mb), daemon=True, name="xlaport-fix-worker"
         )
         self.process.start()
