@@ -96,9 +96,10 @@ CLASS_DEF = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 MAX_PROJECT_ROUNDS = 4  # a stepping helper calling another module's stepping helper: one round per link
 
 
-def summarize_project(root: Path, rels: list[Path]) -> ProjectSteps:
+def summarize_project(root: Path, rels: list[Path], named_from: Path | None = None) -> ProjectSteps:
     """Which of the tree's callables step once per call (analysis/project.py), from its Python files under
     `root`. Files that cannot be read or parsed are left out (their own migration reports them).
+    `named_from`: the files will be analysed as `named_from / rel` (default: as `rel`).
 
     Name resolution is the cost (about a lint of the module), so a module is analysed only when its text can
     matter: it names a step or backward (it may define a stepping callable), or a class defined next to one
@@ -145,6 +146,8 @@ def summarize_project(root: Path, rels: list[Path]) -> ProjectSteps:
             or any(f.startswith(module_name(rel) + ".") for f in bound)
         }
         project = found
+    if named_from is not None:
+        project = replace(project, paths=frozenset((str(named_from / rel), module_name(rel)) for rel in rels))
     return project
 
 

@@ -50,6 +50,13 @@ class ProjectSteps:
     steppers: frozenset[str] = frozenset()
     # (function, parameter, class): every call of the function in the tree passes an instance of the class there
     param_classes: frozenset[tuple[str, str, str]] = frozenset()
+    # (path, module) where a caller names a module's file by another path than its path from the root
+    # (`xlaport lint DIR` names them `DIR/engine.py`)
+    paths: frozenset[tuple[str, str]] = frozenset()
+
+    def module_of(self, path: str) -> str:
+        """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
+        return next((m for p, m in self.paths if p == path), None) or module_name(path)
 
     @classmethod
     def combine(cls, summaries: list[ModuleSteps]) -> ProjectSteps:
