@@ -199,6 +199,11 @@ def parse(source: str) -> cst.Module:
     CPython's parser goes first: it rejects pathological nesting with a SyntaxError, and its tree is checked
     against the limits above, before libcst (whose native parser would crash the process) sees the text.
     """
+    return parse_both(source)[0]
+
+
+def parse_both(source: str) -> tuple[cst.Module, ast.Module]:
+    """`parse`, and CPython's AST of the same text (the name analysis reads its bindings)."""
     check_size(source)
     try:
         tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -210,7 +215,7 @@ def parse(source: str) -> cst.Module:
     check_statements_per_line(tree)
     check_parse_limits(tree, source)
     try:
-        return cst.parse_module(source)
+        return cst.parse_module(source), tree
     except cst.ParserSyntaxError as exc:
         raise SourceError(f"cannot parse: {exc.message[:200]} (line {exc.raw_line}, column {exc.raw_column})") from None
     except RecursionError:
@@ -227,10 +232,11 @@ class _Detection:
     start: tuple[int, int]
 
 
-def run_rules(module: cst.Module, visitors: list[Rule]) -> ModuleAnalysis:
-    """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis."""
+def run_rules(module: cst.Module, visitors: list[Rule], tree: ast.Module | None = None) -> ModuleAnalysis:
+    """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis (`tree`: CPython's
+    AST of the same source, parsed again from the module when not given)."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper)
+    analysis = ModuleAnalysis.of(module, wrapper, tree)
     for visitor in visitors:
         visitor.analysis = analysis
     if any(visitor.get_inherited_dependencies() for visitor in visitors):
@@ -262,9 +268,9 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             stack.extend((child, False) for child in reversed(list(children_of(node))))
 
 
-def _detect(module: cst.Module, rules: list[type[Rule]], source: str) -> list[_Detection]:
+def _detect(module: cst.Module, rules: list[type[Rule]], source: str, tree: ast.Module) -> list[_Detection]:
     visitors = [rule() for rule in rules]
-    analysis = run_rules(module, visitors)
+    analysis = run_rules(module, visitors, tree)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
@@ -314,7 +320,8 @@ def _finding(path: str, d: _Detection) -> Finding:
 def lint_source(source: str, path: str = "<string>", rules: list[type[Rule]] | None = None) -> list[Finding]:
     """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse."""
     rules = all_rules() if rules is None else rules
-    return [_finding(path, d) for d in _detect(parse(source), rules, source)]
+    module, tree = parse_both(source)
+    return [_finding(path, d) for d in _detect(module, rules, source, tree)]
 
 
 @dataclass
@@ -458,12 +465,13 @@ def fix_source(
 
 
 def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -> FixResult:
-    module = original = parse(source)
+    module, tree = parse_both(source)
+    original = module
     applied: list[Finding] = []
     current_source = source
     remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
-        detections = _detect(module, rules, current_source)
+        detections = _detect(module, rules, current_source, tree)
         fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
@@ -473,7 +481,8 @@ def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -
         candidate = _apply(module, chosen)
         candidate_source = candidate.code
         try:
-            compile(candidate_source, path, "exec")
+            tree = ast.parse(candidate_source, path)
+            compile(tree, path, "exec")
             module = cst.parse_module(candidate_source)
         except (SyntaxError, cst.ParserSyntaxError, ValueError) as exc:
             raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc

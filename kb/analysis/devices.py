@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
+from .module import children_of, module_walk, walk
 
 CUDA_STRING = re.compile(r"cuda(:\d+)?$")
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
@@ -133,12 +134,11 @@ class DeviceFacts:
         return out
 
 
-class _Walker(cst.CSTVisitor):
-    """One pass: parents, imports, and the nodes the analysis looks at."""
+class _Walker:
+    """What the analysis looks at, from one pass over the module's nodes (in syntax order): imports, calls,
+    assignments, parameters, dict entries, comparisons, strings."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    def __init__(self, nodes: list[cst.CSTNode]) -> None:
         self.aliases: dict[str, str] = {}
         self.calls: list[cst.Call] = []
         self.assigns: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, value)
@@ -146,13 +146,29 @@ class _Walker(cst.CSTVisitor):
         self.dict_entries: list[cst.DictElement] = []
         self.comparisons: list[cst.Comparison] = []
         self.strings: list[cst.SimpleString] = []
+        for node in nodes:
+            kind = type(node)  # exact types: isinstance on libcst's abstract classes is slow
+            if kind is cst.Call:
+                self.calls.append(node)
+            elif kind is cst.SimpleString:
+                self.strings.append(node)
+            elif kind is cst.Assign:
+                for target in node.targets:
+                    self._target(target.target, node.value)
+            elif kind is cst.AnnAssign and node.value is not None:
+                self._target(node.target, node.value)
+            elif kind is cst.Param:
+                self.params.append(node)
+            elif kind is cst.DictElement:
+                self.dict_entries.append(node)
+            elif kind is cst.Comparison:
+                self.comparisons.append(node)
+            elif kind is cst.Import:
+                self._import(node)
+            elif kind is cst.ImportFrom:
+                self._import_from(node)
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        for child in node.children:
-            self.parents[child] = node
-        return super().on_visit(node)
-
-    def visit_Import(self, node: cst.Import) -> None:
+    def _import(self, node: cst.Import) -> None:
         for alias in node.names:
             name = dotted(alias.name)
             if name is None:
@@ -162,7 +178,7 @@ class _Walker(cst.CSTVisitor):
             else:
                 self.aliases[name.split(".")[0]] = name.split(".")[0]
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+    def _import_from(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
         if module is None or node.relative or isinstance(node.names, cst.ImportStar):
             return
@@ -171,17 +187,6 @@ class _Walker(cst.CSTVisitor):
             local = dotted(alias.asname.name) if alias.asname is not None else name
             if name and local:
                 self.aliases[local] = f"{module}.{name}"
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._target(target.target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self._target(node.target, node.value)
 
     def _target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if (
@@ -194,26 +199,13 @@ class _Walker(cst.CSTVisitor):
         else:
             self.assigns.append((target, value))
 
-    def visit_Param(self, node: cst.Param) -> None:
-        self.params.append(node)
-
-    def visit_DictElement(self, node: cst.DictElement) -> None:
-        self.dict_entries.append(node)
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        self.comparisons.append(node)
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        self.strings.append(node)
-
 
 class DeviceAnalysis:
     """Runs once per module (see `analyse`); rules read its `facts`."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.walker = _Walker()
-        module.visit(self.walker)
-        self.parents = self.walker.parents
+        self.nodes, self.parents = module_walk(module)
+        self.walker = _Walker(self.nodes)
         self.facts = DeviceFacts()
         self._run()
 
@@ -497,9 +489,10 @@ class DeviceAnalysis:
     def _uses_as_test(self, keys: set[str]) -> list[cst.CSTNode]:
         """The code that `if use_cuda:` / `x if use_cuda else y` / `if not use_cuda:` protect."""
         regions: list[cst.CSTNode] = []
-        for node, parent in self.parents.items():
+        for node in self.nodes:
             if not isinstance(node, (cst.Name, cst.Attribute)) or key_of(node) not in keys:
                 continue
+            parent = self.parents.get(node)
             if isinstance(node, cst.Name) and isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
             positive, test = True, node
@@ -520,9 +513,7 @@ class DeviceAnalysis:
 
     def has_cuda_reference(self, region: cst.CSTNode) -> bool:
         """Does `region` touch CUDA (torch.cuda, cuDNN, torch.accelerator, `.cuda()`, `.pin_memory()`, nccl)?"""
-        finder = _CudaReferenceFinder(self)
-        region.visit(finder)
-        return bool(finder.found)
+        return bool(_cuda_reference_list(self, region))
 
     def is_cuda_fallback(self, node: cst.IfExp) -> bool:
         """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
@@ -536,98 +527,75 @@ class DeviceAnalysis:
 
     def _has_device_path(self, region: cst.CSTNode) -> bool:
         """Does `region` select the device (what a TPU must run), not just CUDA housekeeping?"""
-        finder = _DevicePathFinder(self)
-        region.visit(finder)
-        return finder.found
-
-
-class _DevicePathFinder(cst.CSTVisitor):
-    def __init__(self, analysis: DeviceAnalysis) -> None:
-        super().__init__()
-        self.analysis = analysis
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        name = self.analysis.call_name(node)
-        func = node.func
-        if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
-            self.found = True
-        elif name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-            self.found = True
-        return not self.found
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        # a CUDA string that a rule rewrites: an origin, 'nccl', or one given right to a device consumer
-        parent = self.analysis.parent(node)
-        if (
-            any(node is o for o in self.analysis.facts.string_origins)
-            or any(node is o for o in self.analysis.facts.nccl_origins)
-            or (is_cuda_value(node) and isinstance(parent, cst.Arg))
-        ):
-            self.found = True
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> None:
-        if any(node is o for o in self.analysis.facts.string_origins):
-            self.found = True
+        return _device_path(self, region)
 
 
 CUDA_MODULES = ("torch.cuda", "torch.backends.cuda", "torch.backends.cudnn", "torch.accelerator")
 CUDA_METHODS = frozenset({"cuda", "pin_memory"})
 
 
-class _CudaReferenceFinder(cst.CSTVisitor):
-    """Every CUDA reference under a node: (node, what) pairs."""
+def _device_path(analysis: DeviceAnalysis, region: cst.CSTNode) -> bool:
+    """Does `region` choose the device: a device call, `.cuda()`, or a CUDA string that a rule rewrites (an
+    origin, 'nccl', or one given right to a device consumer)?"""
+    facts = analysis.facts
+    for node in walk(region):
+        if isinstance(node, cst.Call):
+            name = analysis.call_name(node)
+            func = node.func
+            if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
+                return True
+            if name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+                return True
+        elif isinstance(node, cst.SimpleString):
+            if (
+                any(node is o for o in facts.string_origins)
+                or any(node is o for o in facts.nccl_origins)
+                or (is_cuda_value(node) and isinstance(analysis.parent(node), cst.Arg))
+            ):
+                return True
+        elif isinstance(node, cst.FormattedString) and any(node is o for o in facts.string_origins):
+            return True
+    return False
 
-    def __init__(self, analysis: DeviceAnalysis) -> None:
-        super().__init__()
-        self.analysis = analysis
-        self.found: list[tuple[cst.CSTNode, str]] = []
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        name = self.analysis.qualified(node)
-        if name and any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
-            self.found.append((node, name))
-            return False
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        name = self.analysis.qualified(node)
-        parent = self.analysis.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            return
-        if name and any(name.startswith(m + ".") for m in CUDA_MODULES):
-            self.found.append((node, name))  # `from torch.cuda.amp import autocast`; autocast(...)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in CUDA_METHODS
-            and self.analysis.qualified(func) is None
-        ):
-            self.found.append((node, f".{func.attr.value}()"))
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False  # an import alone does nothing on a TPU host; its uses are references
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if is_cuda_value(node) or string_value(node) == "nccl":
-            self.found.append((node, repr(string_value(node))))
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
-        if is_cuda_value(node):
-            self.found.append((node, "f'cuda:...'"))
-        return False
+def _cuda_reference_list(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+    """Every CUDA reference under `root`: (node, what) pairs, in syntax order. Imports are not references
+    (an import alone does nothing on a TPU host; its uses are)."""
+    found: list[tuple[cst.CSTNode, str]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute):
+            name = analysis.qualified(node)
+            if name and any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
+                found.append((node, name))
+                continue
+        elif isinstance(node, cst.Name):
+            name = analysis.qualified(node)
+            parent = analysis.parent(node)
+            attr = isinstance(parent, cst.Attribute) and parent.attr is node
+            if not attr and name and any(name.startswith(m + ".") for m in CUDA_MODULES):
+                found.append((node, name))  # `from torch.cuda.amp import autocast`; autocast(...)
+        elif isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in CUDA_METHODS and analysis.qualified(func) is None:
+                found.append((node, f".{func.attr.value}()"))
+        elif isinstance(node, cst.Import | cst.ImportFrom):
+            continue
+        elif isinstance(node, cst.SimpleString):
+            if is_cuda_value(node) or string_value(node) == "nccl":
+                found.append((node, repr(string_value(node))))
+        elif isinstance(node, cst.FormattedString):
+            if is_cuda_value(node):
+                found.append((node, "f'cuda:...'"))
+            continue
+        stack.extend(reversed(list(children_of(node))))
+    return found
 
 
 def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
-    """The CUDA references under `root` (see `_CudaReferenceFinder`) and the ints used as devices."""
-    finder = _CudaReferenceFinder(analysis)
-    root.visit(finder)
-    return finder.found + [(n, "int used as a device") for n in analysis.facts.int_devices]
+    """The CUDA references under `root` (see `_cuda_reference_list`) and the ints used as devices."""
+    return _cuda_reference_list(analysis, root) + [(n, "int used as a device") for n in analysis.facts.int_devices]
 
 
 _CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}
