@@ -19,6 +19,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis, children_of
+from .analysis.project import ProjectSteps
 from .imports import remove_imports_made_unused
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -232,11 +233,20 @@ class _Detection:
     start: tuple[int, int]
 
 
-def run_rules(module: cst.Module, visitors: list[Rule], tree: ast.Module | None = None) -> ModuleAnalysis:
-    """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis (`tree`: CPython's
-    AST of the same source, parsed again from the module when not given)."""
+def run_rules(
+    module: cst.Module,
+    visitors: list[Rule],
+    project: ProjectSteps | None = None,
+    path: str | None = None,
+    tree: ast.Module | None = None,
+) -> ModuleAnalysis:
+    """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis. `project`: the tree
+    `module` is part of, where `path` (relative to the tree's root) names it; `tree`: CPython's AST of the same
+    source (parsed again from the module when not given)."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     analysis = ModuleAnalysis.of(module, wrapper, tree)
+    if project is not None and path is not None:
+        analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
         visitor.analysis = analysis
     if any(visitor.get_inherited_dependencies() for visitor in visitors):
@@ -268,9 +278,16 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             stack.extend((child, False) for child in reversed(list(children_of(node))))
 
 
-def _detect(module: cst.Module, rules: list[type[Rule]], source: str, tree: ast.Module) -> list[_Detection]:
+def _detect(
+    module: cst.Module,
+    rules: list[type[Rule]],
+    source: str,
+    project: ProjectSteps | None = None,
+    path: str = "",
+    tree: ast.Module | None = None,
+) -> list[_Detection]:
     visitors = [rule() for rule in rules]
-    analysis = run_rules(module, visitors, tree)
+    analysis = run_rules(module, visitors, project, path, tree)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
@@ -317,11 +334,14 @@ def _finding(path: str, d: _Detection) -> Finding:
     )
 
 
-def lint_source(source: str, path: str = "<string>", rules: list[type[Rule]] | None = None) -> list[Finding]:
-    """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse."""
+def lint_source(
+    source: str, path: str = "<string>", rules: list[type[Rule]] | None = None, project: ProjectSteps | None = None
+) -> list[Finding]:
+    """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse.
+    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
     rules = all_rules() if rules is None else rules
     module, tree = parse_both(source)
-    return [_finding(path, d) for d in _detect(module, rules, source, tree)]
+    return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree)]
 
 
 @dataclass
@@ -448,14 +468,16 @@ def fix_source(
     path: str = "<string>",
     rules: list[type[Rule]] | None = None,
     unsafe: bool = False,
+    project: ProjectSteps | None = None,
 ) -> FixResult:
     """Applies every allowed rewrite until nothing more changes; never returns unparsable code.
-    Results are kept by content hash (with the path, rules and `unsafe`) for the next identical request."""
+    Results are kept by content hash (with the path, rules, `unsafe` and project) for the next identical request.
+    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
     rules = all_rules() if rules is None else rules
-    key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe)
+    key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
-        cached = _fix_source(source, path, rules, unsafe)
+        cached = _fix_source(source, path, rules, unsafe, project)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:
             _FIX_CACHE.popitem(last=False)
@@ -464,14 +486,16 @@ def fix_source(
     return replace(cached, applied=list(cached.applied), remaining=list(cached.remaining))
 
 
-def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -> FixResult:
+def _fix_source(
+    source: str, path: str, rules: list[type[Rule]], unsafe: bool, project: ProjectSteps | None
+) -> FixResult:
     module, tree = parse_both(source)
     original = module
     applied: list[Finding] = []
     current_source = source
     remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
-        detections = _detect(module, rules, current_source, tree)
+        detections = _detect(module, rules, current_source, project, path, tree)
         fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
@@ -495,5 +519,5 @@ def _fix_source(source: str, path: str, rules: list[type[Rule]], unsafe: bool) -
         if cleaned is not module:
             current_source, remaining = cleaned.code, None
     if remaining is None:
-        remaining = lint_source(current_source, path, rules)
+        remaining = lint_source(current_source, path, rules, project)
     return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)

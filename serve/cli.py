@@ -15,7 +15,15 @@ from typing import Annotated
 
 import typer
 
-from xlaport.cliutil import EXIT_FAILED, OutputFormat, fail_usage, split_codes
+from xlaport.cliutil import (
+    EXIT_FAILED,
+    IgnoreOption,
+    OutputFormat,
+    SelectOption,
+    UnsafeFixesOption,
+    fail_usage,
+    split_codes,
+)
 
 
 class Transport(StrEnum):
@@ -28,9 +36,7 @@ def migrate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Where the migrated copy (and the reports) are written.")
     ] = None,
-    unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
-    ] = False,
+    unsafe_fixes: UnsafeFixesOption = False,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a non-empty destination; with --in-place: rewrite dirty files.")
     ] = False,
@@ -49,20 +55,25 @@ def migrate(
             'root, e.g. "python train.py --steps 40" (see `xlaport verify`).',
         ),
     ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files rewritten in parallel.")] = 1,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, max=64, help="Files rewritten in parallel [default: one per core for 8+ files]."
+        ),
+    ] = None,
     in_place: Annotated[
         bool,
         typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport)."),
     ] = False,
-    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories (C1..C7).")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
 ) -> None:
     """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
 
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
 
-    from xlaport.eval.verify_cli import render_text as render_verify_text
+    from xlaport.eval.verify.cli import render_text as render_verify_text
 
     from xlaport.files import DirtyTree, WriteFailed
 
@@ -162,9 +173,7 @@ def suggest(
     validate: Annotated[
         bool, typer.Option("--validate", help="Run the XLA execution check and generated tests on the result.")
     ] = False,
-    unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply rule fixes that may change behaviour.")
-    ] = False,
+    unsafe_fixes: UnsafeFixesOption = False,
     args: Annotated[
         list[str] | None, typer.Option("--arg", help="An argument of FILE for the execution check (repeatable).")
     ] = None,
@@ -204,7 +213,8 @@ def render_patch(patch, model_name: str | None) -> str:
     evidence = patch.evidence
     lines = [f"{patch.path}: model {model_name or 'none (rules-only)'}"]
     lines.append("  rules applied: " + (", ".join(evidence.codes_applied) or "none"))
-    lines.append("  rewritten by the model: " + (", ".join(evidence.rewritten_functions) or "none"))
+    served = f" {evidence.model}" if evidence.model else ""
+    lines.append(f"  rewritten by the model{served}: " + (", ".join(evidence.rewritten_functions) or "none"))
     for note in patch.notes:
         lines.append(f"  note: {note}")
     for item in patch.manual:

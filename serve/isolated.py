@@ -1,60 +1,169 @@
 """Running the kb's fix step in a child process that can be killed: a request that times out stops its work
 (a thread cannot be stopped), and a native crash of the parser takes down only the child.
 
-Children are forked from a forkserver that imported the kb once, so a child starts in milliseconds and
-inherits no threads (the HTTP server's, torch's) from the service.
+The children are warm workers, reused from request to request: each imported libcst and the kb once (forked
+from a forkserver that preloaded them, so a child starts in milliseconds and inherits no threads from the
+service) and keeps the kb's result cache (the same text again costs a look-up). A worker is killed and
+replaced when a request runs past its time limit, when it dies, or when its memory grew past
+`$XLAPORT_WORKER_RECYCLE_MB`; its address space is capped at `$XLAPORT_WORKER_MEMORY_MB` (a file too big to
+analyse in it is refused with that reason, not swapped through).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import resource
 import threading
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
-from xlaport.kb import FixResult, Rule, SourceError, fix_source, get_rule
+from xlaport.kb import FixResult, SourceError, fix_source, get_rule
+from xlaport.kb.rule import Rule
 
-_CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["xlaport.kb"])
-_LOCK = threading.Lock()
+# Every worker process of the service and of `migrate` forks from one forkserver, which imported the modules a
+# worker needs once: a new worker is a fork of it, not an import, and inherits no threads from its parent.
+WORKER_CONTEXT = multiprocessing.get_context("forkserver")
+WORKER_CONTEXT.set_forkserver_preload(["xlaport.kb.engine", "xlaport.kb.configs", __name__])
+
+MEMORY_MB_ENV = "XLAPORT_WORKER_MEMORY_MB"
+RECYCLE_MB_ENV = "XLAPORT_WORKER_RECYCLE_MB"
+DEFAULT_MEMORY_MB = 2048  # issue 12: any input is analysed within 2 GB or refused
+DEFAULT_RECYCLE_MB = 512  # a worker whose peak grew past this (one huge file) is replaced after answering
+MAX_IDLE_WORKERS = 4  # more concurrent requests start more workers; extra ones stop when done
+
+
+WARM_UP_SOURCE = "import torch\n\nx = torch.zeros(1).cuda()\n"
 
 
 class AnalysisTimeout(TimeoutError):
-    """The fix step ran past its time limit; its child process was killed."""
+    """The fix step ran past its time limit; its worker process was killed."""
 
 
-def _child(conn: Connection, source: str, path: str, codes: list[str], unsafe: bool) -> None:
+def _env_mb(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else default
+
+
+def _fix_in_worker(source: str, path: str, codes: list[str], unsafe: bool, memory_mb: int) -> object:
+    """fix_source's result, or the exception to raise in the parent (always picklable)."""
     try:
-        result: object = fix_source(source, path, [get_rule(c) for c in codes], unsafe=unsafe)
+        return fix_source(source, path, [get_rule(c) for c in codes], unsafe=unsafe)
     except RecursionError:
-        result = SourceError("cannot parse: nested too deeply to analyse safely")
+        return SourceError("cannot parse: nested too deeply to analyse safely")
+    except MemoryError:
+        return SourceError(
+            f"too large to analyse within the worker's memory limit ({memory_mb} MB; set {MEMORY_MB_ENV} to raise it)"
+        )
     except Exception as exc:  # sent back and raised in the parent
-        result = exc if isinstance(exc, ValueError) else RuntimeError(f"{type(exc).__name__}: {exc}")
-    conn.send(result)
-    conn.close()
+        return exc if isinstance(exc, ValueError) else RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _serve(conn: Connection, memory_mb: int, recycle_mb: int) -> None:
+    """A worker's loop: one (source, path, codes, unsafe) task at a time, answered with (result, retire)."""
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    fix_source(WARM_UP_SOURCE, "warm_up.py")  # first-call costs (every rule's set-up), paid before a request waits
+    while True:
+        try:
+            source, path, codes, unsafe = conn.recv()
+        except EOFError:  # the service closed its end: stop
+            return
+        result = _fix_in_worker(source, path, codes, unsafe, memory_mb)
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+        retire = isinstance(result, SourceError) and "memory limit" in str(result) or peak_mb > recycle_mb
+        conn.send((result, retire))
+        if retire:
+            return
+
+
+class _Worker:
+    def __init__(self, memory_mb: int, recycle_mb: int) -> None:
+        self.memory_mb = memory_mb
+        self.conn, child_end = WORKER_CONTEXT.Pipe()
+        self.process: BaseProcess = WORKER_CONTEXT.Process(
+            target=_serve, args=(child_end, memory_mb, recycle_mb), daemon=True, name="xlaport-fix-worker"
+        )
+        self.process.start()
+        child_end.close()
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class FixWorkers:
+    """Warm worker processes for `fix_source`: thread-safe; one task per worker at a time."""
+
+    def __init__(self, max_idle: int = MAX_IDLE_WORKERS) -> None:
+        self.max_idle = max_idle
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def warm(self, count: int = 1) -> None:
+        """Starts workers now, so that the first requests find them ready."""
+        started = [self._start() for _ in range(count)]
+        for worker in started:
+            self._release(worker)
+
+    def fix(self, source: str, path: str, rules: list[type[Rule]], unsafe: bool, timeout_s: float) -> FixResult:
+        """`fix_source` in a worker, killed after `timeout_s` (AnalysisTimeout). Raises what fix_source raises."""
+        worker = self._acquire()
+        keep = False
+        try:
+            try:
+                worker.conn.send((source, path, [r.code for r in rules], unsafe))
+                if not worker.conn.poll(timeout_s):
+                    raise AnalysisTimeout(f"the analysis took longer than {timeout_s:.0f} s and was stopped")
+                result, retire = worker.conn.recv()
+            except (EOFError, BrokenPipeError, ConnectionResetError):
+                worker.process.join(5)
+                raise SourceError(
+                    f"cannot parse: the analysis process died (exit code {worker.process.exitcode}: a parser crash, "
+                    f"or past the worker's memory limit of {worker.memory_mb} MB, {MEMORY_MB_ENV}); the input is refused"
+                ) from None
+            keep = not retire
+        finally:
+            if keep:
+                self._release(worker)
+            else:  # replaced now, so the next request finds a warm worker
+                worker.stop()
+                self._release(self._start())
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.stop()
+
+    def _start(self) -> _Worker:
+        return _Worker(_env_mb(MEMORY_MB_ENV, DEFAULT_MEMORY_MB), _env_mb(RECYCLE_MB_ENV, DEFAULT_RECYCLE_MB))
+
+    def _acquire(self) -> _Worker:
+        with self._lock:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.process.is_alive():
+                    return worker
+                worker.stop()
+            return self._start()  # under the lock: the forkserver is started once
+
+    def _release(self, worker: _Worker) -> None:
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(worker)
+                return
+        worker.stop()
+
+
+FIX_WORKERS = FixWorkers()
 
 
 def fix_source_killable(source: str, path: str, rules: list[type[Rule]], unsafe: bool, timeout_s: float) -> FixResult:
-    """`fix_source` in a child process, killed after `timeout_s` (AnalysisTimeout). Raises what fix_source raises."""
-    receive, send = _CONTEXT.Pipe(duplex=False)
-    with _LOCK:  # starting the forkserver once
-        child = _CONTEXT.Process(target=_child, args=(send, source, path, [r.code for r in rules], unsafe), daemon=True)
-        child.start()
-    send.close()
-    try:
-        if not receive.poll(timeout_s):
-            raise AnalysisTimeout(f"the analysis took longer than {timeout_s:.0f} s and was stopped")
-        try:
-            result = receive.recv()
-        except EOFError:
-            child.join(5)
-            raise SourceError(
-                f"cannot parse: the analysis process died (exit code {child.exitcode}); the input is refused"
-            ) from None
-    finally:
-        if child.is_alive():
-            child.kill()
-        child.join(5)
-        receive.close()
-    if isinstance(result, BaseException):
-        raise result
-    return result
+    """`fix_source` in a warm worker process, killed after `timeout_s` (AnalysisTimeout)."""
+    return FIX_WORKERS.fix(source, path, rules, unsafe, timeout_s)

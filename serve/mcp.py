@@ -95,7 +95,7 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
         validate_cmd: str | None = None,
         verify_cmd: str | None = None,
         unsafe_fixes: bool = False,
-        jobs: int = 1,
+        jobs: int | None = None,
         in_place: bool = False,
         force: bool = False,
     ) -> dict[str, Any]:

@@ -38,6 +38,7 @@ class Evidence(BaseModel):
     codes_applied: list[str]
     codes_left: list[str]
     rewritten_functions: list[str] = Field([], description="Functions the code model rewrote.")
+    model: str | None = Field(None, description="The code model that rewrote them (None: the rules alone).")
     checks: list[CheckRun] = []
     level: str | None = None
     validated: bool = False
@@ -74,7 +75,7 @@ class MigrateOptions(BaseModel):
     select: list[str] | None = None
     ignore: list[str] | None = None
     k: int = Field(3, ge=0, le=20)
-    jobs: int = Field(1, ge=1, le=64)
+    jobs: int | None = Field(None, ge=1, le=64, description="Worker processes; None: one per core for 8+ files.")
     validate_cmd: str | None = Field(
         None, description='Entry command in the migrated tree, e.g. "python train.py --steps 20".'
     )
@@ -126,7 +127,9 @@ class VerifyOutcome(BaseModel):
     level: str
     exit_code: int
     reasons: list[str] = []
-    report: dict[str, Any] = Field({}, description="Everything verify measured (xlaport.eval.verify.VerifyReport).")
+    report: dict[str, Any] = Field(
+        {}, description="Everything verify measured (xlaport.eval.verify.report.VerifyReport)."
+    )
     reports: dict[str, str] = Field({}, description="Where its HTML and JSON were written, if anywhere.")
 
     def to_dict(self) -> dict[str, Any]:

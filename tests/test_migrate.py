@@ -234,7 +234,7 @@ def test_migrated_example_entry_script_passes_the_execution_check(tmp_path, pipe
 
 
 def _verify_report(command: list[str]):
-    from xlaport.eval.verify import VerifyReport
+    from xlaport.eval.verify.report import VerifyReport
 
     check = {"level": "L2", "reasons": [], "steps": 4}
     return VerifyReport(
@@ -297,7 +297,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
 @pytest.mark.slow
 def test_migrate_runs_the_execution_check_once_for_validate_and_verify(tmp_path, pipeline, monkeypatch):
     """Counts the real executions of the migrated program under the XLA execution check."""
-    import xlaport.eval.check as check_module
+    import xlaport.eval.check.run as check_module
 
     executed = []
     real = check_module.run_sandboxed

@@ -55,6 +55,7 @@ def test_rules_fix_what_they_can_and_say_the_patch_is_unvalidated():
     assert patch.diff.startswith("--- a/train.py\n+++ b/train.py\n")
     assert {"XLA201", "XLA202"} <= set(patch.evidence.codes_applied)
     assert [m.finding.code for m in patch.manual] == ["XLA601"]
+    assert patch.evidence.model is None
     assert patch.manual[0].function == "peak"
     assert patch.evidence.validated is False and patch.evidence.status == "unvalidated"
     assert patch.evidence.reason == "validation was not requested"
@@ -111,8 +112,27 @@ def test_a_proposal_that_fixes_findings_is_applied_and_recorded():
     assert proposer.calls == [("peak", ["XLA601"], [])]
     assert "return 0" in patch.migrated and patch.manual == []
     assert patch.evidence.rewritten_functions == ["peak"]
+    assert patch.evidence.model == proposer.name  # the patch names the model that served the proposal
     assert RULES_ONLY not in patch.notes
     assert patch.evidence.status == "unvalidated"  # a model's rewrite is never presented as validated unchecked
+
+
+def test_a_proposal_that_fails_validation_gives_way_to_the_rules_patch(monkeypatch):
+    from xlaport.serve.results import with_verdict
+
+    def validate_file(self, original, migrated, name, options, evidence):
+        ok = "return 0" not in migrated  # only the model's rewrite fails its checks
+        check = CheckRun(name="generated_tests", passed=ok, reasons=[] if ok else ["peak: 0 != 7"])
+        return with_verdict(evidence, [check])
+
+    monkeypatch.setattr(Pipeline, "validate_file", validate_file)
+    options = SuggestOptions(k=0, validate_patch=True)
+    patch = Pipeline(proposer=ZeroPeak()).suggest(CUDA_SOURCE, "a.py", options)
+    assert patch.evidence.status == "validated" and patch.evidence.rewritten_functions == []
+    assert patch.evidence.model is None and "return 0" not in patch.migrated
+    assert "model.to(torch_xla.device())" in patch.migrated
+    assert [m.finding.code for m in patch.manual] == ["XLA601"]
+    assert any("rewrite of peak dropped" in n and "peak: 0 != 7" in n for n in patch.notes), patch.notes
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,15 @@ import textwrap
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, fields
 from functools import cache
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
 
 from .names import ImportNames
+
+if TYPE_CHECKING:
+    from .project import ProjectSteps
 
 Span = tuple[tuple[int, int], tuple[int, int]]  # ((line, column), (line, column))
 
@@ -97,6 +101,10 @@ class ModuleAnalysis:
     step_loops: set[int] | None = None  # loops whose own body runs a training step
     training_loops: set[int] | None = None  # step loops and the loops around them
     barrier_sites: list | None = None  # steps.BarrierSite: where the steps need a barrier
+    # The tree this module is part of (project.ProjectSteps: its callables that step) and the module's dotted
+    # name in it; None when the module is analysed alone.
+    project: ProjectSteps | None = None
+    module_name: str | None = None
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ..cst_helpers import SCOPES, code_of, identifier, is_literal, keyword_arg, method_name, positional_args
+from .project import ModuleSteps, classes_of, definition_name, passes, project_step
 
 if TYPE_CHECKING:
     from ..rule import Rule
@@ -201,24 +202,7 @@ def barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
 
 
 def _find_barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
-    calls = rule.analysis.nodes.calls
-    if not any(method_name(c) == "backward" for c in calls):
-        return []
-    pending: list[tuple[cst.Call, str | None]] = [(c, None) for c in calls if is_optimizer_update(rule, c)]
-    found: list[tuple[cst.Call, Loop, str | None]] = []
-    helpers: set[int] = set()
-    while pending:
-        call, helper = pending.pop()
-        loop = _innermost_loop(rule, call)
-        if loop is not None:
-            found.append((call, loop, helper))
-            continue
-        func = _helper_function(rule, call)
-        if func is None or id(func) in helpers or any(is_barrier(rule, c) for c in rule.nodes_in(func, False).calls):
-            continue
-        helpers.add(id(func))
-        name = func.name.value
-        pending += [(c, helper or name) for c in calls if _calls(c, name) and rule.enclosing_function(c) is not func]
+    found, _ = _climb(rule)
     last: dict[int, BarrierSite] = {}
     for call, loop, helper in found:
         site = _site(rule, call, loop, helper)
@@ -228,6 +212,115 @@ def _find_barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
         if kept is None or _start(rule, kept.after) < _start(rule, site.after):
             last[id(loop)] = site
     return sorted(last.values(), key=lambda s: _start(rule, s.after))
+
+
+def _climb(rule: StepContextRule) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:
+    """From each optimizer update (in this module, or a call of the tree's stepping callables) up through
+    the helpers that run it to the innermost loop that runs it: (update or helper call, loop, helper name) for
+    each loop reached, and the helpers passed, which step once per call (none of them syncs)."""
+    calls = rule.analysis.nodes.calls
+    project = rule.analysis.project
+    if not any(method_name(c) == "backward" for c in calls) and not (project and project.steppers):
+        return [], []
+    starts: list[tuple[cst.Call, str | None]] = [(c, None) for c in calls if is_optimizer_update(rule, c)]
+    if project and project.steppers:
+        starts += [(c, code_of(c.func)) for c in calls if project_step(rule, c)]
+    return _climb_from(rule, starts)
+
+
+def _climb_from(
+    rule: StepContextRule, starts: list[tuple[cst.Call, str | None]]
+) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:
+    calls = rule.analysis.nodes.calls
+    pending = list(starts)
+    found: list[tuple[cst.Call, Loop, str | None]] = []
+    helpers: dict[int, cst.FunctionDef] = {}
+    while pending:
+        call, helper = pending.pop()
+        loop = _innermost_loop(rule, call)
+        if loop is not None:
+            found.append((call, loop, helper))
+            continue
+        func = _helper_function(rule, call)
+        if func is None or id(func) in helpers or any(is_barrier(rule, c) for c in rule.nodes_in(func, False).calls):
+            continue
+        helpers[id(func)] = func
+        name = func.name.value
+        pending += [(c, helper or name) for c in calls if _calls(c, name) and rule.enclosing_function(c) is not func]
+    return found, list(helpers.values())
+
+
+def module_steps(rule: StepContextRule, with_passes: bool = True) -> ModuleSteps:
+    """What this module tells the rest of its tree (project.py): its functions, methods and callable classes
+    that run an optimizer step once per call, without a loop or barrier of their own; its functions'
+    parameters, and (`with_passes`) the instances of classes it passes to functions."""
+    _, helpers = _climb(rule)
+    signatures = []
+    for func in rule.analysis.nodes.functions:
+        if isinstance(func, cst.FunctionDef):
+            params = func.params
+            names = tuple(p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params])
+            if rule.enclosing_class(func) is not None:
+                names = names[1:]  # `self`: callers name the instance, not the parameter
+            signatures.append((definition_name(rule, func), names))
+    return ModuleSteps(
+        module=rule.analysis.module_name or "",
+        steppers=frozenset(definition_name(rule, f) for f in helpers),
+        signatures=tuple(signatures),
+        passes=passes(rule) if with_passes else (),
+    )
+
+
+def uncertain_steps(rule: StepContextRule) -> list[cst.Call]:
+    """Calls that hand an optimizer to a callable this analysis cannot see (a parameter, an object of unknown
+    class: `step_fn(loss, optimizer)`, `self.helper.apply(self.opt)`), run by a loop (directly or through
+    helpers) that has no optimizer update and no barrier that the analysis knows of: it may step there."""
+    calls = rule.analysis.nodes.calls
+    if not any(_is_optimizer_value(rule, a.value) for c in calls for a in c.args):
+        return []
+    covered = {id(loop) for _, loop, _ in _climb(rule)[0]}
+    found = []
+    for call in calls:
+        if not any(_is_optimizer_value(rule, a.value) for a in call.args) or is_optimizer_update(rule, call):
+            continue
+        if not _unknown_callable(rule, call.func):
+            continue
+        loops = [loop for _, loop, _ in _climb_from(rule, [(call, None)])[0]]
+        if any(
+            id(loop) not in covered and not any(is_barrier(rule, c) for c in rule.nodes_in(loop.body, False).calls)
+            for loop in loops
+        ):
+            found.append(call)
+    return found
+
+
+def _is_optimizer_value(rule: StepContextRule, node: cst.CSTNode) -> bool:
+    return is_optimizer_name(node) or code_of(node) in rule.facts().optimizer_keys
+
+
+def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:
+    """A callable whose code no analysis reaches: rooted in a parameter or a local of unknown origin, or an
+    attribute of `self` (not a method of this class); not an import, a builtin or this module's function."""
+    root = func
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if not isinstance(root, cst.Name):
+        return False
+    receiver = func.value if isinstance(func, cst.Attribute) else func
+    if classes_of(rule, receiver):
+        return False  # an object of the tree's classes: the tree's summary says whether it steps
+    if rule.analysis.qualified_name_objects(root) and not _is_local_variable(rule, root):
+        return False  # an import, a builtin, a class or function of this module
+    if root.value == "self":
+        return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)  # self.x.method(), self.x()
+    return True
+
+
+def _is_local_variable(rule: StepContextRule, name: cst.Name) -> bool:
+    values = rule.assigned_values(name)
+    func = rule.enclosing_function(name)
+    is_param = func is not None and name.value in rule.scope(func).params
+    return is_param or bool(values)
 
 
 def _site(rule: StepContextRule, call: cst.Call, loop: Loop, helper: str | None) -> BarrierSite | None:

@@ -136,11 +136,7 @@ class AcceleratorApi(DeviceFlowRule):
             elif name == "torch.accelerator.set_device_index" and _alone(analysis, call) is not None:
                 self.report(_alone(analysis, call), replacement=REMOVE)  # type: ignore[arg-type]
             elif name == "torch.accelerator.device_count":
-                self.report(
-                    call,
-                    "`torch.accelerator.device_count()` is 0 on an XLA host: count chips with "
-                    "`torch_xla.device_count()`, or inside a launched process read `xr.world_size()`",
-                )
+                continue  # a device count like `torch.cuda.device_count()`: XLA211's
             else:
                 self.report(call, f"`{name}` does not see the XLA device; rewrite it for `torch_xla` by hand")
 
@@ -275,6 +271,11 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
             if const(inner) is not None:
                 return false if const(inner) == "True" else true
             return n.with_changes(expression=inner)
+        if isinstance(n, cst.IfExp):  # `True if <test> else False`
+            inner = walk(n.test)
+            if const(inner) is not None:
+                return n.body if const(inner) == "True" else n.orelse
+            return n.with_changes(test=inner)
         return n
 
     return walk(node)

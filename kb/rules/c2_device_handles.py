@@ -5,9 +5,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
-from ..analysis.guards import after_cuda_early_return, is_cuda_early_return
+from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return
+from ..analysis.launch import world_size_move
 from ..cst_helpers import (
+    code_of,
     expr,
+    find_nodes,
     identifier,
     is_cuda_string,
     keyword_arg,
@@ -16,7 +19,8 @@ from ..cst_helpers import (
     string_value,
     with_commas,
 )
-from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, XLA_DEVICE, Rule, register
+from .c2_tensor_types import is_rewritten_use
 
 
 @register
@@ -63,7 +67,10 @@ class CudaDeviceString(Rule):
     )
     why = (
         "There is no CUDA device on a TPU host: allocation fails with `Found no NVIDIA driver`, "
-        "or, behind a fallback, the code silently runs on the CPU."
+        "or, behind a fallback, the code silently runs on the CPU. torch's own calls get `torch_xla.device()`; "
+        "a `device='cuda'` handed to the program's own functions (or another library's) becomes the string "
+        "`'xla'`, because the callee may treat it as text (`'cuda' in device`, `device.split(':')`), which a "
+        "`torch.device` object breaks (`TypeError: argument of type 'torch.device' is not iterable`, measured)."
     )
     before = "import torch\n\nd = torch.device('cuda:0')\ny = x.to('cuda')\nz = torch.zeros(3, device='cuda')\n"
     after = (
@@ -86,12 +93,29 @@ class CudaDeviceString(Rule):
             return
         device_kw = keyword_arg(node, "device")
         if device_kw is not None and is_cuda_string(device_kw.value):
-            self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            if self._takes_device_object(node):
+                self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            else:  # the callee may treat it as text (`'cuda' in device`, `device.split(':')`): keep a string
+                value = device_kw.value
+                assert isinstance(value, cst.SimpleString)
+                self.report(value, replacement=same_quotes(value, "xla"), imports=(IMPORT_TORCH_XLA,))
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
             args = positional_args(node)
             if args and is_cuda_string(args[0].value):
                 self.report(args[0].value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+
+    def _takes_device_object(self, call: cst.Call) -> bool:
+        """torch's own calls (`torch.zeros`, `.to`, `.new_zeros`, modules' constructors) take a device object as well
+        as a string; a call of the program's own code or of another library may read the value as a string."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in TENSOR_METHODS_WITH_DEVICE:
+            return True
+        return any(n == "torch" or n.startswith(("torch.", "torch_xla.")) for n in self.qualified_names(func))
+
+
+# Tensor methods whose `device=` is torch's (a torch.device or a string both work).
+TENSOR_METHODS_WITH_DEVICE = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 
 
 @register
@@ -186,6 +210,9 @@ LAUNCHERS = frozenset(
 )
 
 
+COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
+
+
 @register
 class CudaDeviceCount(Rule):
     code = "XLA211"
@@ -193,14 +220,17 @@ class CudaDeviceCount(Rule):
     category = "C2"
     fix = "unsafe"
     autofix = True
-    detects = "Calls of `torch.cuda.device_count()`."
+    detects = "Calls of `torch.cuda.device_count()` and `torch.accelerator.device_count()`."
     why = (
-        "It returns 0 without a GPU, so world sizes, per-device batch sizes and `if n > 1:` branches silently take "
-        "the wrong value (or divide by zero). `torch_xla.device_count()` counts the XLA devices this process can "
-        "address. Unsafe: that call starts the XLA runtime, and a runtime started in the parent makes "
-        "`torch_xla.launch` fail (`RuntimeError: Runtime is already initialized. Do not use the XLA device before "
-        "calling xmp.spawn.`) — so in files that launch processes xlaport only reports it: read the world size "
-        "inside the launched function with `xr.world_size()`."
+        "Both return 0 on an XLA host, so world sizes, per-device batch sizes and `if n > 1:` branches silently "
+        "take the wrong value (or divide by zero). `torch_xla.device_count()` counts the XLA devices this process "
+        "can address. Unsafe: the numbers differ where a GPU host and a TPU host differ, and that call starts "
+        "the XLA runtime, and a runtime started in the parent makes `torch_xla.launch` fail (`RuntimeError: "
+        "Runtime is already initialized. Do not use the XLA device before calling xmp.spawn.`; `xr.world_size()` "
+        "in the parent does the same, measured). In a file that launches processes, a count assigned to a name "
+        "that is only handed to the launched function through `torch_xla.launch(fn, args=(n, ...))` is moved "
+        "into that function: the parent's count and the argument go, and `fn` starts with `n = xr.world_size()` "
+        "(safe: the number of processes the launch started, what the GPU count was). Other uses are reported."
     )
     before = "import torch\n\nn_gpus = torch.cuda.device_count()\n"
     after = "import torch_xla\n\nn_gpus = torch_xla.device_count()\n"
@@ -219,7 +249,7 @@ class CudaDeviceCount(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.qualified_names(node.func)
-        if "torch.cuda.device_count" in names and not self._multi_gpu_test(node):
+        if names & COUNTS and not self._multi_gpu_test(node):
             self.counts.append(node)
         elif names & LAUNCHERS:
             self.launches = True
@@ -239,15 +269,34 @@ class CudaDeviceCount(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for call in self.counts:
-            if self.launches:
+            what = f"`{code_of(call.func)}()`"
+            if not self.launches:
                 self.report(
                     call,
-                    "`torch.cuda.device_count()` is 0 on TPU, and counting XLA devices before `torch_xla.launch` "
+                    f"{what} is 0 on TPU; use `torch_xla.device_count()`",
+                    replacement=expr("torch_xla.device_count()"),
+                    imports=(IMPORT_TORCH_XLA,),
+                )
+                continue
+            move = world_size_move(self, call)
+            if move is None:
+                self.report(
+                    call,
+                    f"{what} is 0 on TPU, and counting XLA devices before `torch_xla.launch` "
                     "breaks the launch: let the runtime pick one process per chip and read `xr.world_size()` "
                     "inside the launched function",
                 )
-            else:
-                self.report(call, replacement=expr("torch_xla.device_count()"), imports=(IMPORT_TORCH_XLA,))
+                continue
+            # one edit each, applied together (the engine keeps a rule's edits of one pass together)
+            said = f"{what} is 0 on TPU and nothing can count the processes before the launch"
+            self.report(
+                call, f"{said}: `{move.function}` reads `xr.world_size()`", REMOVE, target=move.assignment, fix="safe"
+            )
+            self.report(move.args, f"{said}: the world size is no longer passed", move.new_args, fix="safe")
+            self.report(move.params, f"{said}: `{move.function}` reads it", move.new_params, fix="safe")
+            self.report(
+                move.first, f"{said}: read it from the runtime", move.new_first, imports=(IMPORT_XR,), fix="safe"
+            )
 
 
 @register
@@ -356,6 +405,8 @@ class CudaTypeCheck(Rule):
         if node.attr.value == "is_cuda" and not self.qualified_names(node):
             if self._and_multi_gpu(node):
                 return  # `x.is_cuda and ngpu > 1` only picks data_parallel; False takes the plain forward
+            if self._picks_cuda_only_value(node):
+                return  # `self.cuda_config if x.is_cuda else self.cpu_config`: the GPU value is None without CUDA
             self.report(
                 node, "`.is_cuda` is False for XLA tensors; use `t.device.type == 'xla'` or `xm.is_xla_tensor(t)`"
             )
@@ -365,12 +416,58 @@ class CudaTypeCheck(Rule):
                 name.startswith("torch.cuda.")
                 and name.endswith("Tensor")
                 and not isinstance(self.parent(node), cst.Attribute)
+                and not is_rewritten_use(self, node)  # XLA232 rewrites constructors and conversions
             ):
                 self.report(
                     node,
                     f"`{name}` is a CUDA tensor type; XLA tensors are `torch.xla.*Tensor`: use dtype/device checks",
                 )
                 return
+
+    def _picks_cuda_only_value(self, node: cst.Attribute) -> bool:
+        """Is `node` (directly, or through the name it is unpacked into) the test of `a if t.is_cuda else b`
+        where `a` is an attribute the class sets to something other than None only on CUDA hosts (after
+        `if not torch.cuda.is_available(): return`, or under a CUDA guard)? A TPU host gets `b` either way."""
+        tests: list[cst.CSTNode] = [node]
+        target = self._unpacked_into(node)
+        if target is not None:
+            func = next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+            if func is not None:
+                tests += [n for n in find_nodes(func, cst.Name) if n.value == target and n is not node]
+        choices = [p for t in tests if isinstance(p := self.parent(t), cst.IfExp) and p.test is t]
+        return bool(choices) and all(self._cuda_only_attribute(c.body) for c in choices)
+
+    def _unpacked_into(self, node: cst.CSTNode) -> str | None:
+        """`a, is_cuda, d = *s, q.is_cuda, q.device` -> "is_cuda" (matched from the end past a starred value)."""
+        element = self.parent(node)
+        values = self.parent(element)
+        assign = self.parent(values)
+        if not (isinstance(element, cst.Element) and isinstance(values, cst.Tuple) and isinstance(assign, cst.Assign)):
+            return None
+        targets = assign.targets[0].target if len(assign.targets) == 1 else None
+        if not isinstance(targets, cst.Tuple):
+            return None
+        from_end = len(values.elements) - values.elements.index(element)
+        if from_end > len(targets.elements) or any(isinstance(e, cst.StarredElement) for e in targets.elements):
+            return None
+        name = targets.elements[-from_end].value
+        return name.value if isinstance(name, cst.Name) else None
+
+    def _cuda_only_attribute(self, value: cst.CSTNode) -> bool:
+        if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self"):
+            return False
+        cls = next((a for a in self.ancestors(value) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+        sets = [
+            a
+            for m in methods
+            for a in find_nodes(m, cst.Assign)
+            if len(a.targets) == 1 and code_of(a.targets[0].target) == code_of(value)
+        ]
+        real = [a for a in sets if not (isinstance(a.value, cst.Name) and a.value.value == "None")]
+        return bool(real) and all(guarded_by_cuda(self, a) for a in real)
 
     def _and_multi_gpu(self, node: cst.CSTNode) -> bool:
         """Is `node` part of a test and-ed with `n > 1` (a multi-GPU count)?"""
@@ -392,4 +489,12 @@ class CudaTypeCheck(Rule):
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(c.comparator for c in node.comparisons)]
         if any(_is_type_probe(o) for o in operands) and any(_is_cudaish(self, o) for o in operands):
+            if self._flipped_guard(node):
+                return  # a guard around the device choice: XLA230 rewrites this test to hold on XLA
             self.report(node)
+
+    def _flipped_guard(self, node: cst.Comparison) -> bool:
+        guards = analyse_devices(self.analysis.module).facts.guards
+        return any(
+            g.flips and any(o is g.test for o in (node.left, *(c.comparator for c in node.comparisons))) for g in guards
+        )

@@ -6,7 +6,8 @@ import libcst as cst
 
 from ..analysis import steps
 from ..analysis.context import StepContextRule
-from ..cst_helpers import expr, identifier, keyword_arg, method_name
+from ..analysis.devices import imports_torch_xla
+from ..cst_helpers import code_of, expr, identifier, keyword_arg, method_name
 from ..rule import IMPORT_PL, IMPORT_TORCH_XLA, IMPORT_XM, register
 
 MULTIPROCESS_SIGNALS = (
@@ -51,7 +52,11 @@ class MissingStepBarrier(StepContextRule):
         "and no `MpDeviceLoader` or accelerate-prepared loader (both sync after each batch). The fix adds one "
         "`torch_xla.sync()` per iteration of the innermost loop that runs the update: after the update (after "
         "`scaler.update()` when that follows) or after the call of the helper; two updates in one iteration "
-        "(a GAN) get one barrier, after the last."
+        "(a GAN) get one barrier, after the last. In a tree migration the update may be in another module: a "
+        "function, a method of an object the loop's class builds (`self.trainer.optimize(opt)`) or a callable "
+        "object (a loss scaler whose `__call__` steps, passed in by every caller); the barrier goes in the loop "
+        "that iterates the batches, never also in the helper. A call that hands the optimizer to code the "
+        "analysis cannot see (a parameter, an object of unknown class) is reported for a manual barrier."
     )
     why = (
         "Without a barrier nothing tells XLA where a step ends: the traced graph keeps growing with every "
@@ -64,6 +69,7 @@ class MissingStepBarrier(StepContextRule):
         "import torch\n\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
         "    optimizer.zero_grad()\n"
         "    loss = criterion(model(x), y)\n"
         "    loss.backward()\n"
@@ -74,6 +80,7 @@ class MissingStepBarrier(StepContextRule):
         "import torch_xla\n\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
         "    optimizer.zero_grad()\n"
         "    loss = criterion(model(x), y)\n"
         "    loss.backward()\n"
@@ -111,6 +118,8 @@ class MissingStepBarrier(StepContextRule):
     )
 
     def visit_Module(self, node: cst.Module) -> None:
+        if self.facts().cpu_script:  # a script that names no device trains on the CPU: no lazy graph
+            return
         for site in steps.barrier_sites(self):
             message = self.message
             if site.helper:
@@ -121,6 +130,14 @@ class MissingStepBarrier(StepContextRule):
             sync = cst.SimpleStatementLine(body=[cst.Expr(expr("torch_xla.sync()"))])
             replacement = cst.FlattenSentinel([site.after, sync])
             self.report(site.call, message, replacement, imports=(IMPORT_TORCH_XLA,), target=site.after)
+        for call in steps.uncertain_steps(self):
+            name = code_of(call.func)
+            message = (
+                f"`{name}` gets the optimizer, but its code is out of sight (a parameter, an object of unknown class): "
+                "if it runs the optimizer step, the loop that runs this line has no step barrier and the XLA graph "
+                "grows every iteration; then add one `torch_xla.sync()` per iteration of that loop, after the step"
+            )
+            self.report(call, message, fix="manual")
 
 
 @register
@@ -131,7 +148,7 @@ class MultiProcessOptimizerStep(StepContextRule):
     fix = "unsafe"
     autofix = True
     detects = (
-        "`optimizer.step()` in the training loop of a script that runs several processes (`torch_xla.launch`, "
+        "`optimizer.step()` in the training loop of torch_xla code that runs several processes (`torch_xla.launch`, "
         "`xmp.spawn`, `mp.spawn`, `init_process_group`, `DistributedSampler`) but neither wraps the model in "
         "DDP/FSDP nor uses SPMD, accelerate or its own gradient all-reduce."
     )
@@ -195,6 +212,8 @@ class MultiProcessOptimizerStep(StepContextRule):
         facts = self.facts()
         if not facts.uses(*MULTIPROCESS_SIGNALS) or facts.uses(*GRADIENT_REDUCERS):
             return
+        if not imports_torch_xla(self.analysis.module):
+            return  # CUDA data-parallel code reduces its gradients somewhere (a DDP/FSDP wrap, maybe in another file)
         replacement = cst.Call(func=expr("xm.optimizer_step"), args=[cst.Arg(node.func.value)])
         self.report(node, replacement=replacement, imports=(IMPORT_XM,))
 

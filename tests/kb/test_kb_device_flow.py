@@ -169,6 +169,36 @@ def test_string_test_guards():
     assert guards(src) == [("'cuda' in device", True, False), ("device_type == 'cuda'", False, True)]
 
 
+def test_a_prefix_test_on_the_device_is_a_guard_and_flips_with_its_origin():
+    src = """\
+        import torch
+        device = "cpu"
+        if torch.cuda.is_available():
+            device = "cuda"
+        device_type = "cuda" if device.startswith("cuda") else "cpu"
+        name = "cudnn" if backend.startswith("cuda") else "none"
+        """
+    assert ('device.startswith("cuda")', True, False) in guards(src)
+    assert not any("backend" in g[0] for g in guards(src))  # not a device value
+    out = fixed(src)
+    # before: the origin became "xla" but the test stayed `startswith("cuda")`, so autocast got "cpu"
+    assert 'device_type = "xla" if device.startswith("xla") else "cpu"' in out
+
+
+def test_a_boolean_ifexp_is_its_own_test():
+    # PyTorch-GAN style: `cuda = True if torch.cuda.is_available() else False`, then `if cuda: model.cuda()`
+    src = """\
+        import torch
+        cuda = True if torch.cuda.is_available() else False
+        off = False if torch.cuda.is_available() else True
+        if cuda:
+            model.cuda()
+        """
+    assert guards(src)[0] == ("True if torch.cuda.is_available() else False", True, False)
+    out = fixed(src)
+    assert "cuda = True\n" in out and "model.to(torch_xla.device())" in out
+
+
 def test_an_or_is_not_a_guard():
     assert guards("import torch\nif torch.cuda.is_available() or force:\n    x.cuda()\n") == []
 
@@ -405,11 +435,11 @@ def test_spawn_with_the_gpu_count_becomes_torch_xla_launch_by_default_with_the_x
             mp.spawn(worker, args=(world_size,), nprocs=world_size)
         """
     out = fixed(src)
-    assert "torch_xla.launch(worker, args=(world_size,))" in out
     assert 'init_process_group(backend="xla", rank=rank, world_size=world_size, init_method="xla://")' in out
-    # the count itself stays, reported: reading it before the launch would start the runtime too early
-    count_line = out.splitlines().index("    world_size = torch.cuda.device_count()") + 1
-    assert [f.code for f in lint_source(out) if f.line == count_line] == ["XLA211"]
+    # counting before the launch would start the runtime too early: the launched worker reads the world size
+    assert "torch_xla.launch(worker, args=())" in out
+    assert "def worker(rank):\n    world_size = xr.world_size()\n" in out
+    assert "device_count" not in out and lint_source(out) == []
 
 
 def test_spawn_with_a_user_count_stays_an_unsafe_fix():

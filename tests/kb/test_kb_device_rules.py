@@ -216,3 +216,194 @@ def test_save_pretrained_rewrite_saves_an_xla_model(tmp_path):
     assert isinstance(reloaded.config, GPT2Config)
     for name, tensor in reloaded.state_dict().items():
         assert tensor.equal(model.state_dict()[name].cpu()), name
+
+
+# --- XLA211: the world size counted before a launch moves into the launched function -------------
+LAUNCHED_WITH_COUNT = textwrap.dedent(
+    '''\
+    import torch
+    import torch_xla
+
+
+    def worker(index, n_procs, steps):
+        """One replica."""
+        # set up
+        print(index, n_procs, steps)
+
+
+    if __name__ == "__main__":
+        n_procs = torch.cuda.device_count()
+        torch_xla.launch(worker, args=(n_procs, 5))
+    '''
+)
+
+
+def test_world_size_counted_before_the_launch_is_read_inside_the_launched_function():
+    out = fixed(LAUNCHED_WITH_COUNT, "XLA211")
+    assert "def worker(index, steps):" in out
+    assert '"""One replica."""\n    n_procs = xr.world_size()\n    # set up\n' in out
+    assert "torch_xla.launch(worker, args=(5,))" in out
+    assert "device_count" not in out and "import torch_xla.runtime as xr" in out
+    assert lines(out, "XLA211") == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("print(index, n_procs, steps)", "print(index, n_procs, steps)\n\n\nworker(0, 1, 1)"),  # called elsewhere
+        ("    torch_xla.launch", "    print(n_procs)\n    torch_xla.launch"),  # the parent uses the count too
+        ("def worker(index, n_procs, steps)", "def worker(index, world, steps)"),  # another name inside
+    ],
+)
+def test_world_size_count_is_only_reported_when_the_move_is_unclear(change):
+    src = LAUNCHED_WITH_COUNT.replace(*change)
+    assert len(lines(src, "XLA211")) == 1
+    assert fixed(src, "XLA211") == src
+
+
+# --- XLA315: the optimizer built before a called function moves the model -------------------------
+def test_model_built_with_its_optimizer_in_a_helper_is_moved_before_the_optimizer():
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch_xla
+
+        class Fit:
+            def __init__(self, net, opt):
+                self.net = net.to(torch_xla.device())
+                self.opt = opt
+
+        def parts():
+            net = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            return net, opt
+
+        def go():
+            net, opt = parts()
+            Fit(net, opt)
+        """
+    )
+    assert lines(src, "XLA315") == [11]
+    out = fixed(src, "XLA315")
+    assert "net = torch.nn.Linear(2, 2)\n    net.to(torch_xla.device())\n    opt = torch.optim.SGD" in out
+    assert lines(out, "XLA315") == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # the helper looks at the model after building the optimizer
+        ("    return net, opt", "    print(net.weight.sum())\n    return net, opt"),
+        # the callee moves to a device it was given: any device the user configures
+        ("net.to(torch_xla.device())", "net.to(self.where)"),
+        # the move is conditional
+        ("        self.net = net.to(torch_xla.device())", "        if opt:\n            net.to(torch_xla.device())"),
+    ],
+)
+def test_callee_move_is_reported_manual_when_unclear(change):
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch_xla
+
+        class Fit:
+            def __init__(self, net, opt):
+                self.net = net.to(torch_xla.device())
+                self.opt = opt
+
+        def parts():
+            net = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            return net, opt
+
+        def go():
+            net, opt = parts()
+            Fit(net, opt)
+        """
+    ).replace(*change)
+    found = lint_source(src, rules=[get_rule("XLA315")])
+    assert [f.fixable for f in found] == [False] and found[0].fix == "manual"
+    assert fixed(src, "XLA315") == src
+
+
+STALE_ACROSS_FUNCTIONS = textwrap.dedent(
+    """\
+    import torch
+    import torch_xla
+
+
+    class Loop:
+        def __init__(self, net, opt, rank: int):
+            self.net = net.to(rank)
+            self.opt = opt
+
+        def run(self, steps):
+            x = torch.randn(8, 4).to(torch_xla.device())
+            for _ in range(steps):
+                self.opt.zero_grad()
+                self.net(x).pow(2).mean().backward()
+                self.opt.step()
+                torch_xla.sync()
+
+
+    def parts():
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        return net, opt
+
+
+    def train(steps):
+        net, opt = parts()
+        loop = Loop(net, opt, 0)
+        start = loop.net.weight.detach().cpu().clone()
+        loop.run(steps)
+        return start, loop.net.weight.detach().cpu()
+    """
+)
+
+
+@pytest.mark.slow
+def test_optimizer_built_by_the_caller_trains_once_fixed():
+    migrated = fix_source(STALE_ACROSS_FUNCTIONS).fixed  # default fixes only
+    assert "net.to(torch_xla.device())\n    opt = torch.optim.SGD" in migrated
+    start, end = run(migrated.replace("net.to(torch_xla.device())\n    opt", "opt"))["train"](3)
+    assert start.equal(end), "without the early move the optimizer holds stale CPU parameters"
+    start, end = run(migrated)["train"](3)
+    assert not start.equal(end), "after the fix the model must learn"
+
+
+# --- XLA202: a device string handed to the program's own code stays a string -------------------------------
+def test_cuda_string_given_to_own_function_becomes_the_xla_string_and_torch_calls_get_the_device():
+    src = "import torch\ndef run(device):\n    return 'cuda' in device\nrun(device='cuda')\nx = torch.zeros(2, device='cuda')\n"
+    out = fixed(src, "XLA202")
+    assert "run(device='xla')" in out  # `'cuda' in device` would raise on a torch.device object
+    assert "torch.zeros(2, device=torch_xla.device())" in out
+
+
+def test_optimizer_chosen_in_a_branch_of_the_helper_gets_one_move_above_the_branch():
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch_xla
+
+        class Fit:
+            def __init__(self, net, opt):
+                self.net = net.to(torch_xla.device())
+
+        def parts(sgd):
+            net = torch.nn.Linear(2, 2)
+            if sgd:
+                opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            else:
+                opt = torch.optim.Adam(net.parameters())
+            return net, opt
+
+        def go():
+            net, opt = parts(True)
+            Fit(net, opt)
+        """
+    )
+    out = fixed(src, "XLA315")
+    assert "net = torch.nn.Linear(2, 2)\n    net.to(torch_xla.device())\n    if sgd:" in out
+    assert out.count("\n    net.to(torch_xla.device())\n") == 1 and lines(out, "XLA315") == []

@@ -1,0 +1,322 @@
+"""From the child's events to a graded `CheckReport`: the level ("none", "L0", "L2") and the reasons."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+from ..sandbox import SandboxResult
+from .events import (
+    CHILD_FILES,
+    GRAD_SCALER_READ,
+    Compilation,
+    ProcessEvents,
+    device_choice,
+    last_phase,
+    pick_process,
+    recompile_sources,
+)
+from .report import CheckReport, StepStats, op_counts, step_list
+
+# Loss scaling reads its inf check on the host before every step: nothing in torch 2.9 / torch_xla 2.9 does it
+# on the device (torch_xla has no GradScaler; torch's scaler does not use torch_xla's syncfree optimizers).
+GRAD_SCALER_REASON = (
+    "The reads are GradScaler's inf check: loss scaling costs one host sync per step on XLA, and removing it "
+    "changes the numbers, so the default migration keeps it. `xlaport migrate --unsafe-fixes` applies XLA501 "
+    "(bfloat16 autocast) and XLA502 (no GradScaler: bfloat16 needs no loss scaling), which makes the step "
+    "sync-free; check the numerics after"
+)
+TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
+ERROR_LINES = 20
+
+
+def build_report(
+    script: Path,
+    args: list[str],
+    steps_warmup: int,
+    timeout_s: float,
+    result: SandboxResult,
+    events: list[dict],
+    compilations: list[Compilation],
+    launched_at: float,
+    pjrt_device: str,
+    memory_mb: int | None = None,
+) -> CheckReport:
+    process = pick_process(events)
+    stopped = next((e for e in events if e["event"] == "stopped"), None)
+    imported = next((e for e in events if e["event"] == "torch_xla_imported"), None)
+    finished = any(e["event"] == "script_end" and e["pid"] == process.main_pid for e in events)
+    end = process.end
+
+    per_step = []
+    previous_t = process.imported_t or launched_at
+    for index, event in enumerate(process.steps):
+        per_step.append(
+            StepStats(
+                index=index,
+                compiles=event["compiles"],
+                compile_s=round(event["compile_s"], 4),
+                transfers=event["transfers"],
+                host_reads=event["host_reads"],
+                fallbacks=event["fallbacks"],
+                closure_transfers=event["closure_transfers"],
+                wall_s=round(event["t"] - previous_t, 4),
+                sync_site=event.get("sync_site"),
+            )
+        )
+        previous_t = event["t"]
+
+    totals = end["totals"] if end else _sum_steps(per_step)
+    beats = [e for e in events if e["event"] == "heartbeat" and e["pid"] == process.pid]
+    if end is None and beats:  # a killed run: its compilations outside the counted steps too
+        totals["compiles"] = max(totals["compiles"], beats[-1]["compiles"])
+    after_warmup = per_step[steps_warmup:]
+    compiles_after_warmup = sum(s.compiles for s in after_warmup)
+    transfers_per_step = round(sum(s.transfers for s in after_warmup) / len(after_warmup), 3) if after_warmup else None
+    ends = [e for e in events if e["event"] == "end"]
+    nan_details = [f"non-finite values in {name}" for e in ends for name in e["nonfinite_tensors"]]
+    nan_details += [
+        f"the script read {read['value']} at step {read['step']} ({read['site']})"
+        for e in ends
+        for read in e["nonfinite_reads"]
+    ]
+    placement = {"stale": [], "off_device": [], "untied": []}
+    for event in events:
+        if event["event"] == "placement" and event["message"] not in placement[event["kind"]]:
+            placement[event["kind"]].append(event["message"])
+    notes = [
+        f"the NaN/Inf check of the parameters failed: {e['nonfinite_check_error']}"
+        for e in ends
+        if e.get("nonfinite_check_error")
+    ]
+    notes += [f"the probe could not be installed: {e['error']}" for e in events if e["event"] == "probe_error"]
+    if process.pid != process.main_pid:
+        notes.append(
+            f"the steps come from worker process {process.pid}; {process.processes_with_steps} process(es) ran steps"
+        )
+
+    wall_s = round(result.wall_s, 3)
+    startup_s = round(min(imported["t"] - launched_at, wall_s), 3) if imported else wall_s
+    compile_s = round(totals["compile_s"], 3)
+    optimizer_steps, off_xla_steps = _optimizer_steps(events, process, end)
+    report = CheckReport(
+        script=str(script),
+        args=args,
+        exit_code=None if result.timed_out or result.memory_exceeded or stopped else result.returncode,
+        level="none",
+        reasons=[],
+        error=None if stopped else _error_text(result),
+        timed_out=result.timed_out,
+        memory_exceeded=result.memory_exceeded,
+        pjrt_device=pjrt_device,
+        torch_xla_imported=imported is not None,
+        steps=len(per_step),
+        steps_warmup=steps_warmup,
+        per_step=per_step,
+        fallback_ops=totals["fallbacks"],
+        host_reads=totals["host_reads"],
+        compiles_total=totals["compiles"],
+        compiles_after_warmup=compiles_after_warmup,
+        recompile_sources=recompile_sources(per_step, compilations, steps_warmup),
+        host_transfers_per_step=transfers_per_step,
+        transfers_total=totals["transfers"],
+        item_sites=[{"location": site, "count": count} for site, count in (end or {}).get("item_sites", [])],
+        nan=bool(nan_details),
+        nan_details=nan_details,
+        stale_optimizer_params=placement["stale"],
+        params_off_device=placement["off_device"],
+        lost_ties=placement["untied"],
+        wall_s=wall_s,
+        startup_s=startup_s,
+        compile_s=compile_s,
+        run_s=round(max(wall_s - startup_s - compile_s, 0.0), 3),
+        peak_rss_mb=round(result.peak_rss_mb, 1),
+        stdout_tail="\n".join(result.stdout.strip().splitlines()[-10:]),
+        notes=notes,
+        stopped=stopped["kind"] if stopped else None,
+        phase=last_phase(events, process, finished),
+        memory_limit_mb=result.memory_limit_mb or memory_mb,  # the limit applied (clamped to the host)
+        optimizer_steps=optimizer_steps,
+        off_xla_optimizer_steps=off_xla_steps,
+        device_choice=device_choice(events),
+    )
+    if stopped:
+        report.level, report.reasons = "L0", [stopped["reason"]]
+        if report.stopped == "off_xla" and report.device_choice:
+            report.reasons[0] += f"; the device comes from {report.device_choice}"
+        report.notes.append(f"stopped early by the check after {report.wall_s:.1f} s ({report.phase})")
+        return report
+    if not (result.timed_out or result.memory_exceeded or result.returncode == 0):
+        report.notes += _crash_notes(result)
+    report.level, report.reasons = grade(report, finished=finished, timeout_s=timeout_s)
+    return report
+
+
+def _optimizer_steps(events: list[dict], process: ProcessEvents, end: dict | None) -> tuple[int, int]:
+    """(optimizer steps, those with every parameter off XLA) of the reported process: from its summary, else
+    from its last heartbeat (a killed run)."""
+    if end is not None:
+        return end.get("optimizer_steps", 0), end.get("off_xla_optimizer_steps", 0)
+    beats = [e for e in events if e["event"] == "heartbeat" and e["pid"] == process.pid]
+    return (beats[-1]["optimizer_steps"], 0) if beats else (0, 0)
+
+
+OUT_OF_MEMORY = re.compile(r"LLVM ERROR: out of memory|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED", re.I)
+
+
+def _crash_notes(result: SandboxResult) -> list[str]:
+    """What the child's death says beyond its exit code: the signal's name, an out-of-memory message."""
+    notes = []
+    if result.returncode < 0:
+        try:
+            notes.append(f"killed by signal {signal.Signals(-result.returncode).name}")
+        except ValueError:
+            notes.append(f"killed by signal {-result.returncode}")
+    oom = OUT_OF_MEMORY.search(result.stderr or "")
+    if oom:
+        notes.append(f"out of memory: the child printed {oom.group(0)!r}")
+    return notes
+
+
+def _sum_steps(per_step: list[StepStats]) -> dict:
+    """Totals from the steps alone, for a run killed before the runner's summary."""
+    fallbacks: dict[str, int] = {}
+    for step in per_step:
+        for op, n in step.fallbacks.items():
+            fallbacks[op] = fallbacks.get(op, 0) + n
+    return {
+        "compiles": sum(s.compiles for s in per_step),
+        "compile_s": sum(s.compile_s for s in per_step),
+        "transfers": sum(s.transfers + s.closure_transfers for s in per_step),
+        "host_reads": sum(s.host_reads for s in per_step),
+        "fallbacks": fallbacks,
+    }
+
+
+def _error_text(result: SandboxResult) -> str | None:
+    if result.timed_out or result.memory_exceeded:
+        return result.describe_failure()
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr or result.stdout).rstrip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    tail = _without_runner_frames(lines[starts[-1] :]) if starts else lines
+    return "\n".join(tail[-ERROR_LINES:]) or f"exit code {result.returncode}"
+
+
+def _without_runner_frames(traceback_lines: list[str]) -> list[str]:
+    """Drops the runner's and runpy's frames (and their source lines) from a traceback."""
+    kept: list[str] = []
+    skip_source = False
+    for line in traceback_lines:
+        is_frame = line.startswith('  File "')
+        if is_frame:
+            skip_source = any(own in line for own in CHILD_FILES) or '"<frozen runpy>"' in line
+            if skip_source:
+                continue
+        elif skip_source and line.startswith("    "):
+            continue
+        else:
+            skip_source = False
+        kept.append(line)
+    return kept
+
+
+# Post-warm-up steps that compile before it counts as repeated compilation (C4).
+REPEATED_COMPILE_STEPS = 3
+
+
+def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, list[str]]:
+    """The level and, when it is not L2, the reasons in plain sentences."""
+    where = f"last phase: {report.phase}; peak memory {report.peak_rss_mb:.0f} MB"
+    if report.timed_out:
+        return "none", [f"did not finish: timed out after {timeout_s:g} s ({report.steps} step(s) done; {where})"]
+    if report.memory_exceeded:
+        return "none", [
+            f"did not finish: killed by the memory limit of {report.memory_limit_mb} MB "
+            f"(peak {report.peak_rss_mb:.0f} MB; last phase: {report.phase})"
+        ]
+    if report.exit_code != 0:
+        killed = [n for n in report.notes if n.startswith(("killed by signal", "out of memory"))]
+        if killed:
+            return "none", [f"exited with code {report.exit_code}: {'; '.join(killed)} ({where})"]
+        last = (report.error or "").strip().splitlines()[-1:] or ["no error text"]
+        return "none", [f"exited with code {report.exit_code}: {last[0]}"]
+
+    reasons = []
+    on_cpu = report.steps == 0 and 0 < report.optimizer_steps == report.off_xla_optimizer_steps
+    if not report.torch_xla_imported:
+        reasons.append("the script never imported torch_xla, so nothing ran on the XLA device")
+    elif not finished:
+        reasons.append("the run left no summary (did the script end with os._exit?); the numbers are partial")
+    if on_cpu:
+        reasons.append(
+            f"ran on the CPU, not on the XLA device: {report.optimizer_steps} optimizer step(s) updated parameters "
+            "that are not on the XLA device, and no XLA graph ran"
+            + (f"; the device comes from {report.device_choice}" if report.device_choice else "")
+        )
+    elif report.torch_xla_imported and report.steps == 0:
+        reasons.append(
+            "no XLA step was seen (no torch_xla.sync(), xm.mark_step(), MpDeviceLoader batch or "
+            "xm.optimizer_step(..., barrier=True)); without a step barrier the graph grows without end"
+        )
+    elif 0 < report.steps <= report.steps_warmup:
+        reasons.append(
+            f"only {report.steps} step(s) ran, not more than the {report.steps_warmup} warm-up step(s), "
+            "so recompilation after warm-up cannot be judged"
+        )
+    if report.fallback_ops:
+        reasons.append(
+            f"{sum(report.fallback_ops.values())} op call(s) fell back to the CPU ({op_counts(report.fallback_ops)}): "
+            "each one copies tensors to the host and back; rewrite them with lowered ops"
+        )
+    steps_with = [s.index for s in report.per_step[report.steps_warmup :] if s.compiles]
+    if steps_with and len(steps_with) < REPEATED_COMPILE_STEPS:
+        # a new graph that appears once and is then cached (DDP's bucket rebuild, the first evaluation)
+        # costs one compile; recompilation is a compile that keeps coming back
+        report.notes.append(
+            f"{report.compiles_after_warmup} new graph(s) after warm-up at step(s) {step_list(steps_with)}, "
+            "then cached: not repeated compilation"
+        )
+    elif steps_with:
+        after = len(report.per_step) - report.steps_warmup
+        where = report.recompile_sources[0].location if report.recompile_sources else None
+        reasons.append(
+            f"repeated compilation: {report.compiles_after_warmup} graph compilation(s) after the "
+            f"{report.steps_warmup} warm-up step(s), in {len(steps_with)} of {after} step(s)"
+            + (f", first from {where}" if where else "")
+            + "; shapes or Python values change from step to step (pad to fixed sizes)"
+        )
+    after_warmup = report.per_step[report.steps_warmup :]
+    # A sync is a stall of the step, however many tensors it copies: a checkpoint every N steps
+    # copies many tensors once, `.item()` every step stalls every step.
+    syncing_steps = sum(1 for s in after_warmup if s.transfers)
+    if after_warmup and syncing_steps / len(after_warmup) > TRANSFERS_PER_STEP_LIMIT:
+        host_reads_after = sum(s.host_reads for s in after_warmup)
+        reasons.append(
+            f"per-step host syncs: {syncing_steps} of {len(after_warmup)} steps after warm-up copy values to the "
+            f"host ({report.host_transfers_per_step:g} transfer(s) per step, {host_reads_after} of them "
+            ".item()/bool()-style host reads"
+            + (", the rest from the CPU fallback ops" if report.fallback_ops else "")
+            + ")"
+            + (f", .item() mostly at {report.item_sites[0]['location']}" if report.item_sites else "")
+            + "; each one waits for the device. "
+            + (
+                GRAD_SCALER_REASON
+                if report.item_sites and report.item_sites[0]["location"].endswith(GRAD_SCALER_READ)
+                else "Log with xm.add_step_closure or every N steps"
+            )
+        )
+    if report.nan:
+        reasons.append("NaN/Inf: " + "; ".join(report.nan_details[:5]))
+    if report.stale_optimizer_params:
+        reasons.append(
+            "the optimizer does not hold the model's parameters, so training changes nothing "
+            "(build it after model.to(device)): " + "; ".join(report.stale_optimizer_params)
+        )
+    if report.params_off_device and not on_cpu:
+        reasons.append("parameters not on the XLA device: " + "; ".join(report.params_off_device))
+    if report.lost_ties:
+        reasons.append("tied weights lost: " + "; ".join(report.lost_ties))
+    return ("L0", reasons) if reasons else ("L2", [])

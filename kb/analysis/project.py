@@ -1,0 +1,209 @@
+"""Optimizer steps across the modules of one tree: which of the tree's functions, methods and callable classes
+run an optimizer step each time they are called, so that a training loop in another module that calls them
+gets its step barrier (`loss_scaler(loss, optimizer)` with a scaler class whose `__call__` steps, in MAE;
+`self.mp_trainer.optimize(self.opt)` in guided-diffusion).
+
+`ProjectSteps` is computed once per tree (kb/batch.py `summarize_project`, from each module's `ModuleSteps`,
+see steps.py `module_steps`) and handed to the analysis of every module. Names are the tree's dotted module
+paths (`util/misc.py` -> `util.misc`) followed by the definition's path: `util.misc.NativeScaler.__call__`,
+`fp16_util.MixedPrecisionTrainer.optimize`, `train_lib.train_step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.metadata import QualifiedNameSource
+
+from ..cst_helpers import code_of, positional_args
+
+if TYPE_CHECKING:
+    from .context import StepContextRule
+
+
+def module_name(path: str | PurePath) -> str:
+    """`util/misc.py` -> `util.misc`; `pkg/__init__.py` -> `pkg`."""
+    parts = list(PurePath(path).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(p for p in parts if p not in ("", "."))
+
+
+@dataclass(frozen=True)
+class ModuleSteps:
+    """What one module tells the tree: the callables defined here that step once per call, their parameters,
+    and the instances of the tree's classes that it passes to the tree's functions."""
+
+    module: str
+    steppers: frozenset[str] = frozenset()  # full names
+    signatures: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (function, parameter names in order)
+    # (the tree's function called; argument position or keyword; the tree's class of the argument, or UNKNOWN)
+    passes: tuple[tuple[str, int | str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ProjectSteps:
+    modules: frozenset[str] = frozenset()
+    steppers: frozenset[str] = frozenset()
+    # (function, parameter, class): every call of the function in the tree passes an instance of the class there
+    param_classes: frozenset[tuple[str, str, str]] = frozenset()
+    # (path, module) where a caller names a module's file by another path than its path from the root
+    # (`xlaport lint DIR` names them `DIR/engine.py`)
+    paths: frozenset[tuple[str, str]] = frozenset()
+
+    def module_of(self, path: str) -> str:
+        """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
+        return next((m for p, m in self.paths if p == path), None) or module_name(path)
+
+    @classmethod
+    def combine(cls, summaries: list[ModuleSteps]) -> ProjectSteps:
+        project = cls(modules=frozenset(s.module for s in summaries))
+        steppers = frozenset(s for m in summaries for s in m.steppers)
+        signatures = {name: params for m in summaries for name, params in m.signatures}
+        seen: dict[tuple[str, str], set[str]] = {}
+        for summary in summaries:
+            for function, where, owner in summary.passes:
+                if function not in signatures:
+                    continue
+                params = signatures[function]
+                if isinstance(where, int):
+                    where = params[where] if where < len(params) else None
+                if where in params:
+                    seen.setdefault((function, where), set()).add(owner)
+        bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
+        return cls(modules=project.modules, steppers=steppers, param_classes=bound)
+
+    def resolve(self, name: str) -> str | None:
+        """The tree's full name of a definition that code names `name` (absolute, as imported); None when
+        it is not the tree's. A module may be named from a folder above the tree's root (`pkg.util.misc`)."""
+        parts = name.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            if module in self.modules:
+                return name
+            matches = [m for m in self.modules if m.endswith("." + module)]
+            if len(matches) == 1:
+                return ".".join([matches[0], *parts[cut:]])
+        return None
+
+    def class_of_param(self, function: str, param: str) -> str | None:
+        return next((k for f, p, k in self.param_classes if f == function and p == param), None)
+
+
+def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
+    """Dotted names of what `node` refers to, absolute: imports (relative ones resolved against this module)
+    and the module's own top-level definitions (`Trainer` -> `train.Trainer`)."""
+    module = rule.analysis.module_name or ""
+    found = set()
+    for q in rule.analysis.qualified_name_objects(node):
+        if q.source is QualifiedNameSource.IMPORT:
+            found.add(_absolute(q.name, module))
+        elif q.source is QualifiedNameSource.LOCAL and "<locals>" not in q.name and module:
+            found.add(f"{module}.{q.name}")
+    return found
+
+
+def _absolute(name: str, module: str) -> str:
+    dots = len(name) - len(name.lstrip("."))
+    if not dots:
+        return name
+    package = module.split(".")[: max(0, module.count(".") + 1 - dots)]
+    return ".".join([*package, name[dots:]])
+
+
+def definition_name(rule: StepContextRule, func: cst.FunctionDef) -> str:
+    """`module.Class.method` / `module.function` of a definition in this module."""
+    parts = [func.name.value]
+    for anc in rule.ancestors(func):
+        if isinstance(anc, (cst.ClassDef, cst.FunctionDef)):
+            parts.append(anc.name.value)
+    module = rule.analysis.module_name
+    return ".".join(([module] if module else []) + parts[::-1])
+
+
+def classes_of(rule: StepContextRule, value: cst.CSTNode) -> set[str]:
+    """The tree's classes `value` is an instance of, when every value it can hold is built by one:
+    `NativeScaler()`, a local assigned `NativeScaler()`, `self.trainer` assigned `Trainer(...)` in the class,
+    a parameter that every caller in the tree passes such an instance."""
+    project = rule.analysis.project
+    if project is None:
+        return set()
+    if isinstance(value, cst.Call):
+        return {r for r in map(project.resolve, absolute_names(rule, value.func)) if r is not None}
+    values: list[cst.BaseExpression] = []
+    if isinstance(value, cst.Name):
+        func = rule.enclosing_function(value)
+        if func is not None and value.value in rule.scope(func).params and value.value not in rule.scope(func).assigns:
+            klass = project.class_of_param(definition_name(rule, func), value.value)
+            return {klass} if klass else set()
+        values = rule.assigned_values(value)
+    elif isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self":
+        cls = rule.enclosing_class(value)
+        if cls is None:
+            return set()
+        key = code_of(value)
+        for assign in rule.nodes_in(cls).assigns:
+            if isinstance(assign, cst.Assign) and any(code_of(t.target) == key for t in assign.targets):
+                values.append(assign.value)
+    if not values or not all(isinstance(v, cst.Call) for v in values):
+        return set()
+    found = [classes_of(rule, v) for v in values]
+    return set.union(*found) if all(found) else set()
+
+
+def project_step(rule: StepContextRule, call: cst.Call) -> bool:
+    """Does `call` run one of the tree's stepping callables: `train_step(...)`, `scaler(...)` (an instance of
+    a class whose `__call__` steps), `self.trainer.optimize(opt)`?"""
+    project = rule.analysis.project
+    if project is None or not project.steppers:
+        return False
+    names = {project.resolve(n) for n in absolute_names(rule, call.func)}
+    if names & project.steppers:
+        return True
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        receiver, method = func.value, func.attr.value
+    else:
+        receiver, method = func, "__call__"
+    if isinstance(receiver, cst.Name) and receiver.value == "self":
+        return False  # the module's own methods: steps.py follows them
+    return any(f"{klass}.{method}" in project.steppers for klass in classes_of(rule, receiver))
+
+
+UNKNOWN = "?"  # an argument that is not an instance of one known class of the tree
+
+
+def passes(rule: StepContextRule) -> tuple[tuple[str, int | str, str], ...]:
+    """What this module passes to the tree's functions: (function, position or keyword, class) for each
+    argument, the class `UNKNOWN` when the argument is not an instance of one class of the tree."""
+    project = rule.analysis.project
+    if project is None:
+        return ()
+    found = []
+    for call in rule.analysis.nodes.calls:
+        callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
+        if not callees:
+            continue
+        positions = {id(a): i for i, a in enumerate(positional_args(call))}
+        for arg in call.args:
+            if arg.star:
+                continue
+            where: int | str = arg.keyword.value if arg.keyword is not None else positions[id(arg)]
+            classes = {r for r in map(project.resolve, _constructed(rule, arg.value)) if r is not None}
+            klass = next(iter(classes)) if len(classes) == 1 else UNKNOWN
+            found += [(callee, where, klass) for callee in callees]
+    return tuple(found)
+
+
+def _constructed(rule: StepContextRule, value: cst.CSTNode) -> set[str]:
+    """Absolute names of the classes that build `value` (a call, or a name assigned only calls)."""
+    if isinstance(value, cst.Call):
+        return absolute_names(rule, value.func)
+    if isinstance(value, cst.Name):
+        values = rule.assigned_values(value)
+        if values and all(isinstance(v, cst.Call) for v in values):
+            return set.union(*(absolute_names(rule, v.func) for v in values))
+    return set()

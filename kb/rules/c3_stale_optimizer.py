@@ -1,0 +1,353 @@
+"""C3 — stale parameters across functions: the optimizer is built in one function, the model is moved to the
+device in another (`Trainer.__init__` does `self.model = model.to(rank)` with an optimizer built by the
+caller). XLA215 handles the layout where both sit in one block."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ..analysis.devices import analyse, is_cuda_value
+from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners, related
+from ..cst_helpers import (
+    block_of,
+    bound_names,
+    code_of,
+    dotted,
+    find_nodes,
+    keyword_arg,
+    positional_args,
+    statements,
+    string_value,
+    used_names,
+)
+from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+
+OPTIMIZER_PARAM = re.compile(r"((\w+_)?(optimizer|optim|opt)|optimizers)$")
+
+
+@dataclass
+class Mover:
+    """A function (or a class, through its `__init__`) that moves one of its parameters to the device."""
+
+    name: str  # what callers call: the function's or the class's name
+    function: cst.FunctionDef
+    param: str
+    index: int | None  # position among the call's arguments (None: keyword-only)
+    move: cst.Call
+    certain: bool  # the move is a plain statement of the body and its target becomes the XLA device
+    takes_optimizer: bool
+
+
+@dataclass
+class Site:
+    """Where a caller's optimizer takes the parameters of a model that a mover later moves."""
+
+    optimizer: cst.Call
+    owner: str  # the model's name where the optimizer is built
+    blocker: str | None  # why it is not rewritten
+    block: cst.IndentedBlock | cst.Module  # the move goes into this block,
+    anchor: cst.BaseStatement  # right above this statement of it, which builds the optimizer (maybe in a branch)
+
+
+@register
+class OptimizerBeforeCalleeMove(Rule):
+    code = "XLA315"
+    title = "Optimizer built before a called function moves the model trains nothing"
+    category = "C3"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "A function or class `__init__` that moves a parameter to the device (`self.model = model.to(rank)`), "
+        "called with a model whose optimizer the caller built earlier: in the same block, or in a helper that "
+        "returns both (`model, opt = build()`). Where the caller cannot be followed and the function also takes "
+        "an optimizer, the move itself is reported."
+    )
+    why = (
+        "Moving a CPU module to XLA creates new Parameter objects (measured on torch_xla 2.9: `model.to('xla')` "
+        "replaces every parameter; CUDA keeps them). An optimizer built before the move keeps the CPU copies: "
+        "`step()` updates tensors the model no longer uses, the loss stays flat, exit code 0. The fix moves the "
+        "model to `torch_xla.device()` right before the optimizer is built; the later move in the callee is then "
+        "a no-op that keeps the same Parameter objects (measured). Safe: the optimizer holds the parameters that "
+        "train, as on CUDA. Only rewritten when the callee's move is a plain statement to what becomes the XLA "
+        "device and nothing between the optimizer and the move uses the model; otherwise reported."
+    )
+    before = (
+        "import torch\n\n\nclass Trainer:\n    def __init__(self, model, optimizer, rank: int):\n"
+        "        self.model = model.to(rank)\n        self.optimizer = optimizer\n\n\n"
+        "def build():\n    model = Net()\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    return model, optimizer\n\n\n"
+        "def main(rank):\n    model, optimizer = build()\n    Trainer(model, optimizer, rank)\n"
+    )
+    after = (
+        "import torch\nimport torch_xla\n\n\nclass Trainer:\n    def __init__(self, model, optimizer, rank: int):\n"
+        "        self.model = model.to(rank)\n        self.optimizer = optimizer\n\n\n"
+        "def build():\n    model = Net()\n    model.to(torch_xla.device())\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    return model, optimizer\n\n\n"
+        "def main(rank):\n    model, optimizer = build()\n    Trainer(model, optimizer, rank)\n"
+    )
+    message = "optimizer built before a called function moves the model to the device: it updates stale CPU parameters"
+    symptoms = ("loss does not decrease on TPU", "stale optimizer params")
+    references = ("xla-device-facts: model.to('xla') replaces the Parameter objects", "pytorch/xla #3675")
+    valid = (
+        "import torch\nclass T:\n    def __init__(self, model, opt):\n        self.model = model.to('cuda')\n"
+        "def main():\n    model = Net().to('cuda')\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    T(model, opt)\n",
+        "import torch\nclass T:\n    def __init__(self, model, lr):\n        self.model = model.to('cuda')\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=lr)\n"
+        "def main():\n    T(Net(), 0.1)\n",
+    )
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.module = node
+        self.int_devices = {id(n) for n in analyse(node).facts.int_devices}
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        movers = self._movers()
+        if not movers:
+            return
+        unresolved: dict[int, Mover] = {}
+        for call in self.analysis.nodes.calls:
+            mover = movers.get(dotted(call.func) or "")
+            if mover is None:
+                continue
+            site = self._site(call, mover)
+            if site is None:
+                unresolved[id(mover)] = mover
+            elif site is not False:
+                self._report(site, mover)
+        called = {dotted(c.func) for c in self.analysis.nodes.calls}
+        for mover in movers.values():
+            if mover.takes_optimizer and (id(mover) in unresolved or mover.name not in called):
+                self.report(
+                    mover.move,
+                    f"`{mover.param}` moves to the device here, after the caller may have built the optimizer it "
+                    "passes in from its parameters: on XLA that optimizer keeps stale CPU parameters. Move the "
+                    "model before the optimizer is built, or build the optimizer after this move",
+                    fix="manual",
+                )
+
+    # --- functions that move a parameter ------------------------------------------------------------
+    def _movers(self) -> dict[str, Mover]:
+        movers: dict[str, Mover] = {}
+        for function in self.analysis.nodes.functions:
+            if not isinstance(function, cst.FunctionDef):
+                continue
+            name, offset = self._callable_name(function)
+            if name is None:
+                continue
+            params = [p.name.value for p in function.params.params]
+            keyword_only = [p.name.value for p in function.params.kwonly_params]
+            takes_optimizer = any(
+                OPTIMIZER_PARAM.match(p.name.value)
+                or (p.annotation is not None and "Optimizer" in code_of(p.annotation.annotation))
+                for p in (*function.params.params, *function.params.kwonly_params)
+            )
+            body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+            for k, stmt in enumerate(body):
+                for call in find_nodes(stmt, cst.Call, enter_root=False):
+                    moved = moved_module(self, call)
+                    if moved not in params[offset:] and moved not in keyword_only:
+                        continue
+                    if any(moved in bound_names(s) for s in body[:k]):
+                        continue  # the parameter was replaced first: the caller's model is not the one moved
+                    certain = isinstance(stmt, cst.SimpleStatementLine) and self._becomes_xla(call)
+                    index = params.index(moved) - offset if moved in params else None
+                    movers.setdefault(name, Mover(name, function, moved, index, call, certain, takes_optimizer))
+        return movers
+
+    def _callable_name(self, function: cst.FunctionDef) -> tuple[str | None, int]:
+        """(`f`, 0) for a module-level function, (`Trainer`, 1) for `Trainer.__init__`, (None, 0) otherwise."""
+        block = self.parent(function)
+        owner = self.parent(block) if block is not None else None
+        if isinstance(block, cst.Module):
+            return function.name.value, 0
+        if isinstance(owner, cst.ClassDef) and function.name.value == "__init__":
+            return owner.name.value, 1
+        return None, 0
+
+    def _becomes_xla(self, move: cst.Call) -> bool:
+        """Is the move's target the XLA device after migration (a CUDA device, an int rank, `torch_xla.device()`,
+        `'xla'`)? A device in a variable may be anything the user configures."""
+        if move.func.attr.value == "cuda":
+            return not move.args
+        args = positional_args(move)
+        target = args[0].value if args else keyword_arg(move, "device").value
+        text = string_value(target)
+        if text is not None:
+            return text.split(":")[0] in ("cuda", "xla")
+        if isinstance(target, cst.Integer) or id(target) in self.int_devices or is_cuda_value(target):
+            return True
+        if not isinstance(target, cst.Call):
+            return False
+        names = self.qualified_names(target.func)
+        if "torch.device" in names and positional_args(target):
+            return (string_value(positional_args(target)[0].value) or "").split(":")[0] in ("cuda", "xla")
+        return "torch_xla.device" in names
+
+    # --- where the caller built the optimizer ----------------------------------------------------------
+    def _site(self, call: cst.Call, mover: Mover) -> Site | bool | None:
+        """The optimizer site for this call; False when the model cannot be stale here; None when unknown."""
+        argument = self._argument(call, mover)
+        stmt = self.statement_of(call)
+        block = block_of(self, stmt) if stmt is not None else None
+        if argument is None or block is None:
+            return None
+        model = dotted(argument)
+        if model is None:
+            return False  # `Trainer(Net(), ...)`: built right there, no optimizer can hold it yet
+        index = next(k for k, s in enumerate(block.body) if s is stmt)
+        for k in range(index - 1, -1, -1):
+            earlier = block.body[k]
+            if self._moves(earlier, model):
+                return False
+            optimizers = self._optimizers_of(earlier, model)
+            if optimizers:
+                if self._on_device(block.body[:k], model):
+                    return False
+                between = block.body[k + 1 : index]
+                return Site(optimizers[0], model, self._blocker(mover, model, between), block, earlier)
+            if model in bound_names(earlier):
+                return self._built_in_helper(earlier, model, mover, block.body[k + 1 : index])
+        return None
+
+    def _argument(self, call: cst.Call, mover: Mover) -> cst.BaseExpression | None:
+        given = keyword_arg(call, mover.param)
+        if given is not None:
+            return given.value
+        args = positional_args(call)
+        if mover.index is None or any(a.star for a in call.args) or mover.index >= len(args):
+            return None
+        return args[mover.index].value
+
+    def _built_in_helper(self, stmt: cst.CSTNode, model: str, mover: Mover, between) -> Site | bool | None:
+        """`model, opt = build()`: the optimizer `build` makes from the model it returns."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign)):
+            return None
+        assign = stmt.body[0]
+        if len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
+            return None
+        target = assign.targets[0].target
+        names = [dotted(e.value) for e in target.elements] if isinstance(target, cst.Tuple) else [dotted(target)]
+        helper = self._function(dotted(assign.value.func))
+        if model not in names:
+            return None
+        if helper is None:
+            # `model = Net()`: made here, after no optimizer; `model, opt = elsewhere()`: not followed
+            return None if len(names) > 1 else False
+        returned = self._returned(helper, names.index(model) if len(names) > 1 else None)
+        if returned is None:
+            return None
+        body = helper.body
+        if not isinstance(body, cst.IndentedBlock):
+            return None
+        if self._on_device(body.body, returned):
+            return False  # the helper moves it itself (before the optimizer, or XLA215 reports it)
+        for anchor in body.body:
+            optimizers = self._optimizers_of(anchor, returned)
+            if optimizers:
+                blocker = self._blocker(mover, model, between) or self._used_after(helper, optimizers[0], returned)
+                return Site(optimizers[0], returned, blocker, body, anchor)
+        return False
+
+    def _function(self, name: str | None) -> cst.FunctionDef | None:
+        for function in self.analysis.nodes.functions:
+            if isinstance(function, cst.FunctionDef) and function.name.value == name:
+                if isinstance(self.parent(function), cst.Module):
+                    return function
+        return None
+
+    def _returned(self, helper: cst.FunctionDef, position: int | None) -> str | None:
+        """The name `helper` returns (at `position` of its returned tuple), the same in every `return`."""
+        found = set()
+        for ret in find_nodes(helper.body, cst.Return):
+            value = ret.value
+            if position is None:
+                found.add(dotted(value) if value is not None else None)
+            elif isinstance(value, cst.Tuple) and position < len(value.elements):
+                found.add(dotted(value.elements[position].value))
+            else:
+                return None
+        return found.pop() if len(found) == 1 else None
+
+    def _optimizers_of(self, root: cst.CSTNode, model: str) -> list[cst.Call]:
+        return [
+            c
+            for c in find_nodes(root, cst.Call, enter_root=False)
+            if is_optimizer(self, c) and any(related(o, model) for o in parameter_owners(c))
+        ]
+
+    def _moves(self, stmt: cst.CSTNode, model: str) -> bool:
+        return any(moved_module(self, c) == model for c in find_nodes(stmt, cst.Call, enter_root=False))
+
+    def _on_device(self, stmts, model: str) -> bool:
+        """Do `stmts` move `model`, or make it on the device (`model = Net().to(device)`)?"""
+        for stmt in stmts:
+            if self._moves(stmt, model):
+                return True
+            for assign in find_nodes(stmt, cst.Assign, enter_root=False):
+                value = assign.value
+                made_on_device = (
+                    isinstance(value, cst.Call)
+                    and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value in {"to", "cuda"}
+                    and dotted(value.func.value) is None
+                )
+                if made_on_device and model in bound_names(assign):
+                    return True
+        return False
+
+    def _blocker(self, mover: Mover, model: str, between) -> str | None:
+        if not mover.certain:
+            return f"the move in `{mover.name}` is not a plain statement to the XLA device"
+        for stmt in between:
+            if model in used_names(stmt) or model in bound_names(stmt):
+                return f"`{model}` is used at line {self.position(stmt).start.line}, before the move"
+        return None
+
+    def _used_after(self, helper: cst.FunctionDef, optimizer: cst.Call, model: str) -> str | None:
+        """A use of the model in `helper` after the optimizer, other than handing its parameters to an
+        optimizer or returning it: it would see the model on the XLA device instead of the CPU."""
+        start = self.position(optimizer).end
+        allowed = {id(n) for r in find_nodes(helper.body, cst.Return) for n in find_nodes(r, cst.Name)}
+        for call in find_nodes(helper.body, cst.Call):
+            if is_optimizer(self, call):
+                allowed |= {id(n) for n in find_nodes(call, cst.Name)}
+        for name in find_nodes(helper.body, cst.Name):
+            if name.value != model.split(".")[0] or id(name) in allowed:
+                continue
+            where = self.position(name).start
+            if (where.line, where.column) > (start.line, start.column):
+                return f"`{model}` is used at line {where.line} after the optimizer is built"
+        return None
+
+    # --- report ----------------------------------------------------------------------------------------
+    def _report(self, site: Site, mover: Mover) -> None:
+        line = self.position(mover.move).start.line
+        message = f"optimizer built before the model moves to the device in `{mover.name}` (line {line}): it updates stale CPU parameters"
+        stmt, block = site.anchor, site.block
+        if site.blocker is not None:
+            self.report(
+                site.optimizer,
+                f"{message}; move `{site.owner}` to `{XLA_DEVICE}` before building the optimizer "
+                f"(not rewritten: {site.blocker})",
+                fix="manual",
+            )
+            return
+        (move,) = statements(f"{site.owner}.to({XLA_DEVICE})\n")
+        # blank lines go above the new line, comments stay with the optimizer they describe
+        lines = list(stmt.leading_lines)
+        first_comment = next((k for k, line in enumerate(lines) if line.comment is not None), len(lines))
+        move = move.with_changes(leading_lines=lines[:first_comment])
+        body = list(block.body)
+        at = next(k for k, s in enumerate(body) if s is stmt)
+        body[at : at + 1] = [move, stmt.with_changes(leading_lines=lines[first_comment:])]
+        self.report(
+            site.optimizer,
+            f"{message}; move `{site.owner}` to the device before building the optimizer",
+            replacement=block.with_changes(body=body),
+            target=block,
+            imports=(IMPORT_TORCH_XLA,),
+        )
