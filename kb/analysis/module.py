@@ -143,6 +143,10 @@ class ModuleAnalysis:
             found = self._qualified[node] = self.names().imported(node)
         return found
 
+    def qualified_name_objects(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """libcst's QualifiedNameProvider value for `node` (local names too); prefer `imported_names`."""
+        return self.names().qualified(node)
+
     def _scope_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """libcst's answer from its scope analysis of the whole module (resolved once, on first use)."""
         scope = self.wrapper.resolve(ScopeProvider).get(node)

@@ -142,6 +142,19 @@ class ImportNames:
             return None
         return next((q.name for q in self.fallback(node) if q.source is QualifiedNameSource.BUILTIN), None)
 
+    def qualified(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """libcst's whole QualifiedNameProvider answer for `node`, local names included (those need the fallback
+        unless the name is unbound or bound by imports alone)."""
+        full = self._full_name(node)
+        head = full.partition(".")[0] if full else None
+        if head is None:
+            return set()
+        if head in self.bound and head not in self.simple:
+            return self.fallback(node)
+        found = {QualifiedName(name, QualifiedNameSource.IMPORT) for name in self.imported(node)}
+        builtin = None if found else self.builtin(node)
+        return found | ({QualifiedName(builtin, QualifiedNameSource.BUILTIN)} if builtin else set())
+
     def _assignments(self, node: cst.CSTNode, full: str) -> list[ImportAssignment]:
         """The imports that bind the longest dotted prefix of `full` that `node`'s scopes see, innermost first."""
         scopes = [table for scope in self._scopes(node) if (table := self.tables.get(scope))]

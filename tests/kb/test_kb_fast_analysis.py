@@ -50,6 +50,7 @@ def libcst_reference(source: str) -> list[tuple]:
     analysis = ModuleAnalysis.of(module, wrapper)
     analysis.parents = dict(wrapper.resolve(ParentNodeProvider))
     names = wrapper.resolve(QualifiedNameProvider)
+    analysis.qualified_name_objects = lambda node: _value(names.get(node, set()))
     analysis.imported_names = lambda node: frozenset(_libcst_names(names, node, QualifiedNameSource.IMPORT))
     builtins = {node: _libcst_names(names, node, QualifiedNameSource.BUILTIN) for node in analysis.parents}
     analysis.names = lambda: type(
@@ -99,6 +100,7 @@ def test_every_node_has_libcst_names(path: Path):
     for node in analysis.parents:
         if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
             assert set(analysis.imported_names(node)) == _libcst_names(names, node, QualifiedNameSource.IMPORT)
+            assert set(analysis.qualified_name_objects(node)) == set(_value(names.get(node, set())))
             builtin = analysis.names().builtin(node)
             assert {builtin} - {None} == _libcst_names(names, node, QualifiedNameSource.BUILTIN)
             checked += 1
