@@ -1,6 +1,6 @@
 """Does the code model fix what the rules leave? Rules-only vs model-only vs rules+model, and training throughput.
 
-    .venv/bin/python bench/model.py --model DIR [--limit 24] [--validate 3] [--throughput-steps 4] [--json out.json]
+    .venv/bin/python bench/model.py --model DIR [--limit 24] [--validate 40] [--throughput-steps 4] [--json out.json]
     .venv/bin/python bench/model.py --throughput-only [--base DIR] [--json out.json]
 
 Held-out functions with manual findings (never trained on):
@@ -13,13 +13,16 @@ Each is a file (imports + function). Arms, on the same files:
   model-only   the code model alone on the original function (greedy, bounded);
   rules+model  Pipeline(proposer=model).suggest: rules first, the model on the findings left.
 Columns: manual findings resolved (multiset of kb codes: manual findings of the original no longer
-reported), candidates accepted by the model's checks (parse, one function, same signature), exact
-match with the target function (model-only), pipeline validation (XLA execution check + generated
-tests) on the first `--validate` files where rules+model changed something, latency per function,
-generation tokens/s. Greedy generation is memoized per prompt (the same output either way), so
-rules+model latency leaves out generation where the rules did not change the function first.
+reported), proposals (model-only: candidates accepted by the model's checks — parse, one function,
+same signature, a finding gone; rules+model: rewrites the pipeline kept), validated (of those, the
+share whose file passes the pipeline's validation: XLA execution check + generated differential
+tests; at most `--validate` distinct files are validated), exact (the function equals the
+target function, whitespace aside), median latency per function. Greedy generation is memoized per
+prompt (the same output either way), so rules+model latency leaves out generation where the rules
+did not change the function first.
 Throughput: LoRA training steps of the `cpu` configuration's shape (4x256) on the model's base,
-random tokens, through torch_xla (PJRT_DEVICE=CPU) and eagerly on the CPU, each in a child process.
+random tokens, through torch_xla (PJRT_DEVICE=CPU) and eagerly on the CPU, each in a child process
+(`--throughput-json FILE` reuses an earlier run's numbers instead, and says so in the JSON).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,6 +56,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
 
     from xlaport.model.artifacts import read_meta
     from xlaport.model.prompts import split_target
+    from xlaport.model.proposer import add_imports
     from xlaport.training.dataset import load_dataset
     from xlaport.training.traces import module_text
 
@@ -78,6 +83,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
                     "function": name,
                     "target_function": function,
                     "target_imports": imports,
+                    "target_source": add_imports(module_text(trace.imports, function), imports),
                 }
             )
     for directory in sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []:
@@ -99,8 +105,9 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
                 "origin": "fixture",
                 "source": source,
                 "function": changed[0],
-                "target_function": __import__("textwrap").dedent(target),
+                "target_function": textwrap.dedent(target),
                 "target_imports": added,
+                "target_source": expected,
             }
         )
     return items
@@ -109,6 +116,7 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
 def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens: int | None = None) -> dict:
     from xlaport.kb import lint_source
     from xlaport.model.proposer import load_proposer
+    from xlaport.model.spans import function_sources
     from xlaport.serve.pipeline import Pipeline, SuggestOptions
 
     start = time.perf_counter()
@@ -120,8 +128,22 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
     log(f"{len(items)} held-out functions; model loaded in {load_s:.1f} s")
     rules_pipeline, model_pipeline = Pipeline(proposer=None), Pipeline(proposer=model)
     _memoize_generation(model)
+    verdicts: dict[tuple[str, str], str] = {}  # (original, migrated) -> "status: reason"
+
+    def validated(source: str, migrated: str) -> str | None:
+        """`validate_file` of `migrated` (memoized; at most `validate` distinct files), or None past the limit."""
+        key = (source, migrated)
+        if key not in verdicts:
+            if len(verdicts) >= validate:
+                return None
+            verdicts[key] = validate_file(source, migrated)
+        return verdicts[key]
+
+    def exact(migrated: str, item: dict) -> bool:
+        function = function_sources(migrated).get(item["function"])
+        return function is not None and _normalized(textwrap.dedent(function)) == _normalized(item["target_function"])
+
     rows = []
-    validated_runs = 0
     for n, item in enumerate(items):
         source = item["source"]
         original = lint_source(source)
@@ -132,6 +154,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         patch = rules_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
         row["rules_s"] = time.perf_counter() - t
         row["rules_resolved"] = sum((manual - _manual(lint_source(patch.migrated))).values())
+        row["rules_exact"] = exact(patch.migrated, item)
 
         t = time.perf_counter()
         findings = [f for f in original if not f.fixable]
@@ -141,41 +164,88 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         row["model_reason"] = (
             None if row["model_accepted"] else (candidate.rejected_reason if candidate else "no such function")
         )
+        row["model_raw"] = candidate.raw if candidate else ""  # the edit script, for reading the rejections
         row["model_tokens"] = candidate.new_tokens if candidate else 0
         row["model_gen_s"] = candidate.seconds if candidate else 0.0
         row["model_resolved"] = (
             sum((manual - _manual(lint_source(new_source))).values()) if row["model_accepted"] else 0
         )
-        row["model_exact"] = bool(
-            row["model_accepted"]
-            and _normalized(candidate.code) == _normalized(item["target_function"])
-            and sorted(candidate.imports) == sorted(item["target_imports"])
+        row["model_exact"] = bool(row["model_accepted"] and exact(new_source, item))
+        row["model_imports_exact"] = bool(
+            row["model_exact"] and sorted(candidate.imports) == sorted(item["target_imports"])
         )
+        if row["model_accepted"]:
+            row["model_validation"] = validated(source, new_source)
+            row["target_validation"] = validated(source, item["target_source"])  # the control: the right answer
 
         t = time.perf_counter()
-        do_validate = validated_runs < validate
-        options = SuggestOptions(unsafe_fixes=True, k=0, validate_patch=do_validate, timeout_s=600)
-        both = model_pipeline.suggest(source, "f.py", options)
+        both = model_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
         row["both_s"] = time.perf_counter() - t
         row["both_resolved"] = sum((manual - _manual(lint_source(both.migrated))).values())
+        row["both_exact"] = exact(both.migrated, item)
         row["both_proposals"] = len(both.evidence.rewritten_functions)
         row["both_notes"] = [note for note in both.notes if "code model" in note or "proposal" in note]
-        if do_validate and both.changed:
-            validated_runs += 1
-            row["both_validation"] = both.evidence.status
-            row["both_validation_reason"] = both.evidence.reason
+        if row["both_proposals"]:
+            row["both_validation"] = validated(source, both.migrated)
+            row["target_validation"] = validated(source, item["target_source"])
         rows.append(row)
         log(
             f"[{n + 1}/{len(items)}] {item['name']}: manual {row['manual']}, resolved rules {row['rules_resolved']} "
-            f"model {row['model_resolved']} both {row['both_resolved']}; model {'ok' if row['model_accepted'] else row['model_reason']}"
+            f"model {row['model_resolved']} both {row['both_resolved']}; model "
+            f"{'ok' if row['model_accepted'] else row['model_reason']}"
+            + (
+                f", validation {row.get('both_validation') or row.get('model_validation')}"
+                if row["model_accepted"] or row["both_proposals"]
+                else ""
+            )
         )
     return {
         "model": str(model_dir),
+        "model_meta": {k: v for k, v in (read_meta_of(model_dir)).items() if k != "train"},
         "load_s": round(load_s, 1),
         "max_new_tokens": model.max_new_tokens,
         "rows": rows,
         "summary": summarize(rows),
     }
+
+
+def is_script(source: str) -> bool:
+    """Whether running the file does something: a `__main__` guard or a top-level call."""
+    import ast
+
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            return True
+    return False
+
+
+def validate_file(original: str, migrated: str) -> str:
+    """The pipeline's checks on a migrated file: generated differential tests, and the XLA execution check
+    where the file is a script (a module of definitions does nothing when run, so the execution check would
+    reject even the right answer: "no XLA step was seen"). "status" or "status: reason"."""
+    import tempfile
+
+    from xlaport.serve.checks import run_generated_tests, run_xla_check
+    from xlaport.serve.results import verdict
+
+    with tempfile.TemporaryDirectory(prefix="xlaport-bench-") as tmp:
+        original_path, migrated_path = Path(tmp, "original", "f.py"), Path(tmp, "migrated", "f.py")
+        for target, text in ((original_path, original), (migrated_path, migrated)):
+            target.parent.mkdir(parents=True)
+            target.write_text(text, encoding="utf-8")
+        checks = [run_generated_tests(original_path, migrated_path, Path(tmp, "tests"))]
+        if is_script(migrated):
+            checks.insert(0, run_xla_check(migrated_path, [], 600, 4096))
+    status, reason, _ = verdict(checks)
+    return f"{status}: {reason}" if reason else status
+
+
+def read_meta_of(model_dir: Path) -> dict:
+    from xlaport.model.artifacts import read_meta
+
+    return read_meta(model_dir) or {}
 
 
 def _memoize_generation(model) -> None:
@@ -199,24 +269,26 @@ def summarize(rows: list[dict]) -> dict:
     manual = sum(r["manual"] for r in rows)
     tokens = sum(r["model_tokens"] for r in rows)
     gen_s = sum(r["model_gen_s"] for r in rows)
-    validated = [r for r in rows if "both_validation" in r]
+    arms = ("rules", "model", "both")
 
     def share(count: int, total: int) -> dict:
         return {"count": count, "total": total, "share": round(count / total, 3) if total else None}
 
+    def validation(key: str) -> dict:
+        runs = [r[key] for r in rows if r.get(key)]
+        passed = sum(run == "validated" for run in runs)
+        return {**share(passed, len(runs)), "statuses": dict(Counter(run.split(":")[0] for run in runs))}
+
     return {
         "functions": len(rows),
         "manual_findings": manual,
-        "resolved": {arm: share(sum(r[f"{arm}_resolved"] for r in rows), manual) for arm in ("rules", "model", "both")},
+        "resolved": {arm: share(sum(r[f"{arm}_resolved"] for r in rows), manual) for arm in arms},
+        "exact": {arm: share(sum(r[f"{arm}_exact"] for r in rows), len(rows)) for arm in arms},
         "model_accepted": share(sum(r["model_accepted"] for r in rows), len(rows)),
-        "model_exact": share(sum(r["model_exact"] for r in rows), len(rows)),
         "rules_model_proposals": sum(r["both_proposals"] for r in rows),
-        "validation": dict(Counter(r["both_validation"] for r in validated)),
-        "median_s": {
-            arm: round(statistics.median(r[f"{arm}_s"] for r in rows), 2) for arm in ("rules", "model", "both")
-        }
-        if rows
-        else {},
+        "validated": {arm: validation(f"{arm}_validation") for arm in ("model", "both", "target")},
+        "median_s": {arm: round(statistics.median(r[f"{arm}_s"] for r in rows), 2) for arm in arms} if rows else {},
+        "mean_s": {arm: round(statistics.fmean(r[f"{arm}_s"] for r in rows), 2) for arm in arms} if rows else {},
         "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
         "rejections": dict(Counter((r["model_reason"] or "")[:50] for r in rows if not r["model_accepted"])),
     }
@@ -277,8 +349,8 @@ def training_record(model_dir: Path) -> dict:
 
     meta = read_meta(model_dir) or {}
     train = meta.get("train") or {}
-    if not train:
-        return {}
+    if "steady_s" not in train:  # no training record, or an adapter exported from a checkpoint mid-run
+        return {"partial": train} if train else {}
     size = get_size(meta.get("size", "cpu"))
     steady_steps = max(1, train["steps"] - train.get("start_step", 0) - train["compile_warmup_steps"])
     step_s = train["steady_s"] / steady_steps
@@ -299,20 +371,35 @@ def training_record(model_dir: Path) -> dict:
 
 
 def table(summary: dict) -> str:
-    res = summary["resolved"]
+    res, exact, val = summary["resolved"], summary["exact"], summary["validated"]
 
     def cell(d: dict) -> str:
         return f"{d['count']}/{d['total']} ({100 * (d['share'] or 0):.0f}%)"
 
     med = summary.get("median_s", {})
-    lines = [
-        f"{'arm':<12} {'manual resolved':>18} {'accepted':>14} {'exact':>14} {'median s/fn':>12}",
-        f"{'rules-only':<12} {cell(res['rules']):>18} {'-':>14} {'-':>14} {med.get('rules', 0):>12}",
-        f"{'model-only':<12} {cell(res['model']):>18} {cell(summary['model_accepted']):>14} {cell(summary['model_exact']):>14} {med.get('model', 0):>12}",
-        f"{'rules+model':<12} {cell(res['both']):>18} {summary['rules_model_proposals']:>14} {'-':>14} {med.get('both', 0):>12}",
-        f"validation of rules+model patches: {summary['validation'] or 'none run'}",
-        f"generation: {summary['generation_tokens_per_s']} tokens/s; rejections: {summary['rejections']}",
+    rows = [
+        ("rules-only", cell(res["rules"]), "-", "-", cell(exact["rules"]), med.get("rules", 0)),
+        (
+            "model-only",
+            cell(res["model"]),
+            cell(summary["model_accepted"]),
+            cell(val["model"]),
+            cell(exact["model"]),
+            med.get("model", 0),
+        ),
+        (
+            "rules+model",
+            cell(res["both"]),
+            str(summary["rules_model_proposals"]),
+            cell(val["both"]),
+            cell(exact["both"]),
+            med.get("both", 0),
+        ),
     ]
+    header = ("arm", "manual resolved", "proposals", "validated", "exact", "median s/fn")
+    lines = [f"{header[0]:<12} " + " ".join(f"{h:>16}" for h in header[1:])]
+    lines += [f"{r[0]:<12} " + " ".join(f"{c:>16}" for c in r[1:]) for r in rows]
+    lines.append(f"generation: {summary['generation_tokens_per_s']} tokens/s; rejections: {summary['rejections']}")
     return "\n".join(lines)
 
 
@@ -320,10 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, help="LoRA model directory (default: the newest)")
     parser.add_argument("--limit", type=int, default=24, help="test-split functions (the fixtures come on top)")
-    parser.add_argument("--validate", type=int, default=3, help="rules+model patches to validate")
+    parser.add_argument("--validate", type=int, default=40, help="most distinct patched files to validate")
     parser.add_argument("--throughput-steps", type=int, default=4, help="0 skips the throughput runs")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--max-new-tokens", type=int, help="generation bound (default: the model's own)")
+    parser.add_argument("--throughput-json", type=Path, help="reuse the throughput of an earlier run's JSON")
     parser.add_argument("--throughput-only", action="store_true", help="only the training throughput runs")
     parser.add_argument("--throughput-child", choices=["xla", "eager"], help=argparse.SUPPRESS)
     parser.add_argument("--base", help="base model directory for --throughput-only (default: SmolLM2-135M)")
@@ -348,11 +436,17 @@ def main(argv: list[str] | None = None) -> int:
         if model_dir is None:
             raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
         results = {"quality": run_quality(model_dir, args.limit, args.validate, log, args.max_new_tokens)}
+        if args.json:  # the quality run is the slow part: keep it even if what follows fails
+            args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
         results["training"] = training_record(model_dir)
-        if args.throughput_steps:
+        if args.throughput_json:
+            earlier = json.loads(args.throughput_json.read_text(encoding="utf-8"))
+            results["throughput"] = earlier["throughput"]
+            results["throughput_source"] = str(args.throughput_json)
+        elif args.throughput_steps:
             results["throughput"] = throughput(str(base_model_of(model_dir)), args.throughput_steps, log)
         print(table(results["quality"]["summary"]))
-    if results.get("training"):
+    if results.get("training", {}).get("wall_s"):
         tr = results["training"]
         print(
             f"training ({tr['size']}, {tr['steps']} steps): {tr['wall_s']} s wall, {tr['steady_step_s']} s/step steady, "

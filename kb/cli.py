@@ -13,11 +13,19 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from xlaport.cliutil import LintFormat, OutputFormat, fail_usage, split_codes
+from xlaport.cliutil import (
+    IgnoreOption,
+    LintFormat,
+    OutputFormat,
+    SelectOption,
+    UnsafeFixesOption,
+    fail_usage,
+    split_codes,
+)
 from xlaport.files import (
     DirtyTree,
     WriteFailed,
@@ -27,6 +35,9 @@ from xlaport.files import (
     keep_backup,
     remove_stale_temporaries,
 )
+
+if TYPE_CHECKING:
+    from .analysis.project import ProjectSteps
 
 
 def _rules(select: list[str] | None, ignore: list[str] | None = None):
@@ -48,6 +59,20 @@ def _files(paths: list[Path]) -> list[Path]:
         fail_usage(str(exc))
 
 
+def _projects(paths: list[Path], files: list[Path]) -> dict[Path, ProjectSteps]:
+    """The tree summary (kb/analysis/project.py) of each folder given, for the Python files under it: a loop
+    there that calls another module's stepping helper gets its barrier, as in `xlaport migrate`."""
+    from .batch import summarize_project
+
+    found: dict[Path, ProjectSteps] = {}
+    for folder in (p for p in paths if p.is_dir()):
+        inside = [f for f in files if f.suffix == ".py" and folder in f.parents and f not in found]
+        if inside:
+            project = summarize_project(folder, [f.relative_to(folder) for f in inside], named_from=folder)
+            found.update(dict.fromkeys(inside, project))
+    return found
+
+
 def _report_errors(results) -> int:
     errors = [r.error for r in results if r.error]
     for error in errors:
@@ -57,8 +82,8 @@ def _report_errors(results) -> int:
 
 def lint(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to check.")],
-    select: Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
@@ -66,7 +91,9 @@ def lint(
     from .report_formats import as_json, as_sarif, as_text
 
     rules = _rules(select, ignore)
-    results = [lint_file(p, rules) for p in _files(paths)]
+    files = _files(paths)
+    projects = _projects(paths, files)
+    results = [lint_file(p, rules, project=projects.get(p)) for p in files]
     findings = [f for r in results for f in r.findings]
     if format is LintFormat.json:
         typer.echo(as_json(findings))
@@ -88,11 +115,9 @@ def lint(
 def fix(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to rewrite in place.")],
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
-    unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
-    ] = False,
-    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories.")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    unsafe_fixes: UnsafeFixesOption = False,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,
@@ -102,7 +127,8 @@ def fix(
 
     rules = _rules(select, ignore)
     files = _files(paths)
-    results = [fix_file(p, rules, unsafe=unsafe_fixes) for p in files]
+    projects = _projects(paths, files)
+    results = [fix_file(p, rules, unsafe=unsafe_fixes, project=projects.get(p)) for p in files]
     changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
     if diff:
         for path, r in changed:

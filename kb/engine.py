@@ -19,7 +19,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis, children_of
-from .analysis.project import ProjectSteps, module_name
+from .analysis.project import ProjectSteps
 from .imports import remove_imports_made_unused
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -236,7 +236,7 @@ def run_rules(
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     analysis = ModuleAnalysis.of(module, wrapper)
     if project is not None and path is not None:
-        analysis.project, analysis.module_name = project, module_name(path)
+        analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
         visitor.analysis = analysis
     if any(visitor.get_inherited_dependencies() for visitor in visitors):

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from xlaport.eval import testgen
 from xlaport.eval.check import run_check
-from xlaport.eval.verify import VerifyReport, verify_tree
+from xlaport.eval.verify.api import verify_tree
+from xlaport.eval.verify.report import VerifyReport
 
-from .results import CheckRun
+from .results import CheckRun, VerifyOutcome
 
 
 def parse_command(command: str) -> tuple[str, list[str]]:
@@ -113,3 +114,15 @@ def _first_lines(message: str, lines: int = 2, limit: int = 400) -> str:
     """The head of a failure message (what differed, and how), on one line."""
     head = " / ".join(line.strip() for line in message.strip().splitlines()[:lines] if line.strip())
     return (head[: limit - 1] + "…" if len(head) > limit else head) or "failed"
+
+
+def verify_outcome(report: VerifyReport, command: str) -> VerifyOutcome:
+    """A VerifyReport as the pipeline's result."""
+    return VerifyOutcome(
+        command=command,
+        status=report.status,
+        level=report.level,
+        exit_code=report.exit_code,
+        reasons=list(report.reasons),
+        report=report.to_dict(),
+    )

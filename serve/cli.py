@@ -15,7 +15,15 @@ from typing import Annotated
 
 import typer
 
-from xlaport.cliutil import EXIT_FAILED, OutputFormat, fail_usage, split_codes
+from xlaport.cliutil import (
+    EXIT_FAILED,
+    IgnoreOption,
+    OutputFormat,
+    SelectOption,
+    UnsafeFixesOption,
+    fail_usage,
+    split_codes,
+)
 
 
 class Transport(StrEnum):
@@ -28,9 +36,7 @@ def migrate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Where the migrated copy (and the reports) are written.")
     ] = None,
-    unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")
-    ] = False,
+    unsafe_fixes: UnsafeFixesOption = False,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a non-empty destination; with --in-place: rewrite dirty files.")
     ] = False,
@@ -59,15 +65,15 @@ def migrate(
         bool,
         typer.Option("--in-place", help="Rewrite SRC itself (refuses a dirty git tree; reports go to SRC/.xlaport)."),
     ] = False,
-    select: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories (C1..C7).")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")] = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
 ) -> None:
     """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
 
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
 
-    from xlaport.eval.verify_cli import render_text as render_verify_text
+    from xlaport.eval.verify.cli import render_text as render_verify_text
 
     from xlaport.files import DirtyTree, WriteFailed
 
@@ -167,9 +173,7 @@ def suggest(
     validate: Annotated[
         bool, typer.Option("--validate", help="Run the XLA execution check and generated tests on the result.")
     ] = False,
-    unsafe_fixes: Annotated[
-        bool, typer.Option("--unsafe-fixes", help="Also apply rule fixes that may change behaviour.")
-    ] = False,
+    unsafe_fixes: UnsafeFixesOption = False,
     args: Annotated[
         list[str] | None, typer.Option("--arg", help="An argument of FILE for the execution check (repeatable).")
     ] = None,

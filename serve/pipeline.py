@@ -42,7 +42,7 @@ from xlaport.files import WriteFailed, in_place_backups
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
-from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check
+from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check, verify_outcome
 from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
@@ -145,20 +145,35 @@ class Pipeline:
         except RecursionError:  # kb's parse limits should prevent it; every front gets the reason if not
             raise SourceError("cannot parse: nested too deeply to analyse safely") from None
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
-        evidence = Evidence(
-            codes_applied=[f.code for f in fixed.applied],
-            codes_left=[m.finding.code for m in manual],
-            rewritten_functions=[p.function_name for p in proposals],
-            model=proposals[0].model if proposals else None,
-        )
-        if migrated == source:
-            evidence.reason = "nothing to validate: no changes"
-        elif not options.validate_patch:
-            evidence.reason = "validation was not requested"
-        elif not may_execute:
-            evidence.reason = "validation not allowed: running submitted code needs the server's token"
-        else:
-            evidence = self.validate_file(source, migrated, name, options, evidence)
+
+        def evidence_of(text: str, left: list[ManualItem], rewrites: list[Proposal]) -> Evidence:
+            evidence = Evidence(
+                codes_applied=[f.code for f in fixed.applied],
+                codes_left=[m.finding.code for m in left],
+                rewritten_functions=[p.function_name for p in rewrites],
+                model=rewrites[0].model if rewrites else None,
+            )
+            if text == source:
+                evidence.reason = "nothing to validate: no changes"
+            elif not options.validate_patch:
+                evidence.reason = "validation was not requested"
+            elif not may_execute:
+                evidence.reason = "validation not allowed: running submitted code needs the server's token"
+            else:
+                evidence = self.validate_file(source, text, name, options, evidence)
+            return evidence
+
+        evidence = evidence_of(migrated, manual, proposals)
+        if proposals and evidence.status == "rejected":
+            # the model's rewrites must never cost the rules' work: the rules' patch alone, if it fares better
+            rules_manual = self.manual_items(fixed.fixed, fixed.remaining, options.k)
+            rules_evidence = evidence_of(fixed.fixed, rules_manual, [])
+            if rules_evidence.status != "rejected":
+                notes.append(
+                    f"code model {evidence.model}: rewrite of {', '.join(evidence.rewritten_functions)} dropped, "
+                    f"validation rejected it ({evidence.reason}); the rules' patch alone is kept"
+                )
+                migrated, manual, evidence = fixed.fixed, rules_manual, rules_evidence
         return Patch(
             path=name,
             changed=migrated != source,
@@ -486,18 +501,6 @@ class Pipeline:
         return Validation(
             command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason
         )
-
-
-def verify_outcome(report, command: str) -> VerifyOutcome:
-    """A VerifyReport as the pipeline's result."""
-    return VerifyOutcome(
-        command=command,
-        status=report.status,
-        level=report.level,
-        exit_code=report.exit_code,
-        reasons=list(report.reasons),
-        report=report.to_dict(),
-    )
 
 
 _DEFAULT: Pipeline | None = None

@@ -1,5 +1,5 @@
 """The reports of a migration: JSON (everything), Markdown and a self-contained HTML page, plus verify's
-HTML and JSON (rendered by xlaport.eval.verify_report) beside them. Both HTML pages are built with
+HTML and JSON (rendered by xlaport.eval.verify.page) beside them. Both HTML pages are built with
 xlaport/htmlpage.py, the one HTML renderer.
 
 Both human forms show, per file, the diff, the findings left for a human with the kb entries retrieved
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlaport.eval.verify import VerifyReport
-from xlaport.eval.verify_report import write_report as write_verify_report
+from xlaport.eval.verify.page import write_report as write_verify_report
+from xlaport.eval.verify.report import VerifyReport
 
 from xlaport.files import atomic_write
 from xlaport.htmlpage import bullets, diff_block, esc, page

@@ -127,7 +127,9 @@ class VerifyOutcome(BaseModel):
     level: str
     exit_code: int
     reasons: list[str] = []
-    report: dict[str, Any] = Field({}, description="Everything verify measured (xlaport.eval.verify.VerifyReport).")
+    report: dict[str, Any] = Field(
+        {}, description="Everything verify measured (xlaport.eval.verify.report.VerifyReport)."
+    )
     reports: dict[str, str] = Field({}, description="Where its HTML and JSON were written, if anywhere.")
 
     def to_dict(self) -> dict[str, Any]:

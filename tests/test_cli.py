@@ -156,3 +156,19 @@ def test_the_command_line_loads_no_heavy_module_before_a_command_runs():
     loaded = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True).replace("'", '"'))
     assert not {"libcst", "torch", "torch_xla", "numpy", "pydantic", "matplotlib"} & set(loaded)
     assert "kb" in [group.name for group in app.registered_groups]  # kb/cli.py mounted its group
+
+
+def test_lint_and_fix_of_a_folder_see_steps_in_other_modules(tmp_path: Path):
+    # the folder is analysed as one tree, as `migrate` does: the batch loop whose step runs in another module's
+    # object gets its barrier; the same file linted alone gets a manual finding instead
+    import shutil
+
+    src = tmp_path / "proj"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "project" / "trainer_member" / "input", src)
+    loop = src / "diffusion" / "train_loop.py"
+    folder = run("lint", str(src), "--select", "XLA406", "--format", "json")
+    assert [(f["line"], f["fix"]) for f in json.loads(folder.stdout)] == [(20, "safe")]
+    alone = run("lint", str(loop), "--select", "XLA406", "--format", "json")
+    assert [(f["line"], f["fix"]) for f in json.loads(alone.stdout)] == [(27, "manual")]
+    diff = run("fix", "--diff", str(src), "--select", "XLA406")
+    assert diff.stdout.count("+            torch_xla.sync()") == 1

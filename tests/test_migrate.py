@@ -234,7 +234,7 @@ def test_migrated_example_entry_script_passes_the_execution_check(tmp_path, pipe
 
 
 def _verify_report(command: list[str]):
-    from xlaport.eval.verify import VerifyReport
+    from xlaport.eval.verify.report import VerifyReport
 
     check = {"level": "L2", "reasons": [], "steps": 4}
     return VerifyReport(

@@ -117,6 +117,24 @@ def test_a_proposal_that_fixes_findings_is_applied_and_recorded():
     assert patch.evidence.status == "unvalidated"  # a model's rewrite is never presented as validated unchecked
 
 
+def test_a_proposal_that_fails_validation_gives_way_to_the_rules_patch(monkeypatch):
+    from xlaport.serve.results import with_verdict
+
+    def validate_file(self, original, migrated, name, options, evidence):
+        ok = "return 0" not in migrated  # only the model's rewrite fails its checks
+        check = CheckRun(name="generated_tests", passed=ok, reasons=[] if ok else ["peak: 0 != 7"])
+        return with_verdict(evidence, [check])
+
+    monkeypatch.setattr(Pipeline, "validate_file", validate_file)
+    options = SuggestOptions(k=0, validate_patch=True)
+    patch = Pipeline(proposer=ZeroPeak()).suggest(CUDA_SOURCE, "a.py", options)
+    assert patch.evidence.status == "validated" and patch.evidence.rewritten_functions == []
+    assert patch.evidence.model is None and "return 0" not in patch.migrated
+    assert "model.to(torch_xla.device())" in patch.migrated
+    assert [m.finding.code for m in patch.manual] == ["XLA601"]
+    assert any("rewrite of peak dropped" in n and "peak: 0 != 7" in n for n in patch.notes), patch.notes
+
+
 @pytest.mark.parametrize(
     ("proposer", "note"),
     [

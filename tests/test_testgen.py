@@ -22,7 +22,7 @@ from xlaport.eval.testgen import (
     run_generated_tests,
 )
 from xlaport.eval.testgen.generate import _write
-from xlaport.eval.testgen.worker.probe import probe_module
+from xlaport.eval.testgen.worker.probe import probe_function, probe_module
 
 from xlaport.cli import app
 
@@ -171,6 +171,24 @@ def test_probe_synthesizes_module_inputs_from_the_first_layer():
         ("randint", 50, [2, 8]),
         ("randint", 3, [2, 8]),
     ]
+
+
+def test_probe_says_which_call_on_synthesized_inputs_raised():
+    def needs_a_pair(x):
+        raise ValueError("wants a pair")
+
+    class Picky(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("wrong shape")
+
+    assert probe_function(needs_a_pair) == {
+        "reason": "calling it with synthesized inputs (randn(4, 8)) raised ValueError: wants a pair "
+        "(record a real run with --record)"
+    }
+    assert probe_module(Picky, 0) == {
+        "reason": "forward(randn(4, 8)) on synthesized inputs raised RuntimeError: wrong shape "
+        "(record a real run with --record)"
+    }
 
 
 def test_shim_maps_cuda_to_the_cpu_in_process():

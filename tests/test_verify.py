@@ -1,5 +1,5 @@
-"""`xlaport verify`: curve capture and comparison (fast), the level logic (fast), and real runs of planted
-regressions under torch_xla on the CPU device against reference runs of the CUDA originals (slow).
+"""`xlaport verify`: the level logic (fast) and real runs of planted regressions under torch_xla on the CPU
+device against reference runs of the CUDA originals (slow). Curve capture and comparison: test_verify_curves.py.
 
 The programs live in tests/programs/verify_classifier/: `original/` is the CUDA program, `migrated/` its
 correct migration. Every planted regression is `migrated/` with one edit, written out in PLANTED_EDITS.
@@ -14,23 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from test_verify_curves import decaying, series  # the curve builders
 from typer.testing import CliRunner
-from xlaport.eval import curves as cv
-from xlaport.eval.verify import (
-    RunRecord,
-    VerifyConfig,
-    VerifyUsageError,
-    absolute_gates,
-    assess,
-    judge_claim,
-    load_config,
-    reference_from_log,
-    relative_gates,
-    split_command,
-    verify,
-    verify_tree,
-)
-from xlaport.eval.verify_report import render_html, render_plots
+from xlaport.eval.verify import curves as cv
+from xlaport.eval.verify.api import verify, verify_tree
+from xlaport.eval.verify.assess import absolute_gates, assess, judge_claim, relative_gates
+from xlaport.eval.verify.config import VerifyConfig, VerifyUsageError, load_config
+from xlaport.eval.verify.page import render_html, render_plots
+from xlaport.eval.verify.runs import RunRecord, reference_from_log, split_command
 
 from xlaport.cli import app
 
@@ -41,179 +32,6 @@ SPIKE = PROGRAMS / "verify_spike"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 COMMAND = ["python", "train.py", "--steps", "40"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def series(values, name="loss", steps=None) -> cv.Series:
-    return cv.Series(name, list(steps if steps is not None else range(len(values))), [float(v) for v in values])
-
-
-def decaying(n=40, start=2.0, end=0.5, wiggle=0.02, shift=0.0):
-    """A noisy decreasing loss curve; the same wiggle for the same n (both runs see the same batches)."""
-    return [
-        start + (end - start) * i / (n - 1) + wiggle * ((-1) ** i) * (1 + i % 3) + shift * i / (n - 1) for i in range(n)
-    ]
-
-
-# --- capture ------------------------------------------------------------------------------------
-
-
-def test_parse_text_reads_common_log_formats():
-    text = "\n".join(
-        [
-            "step 0 loss 1.5",
-            "step=1 loss=1.25",
-            "Step 2 | Loss: 1.0",
-            "{'loss': 0.75, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.5, 'step': 3}",
-            "{'eval_loss': 0.9, 'eval_accuracy': 0.81, 'eval_runtime': 1.2, 'eval_samples_per_second': 90.0}",
-            '{"loss": 0.5, "step": 4}',
-            "accuracy=0.84",
-            "{'train_runtime': 10.0, 'train_loss': 0.9, 'epoch': 1.0}",
-            "step 5 loss nan",
-        ]
-    )
-    curves = cv.parse_text(text)
-    assert curves.loss.steps == [0, 1, 2, 3, 4, 5]
-    assert curves.loss.values[:5] == [1.5, 1.25, 1.0, 0.75, 0.5]
-    assert str(curves.loss.values[5]) == "nan"
-    assert curves.metrics["eval_accuracy"].values == [0.81]
-    assert curves.metrics["eval_loss"].values == [0.9]
-    assert curves.metrics["accuracy"].values == [0.84]
-    assert not any("runtime" in n or "per_second" in n or n == "train_loss" for n in curves.metrics)
-
-
-def test_parse_text_with_custom_patterns():
-    text = "it 1 cost 0.5 | top-1 91.0\nit 2 cost 0.4 | top-1 92.5\n"
-    curves = cv.parse_text(text, loss_pattern=r"cost (?P<value>[\d.]+)", metric_pattern=r"top-1 (?P<value>[\d.]+)")
-    assert curves.loss.values == [0.5, 0.4]
-    assert curves.metrics["metric"].values == [91.0, 92.5]
-
-
-def test_parse_log_files(tmp_path):
-    summary = tmp_path / "metrics.json"
-    summary.write_text(
-        json.dumps(
-            {
-                "loss": [2.0, 1.5, 1.0],
-                "evals": [{"step": 2, "val_loss": 1.2}],
-                "val_loss": 1.1,
-                "accuracy": 0.9,
-                "train_seconds": 3.0,
-            }
-        )
-    )
-    curves = cv.parse_log_file(summary)
-    assert curves.loss.values == [2.0, 1.5, 1.0]
-    assert curves.metrics["val_loss"].values == [1.2, 1.1]
-    assert curves.metrics["accuracy"].values == [0.9]
-    assert "train_seconds" not in curves.metrics
-
-    lines = tmp_path / "log.jsonl"
-    lines.write_text('{"step": 10, "loss": 0.5}\n{"step": 20, "loss": 0.4, "eval_f1": 0.7}\n')
-    curves = cv.parse_log_file(lines)
-    assert curves.loss.steps == [10, 20] and curves.metrics["eval_f1"].steps == [20]
-
-    table = tmp_path / "log.csv"
-    table.write_text("step,loss,accuracy\n0,1.0,\n1,0.8,0.6\n")
-    curves = cv.parse_log_file(table)
-    assert curves.loss.values == [1.0, 0.8] and curves.metrics["accuracy"].values == [0.6]
-
-    broken = tmp_path / "broken.json"
-    broken.write_text("{not json")
-    with pytest.raises(ValueError, match="neither JSON nor JSON lines"):
-        cv.parse_log_file(broken)
-
-
-def test_parse_stamps_gives_startup_and_step_time():
-    stamps = "10.0\t#xlaport-start\n" + "".join(f"{12.0 + 0.5 * i}\tstep {i} loss {1.0 / (i + 1)}\n" for i in range(6))
-    stamps += "15.5\tfinal accuracy 0.9\n"
-    stdout, timing = cv.parse_stamps(stamps)
-    assert stdout.splitlines()[0] == "step 0 loss 1.0" and stdout.endswith("final accuracy 0.9")
-    assert timing.startup_s == pytest.approx(2.0)
-    assert timing.step_s == pytest.approx(0.5)
-
-
-# --- comparison ---------------------------------------------------------------------------------
-
-LIMITS = cv.Thresholds()
-
-
-def test_identical_curves_are_the_same():
-    result = cv.compare_loss(series(decaying()), series(decaying()), LIMITS)
-    assert result.verdict == "same" and result.curve_distance == 0.0 and result.curve_spearman == pytest.approx(1.0)
-
-
-def test_lower_loss_is_an_improvement_not_a_failure():
-    result = cv.compare_loss(series(decaying()), series(decaying(shift=-0.3)), LIMITS)
-    assert result.verdict == "better"
-    assert "not a failure" in result.reasons[0]
-
-
-def test_higher_loss_beyond_noise_is_worse_and_names_where_curves_separate():
-    result = cv.compare_loss(series(decaying()), series(decaying(shift=0.4)), LIMITS)
-    assert result.verdict == "worse"
-    assert "higher than the reference" in result.reasons[0]
-    assert result.separates_at_step is not None and 0 < result.separates_at_step < 39
-
-
-def test_higher_loss_within_noise_is_inconclusive():
-    ref = decaying(wiggle=0.0)
-    mig = [v + (0.4 if i % 2 else -0.25) * (i >= 30) for i, v in enumerate(ref)]  # +7.5% on average, very noisy
-    result = cv.compare_loss(series(ref), series(mig), LIMITS)
-    assert result.verdict == "inconclusive", result.reasons
-    assert "run more steps" in result.reasons[0]
-
-
-def test_too_few_steps_is_inconclusive():
-    result = cv.compare_loss(series(decaying(n=8)), series(decaying(n=8, shift=1.0)), LIMITS)
-    assert result.verdict == "inconclusive" and "too few" in result.reasons[0]
-
-
-def test_different_first_loss_is_a_changed_objective_even_when_lower():
-    ref = decaying()
-    mig = [v - 0.3 for v in ref]  # lower everywhere, from the first step on
-    result = cv.compare_loss(series(ref), series(mig), LIMITS)
-    assert result.verdict == "worse" and "different objective" in result.reasons[0]
-
-
-def test_nan_and_exploding_loss_diverge():
-    ref = decaying()
-    nan_run = ref[:10] + [float("nan")] * 30
-    assert cv.compare_loss(series(ref), series(nan_run), LIMITS).verdict == "diverged"
-    exploding = ref[:10] + [v * 10 for v in ref[10:]]
-    result = cv.compare_loss(series(ref), series(exploding), LIMITS)
-    assert result.verdict == "diverged" and "exploded" in result.reasons[0]
-
-
-def test_flat_migrated_curve_fails_on_trend():
-    ref = decaying(start=1.0, end=0.95, wiggle=0.0)  # within 5% at the end, but the reference clearly learns
-    mig = [1.0 + 0.01 * ((-1) ** i) for i in range(40)]
-    result = cv.compare_loss(series(ref), series(mig), LIMITS)
-    assert result.verdict == "worse" and "trends disagree" in result.reasons[-1]
-
-
-def test_metric_direction_and_noise():
-    acc_ref, acc_mig = series([0.5, 0.8, 0.9], "accuracy"), series([0.5, 0.8, 0.95], "accuracy")
-    assert cv.compare_metric(acc_ref, acc_mig, "accuracy", True, LIMITS).verdict == "better"
-    assert cv.compare_metric(acc_mig, acc_ref, "accuracy", True, LIMITS).verdict == "worse"
-    ppl_ref, ppl_mig = series([30, 20, 10], "ppl"), series([30, 20, 12], "ppl")
-    assert not cv.higher_is_better("eval_perplexity") and cv.higher_is_better("eval_accuracy")
-    assert cv.higher_is_better("val_loss", {"val_loss": "higher"})
-    assert cv.compare_metric(ppl_ref, ppl_mig, "ppl", False, LIMITS).verdict == "worse"
-    noisy_ref = series([0.80, 0.90, 0.84, 0.91, 0.83, 0.90, 0.84, 0.90], "accuracy")
-    noisy_mig = series([0.80, 0.90, 0.84, 0.91, 0.83, 0.90, 0.84, 0.87], "accuracy")
-    result = cv.compare_metric(noisy_ref, noisy_mig, "accuracy", True, LIMITS)
-    assert result.verdict == "inconclusive" and "noise" in result.reasons[0]
-    assert cv.compare_metric(noisy_ref, noisy_mig, "accuracy", True, LIMITS, noise=0.001).verdict == "worse"
-    assert cv.compare_metric(noisy_ref, cv.Series("accuracy"), "accuracy", True, LIMITS).verdict == "missing"
-
-
-def test_claims():
-    claim = cv.parse_claim("accuracy>=0.95")
-    assert (claim.name, claim.op, claim.value) == ("accuracy", ">=", 0.95)
-    assert claim.holds(0.95) and not claim.holds(0.9)
-    assert cv.parse_claim("eval_loss < 1.5").holds(1.4)
-    with pytest.raises(ValueError, match="NAME OP NUMBER"):
-        cv.parse_claim("accuracy is high")
 
 
 # --- the level logic, with recorded runs ------------------------------------------------------
@@ -465,7 +283,7 @@ def test_html_report_is_self_contained():
         record("migrated", decaying(shift=0.4), [0.5, 0.7, 0.8]),
     )
     level, reasons, improvements, undecided, loss, metrics, claim, perf = assess(ref, mig, FakeCheck(), config)
-    from xlaport.eval.verify import VerifyReport
+    from xlaport.eval.verify.report import VerifyReport
 
     report = VerifyReport(
         "orig<dir>",

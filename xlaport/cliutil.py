@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # findings, a rejected migration, a failed check
 EXIT_USAGE = 2  # bad arguments or input; nothing was done
+
+
+# the options the commands that fix code share (lint, fix, migrate, suggest): one spelling, one help text
+UnsafeFixesOption = Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")]
+SelectOption = Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")]
+IgnoreOption = Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")]
 
 
 class OutputFormat(StrEnum):

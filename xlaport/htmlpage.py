@@ -1,5 +1,5 @@
 """The one HTML renderer behind xlaport's reports (the migration report in serve/report.py and verify's page in
-eval/verify_report.py): a self-contained page (inline style, no external resources) and the pieces both build
+eval/verify/page.py): a self-contained page (inline style, no external resources) and the pieces both build
 their bodies from. Core, so that eval and serve can both use it.
 """
 

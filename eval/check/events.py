@@ -13,6 +13,8 @@ from .report import RecompileSource, StepStats
 RUNNER = Path(__file__).with_name("runner.py")  # the child's entry point (a script, started by path)
 # the child side's own files: their frames are not the user's
 CHILD_FILES = (str(RUNNER), str(RUNNER.with_name("probe.py")))
+# Appended to a host read's site when torch's GradScaler made it (its inf check before each optimizer step).
+GRAD_SCALER_READ = " (GradScaler.step: inf check)"
 
 
 def read_events(path: Path) -> list[dict]:

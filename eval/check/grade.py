@@ -9,6 +9,7 @@ from pathlib import Path
 from ..sandbox import SandboxResult
 from .events import (
     CHILD_FILES,
+    GRAD_SCALER_READ,
     Compilation,
     ProcessEvents,
     device_choice,
@@ -18,6 +19,14 @@ from .events import (
 )
 from .report import CheckReport, StepStats, op_counts, step_list
 
+# Loss scaling reads its inf check on the host before every step: nothing in torch 2.9 / torch_xla 2.9 does it
+# on the device (torch_xla has no GradScaler; torch's scaler does not use torch_xla's syncfree optimizers).
+GRAD_SCALER_REASON = (
+    "The reads are GradScaler's inf check: loss scaling costs one host sync per step on XLA, and removing it "
+    "changes the numbers, so the default migration keeps it. `xlaport migrate --unsafe-fixes` applies XLA501 "
+    "(bfloat16 autocast) and XLA502 (no GradScaler: bfloat16 needs no loss scaling), which makes the step "
+    "sync-free; check the numerics after"
+)
 TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
 ERROR_LINES = 20
 
@@ -292,7 +301,12 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
             + (", the rest from the CPU fallback ops" if report.fallback_ops else "")
             + ")"
             + (f", .item() mostly at {report.item_sites[0]['location']}" if report.item_sites else "")
-            + "; each one waits for the device. Log with xm.add_step_closure or every N steps"
+            + "; each one waits for the device. "
+            + (
+                GRAD_SCALER_REASON
+                if report.item_sites and report.item_sites[0]["location"].endswith(GRAD_SCALER_READ)
+                else "Log with xm.add_step_closure or every N steps"
+            )
         )
     if report.nan:
         reasons.append("NaN/Inf: " + "; ".join(report.nan_details[:5]))

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 
-from xlaport.eval.check.events import CHILD_FILES
+from xlaport.eval.check.events import CHILD_FILES, GRAD_SCALER_READ
 from xlaport.eval.tied_weights import lost_groups, lost_ties_message, shared_groups
 
 MAX_LISTED = 10
@@ -63,6 +63,15 @@ def _rss_mb() -> float:
 def _user_site(depth: int = 2) -> str | None:
     """`file:line` of the nearest caller outside torch_xla, torch and the check's child side."""
     return _first_user_frame(sys._getframe(depth))
+
+
+def _in_grad_scaler(frame) -> bool:
+    """Is a frame of torch's GradScaler on the stack (the found_inf read of `scaler.step`)?"""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(os.path.join("torch", "amp", "grad_scaler.py")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _first_user_frame(frame) -> str | None:
@@ -233,6 +242,8 @@ class Probe:
             value = original(tensor, *args, **kwargs)
             if tensor.device.type == "xla" and not probe.in_sync:  # closures run inside the sync: not counted
                 site = _user_site()
+                if site is not None and _in_grad_scaler(sys._getframe(1)):
+                    site += GRAD_SCALER_READ
                 probe.item_sites[site] = probe.item_sites.get(site, 0) + 1
                 probe.last_read_site = site
             if isinstance(value, float) and not math.isfinite(value) and len(probe.nonfinite_reads) < MAX_LISTED:

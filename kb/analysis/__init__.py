@@ -6,5 +6,6 @@
 - `context`: `StepContextRule`, adding tensors vs host values, device context and data loaders;
 - `env`: environment variables set in code; `optimizers`: optimizers and the modules moved to a device;
 - `devices`: where device values come from and flow to, and which code only runs with CUDA (guards);
+  `device_facts` what it records (guards, facts), its one walk of the module and the device-expression helpers;
 - `leftovers`: CUDA references that a migration left neither rewritten nor reported.
 """

@@ -92,7 +92,9 @@ class StepContextRule(ScopedRule):
     def _name_is_tensor(self, name: cst.Name, depth: int) -> bool:
         scope_node = self.scope_node(name)
         scope = self.scope(scope_node)
-        if name.value in scope.backward_names or name.value in scope.tensor_params:
+        if name.value in scope.backward_names:
+            return True
+        if name.value in scope.tensor_params and not self._overrides_a_number(name.value, scope_node):
             return True
         guard = (id(scope_node), name.value)
         if guard in self.analysis.tensor_guard:
@@ -102,6 +104,48 @@ class StepContextRule(ScopedRule):
             return any(self.is_tensor(v, depth + 1) for v in self.assigned_values(name))
         finally:
             self.analysis.tensor_guard.discard(guard)
+
+    def _overrides_a_number(self, param: str, func: cst.CSTNode) -> bool:
+        """`p = default(p, self.p)` (or `p or self.p`) in `forward`, where `__init__` sets `self.p` to a number:
+        the parameter is a per-call override of a scalar setting (a dropout probability, a count), not a tensor."""
+        for value in self.scope(func).assigns.get(param, []):
+            for node in self.nodes_in(value).names:
+                if (
+                    isinstance(node, cst.Attribute)
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value == "self"
+                    and self._number_setting(func, node.attr.value)
+                ):
+                    return True
+        return False
+
+    def _number_setting(self, method: cst.CSTNode, attr: str) -> bool:
+        """Does the `__init__` of `method`'s class set `self.<attr>` only to numbers (literals, or parameters
+        whose default is a number)?"""
+        cls = self.enclosing_class(method)
+        init = (
+            next(
+                (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+                None,
+            )
+            if cls is not None
+            else None
+        )
+        if init is None:
+            return False
+        defaults = {p.name.value: p.default for p in init.params.params + init.params.kwonly_params}
+        values = [
+            a.value
+            for a in self.nodes_in(init, False).assigns
+            if isinstance(a, cst.Assign)
+            and len(a.targets) == 1
+            and isinstance(a.targets[0].target, cst.Attribute)
+            and code_of(a.targets[0].target) == f"self.{attr}"
+        ]
+        for i, value in enumerate(values):
+            if isinstance(value, cst.Name) and value.value in defaults:
+                values[i] = defaults[value.value]
+        return bool(values) and all(_is_number(v) for v in values)
 
     def _call_is_tensor(self, call: cst.Call, depth: int) -> bool:
         func = call.func
@@ -286,3 +330,9 @@ class StepContextRule(ScopedRule):
         if all(isinstance(v, cst.Call) and self.is_call_to(v, *DATALOADERS) for v in values):
             return name
         return None
+
+
+def _is_number(node: cst.CSTNode | None) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))

@@ -20,13 +20,12 @@ housekeeping that a TPU host never runs: nothing inside it is rewritten or repor
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import libcst as cst
 
 from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
+from .device_facts import DeviceFacts, DeviceWalker, Guard, argparse_dest, is_cuda_value, key_of
 
-CUDA_STRING = re.compile(r"cuda(:\d+)?$")
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
 AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
@@ -45,94 +44,6 @@ AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.a
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 
 
-# --- small expression helpers --------------------------------------------------------------------
-
-
-def is_cuda_value(node: cst.CSTNode | None) -> bool:
-    """`'cuda'`, `'cuda:1'`, `f'cuda:{rank}'`, `'cuda:{}'.format(i)`, `'cuda:' + str(i)`."""
-    text = string_value(node)
-    if text is not None:
-        return bool(CUDA_STRING.match(text))
-    if isinstance(node, cst.FormattedString):
-        head = node.parts[0] if node.parts else None
-        if all(isinstance(p, cst.FormattedStringText) for p in node.parts):  # f"cuda" without fields
-            return bool(CUDA_STRING.match("".join(p.value for p in node.parts)))
-        return isinstance(head, cst.FormattedStringText) and head.value.startswith("cuda:")
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-        text = string_value(node.func.value)
-        return text is not None and text.startswith("cuda:")
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        text = string_value(node.left)
-        return text is not None and text.startswith("cuda:")
-    return False
-
-
-def key_of(node: cst.CSTNode | None) -> str | None:
-    """The name a value is held under: `device`, `args.device` -> device, `cfg['device']` -> device."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
-    if isinstance(node, cst.Call) and dotted(node.func) == "str" and len(node.args) == 1:
-        return key_of(node.args[0].value)  # str(device)
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
-        index = node.slice[0].slice
-        if isinstance(index, cst.Index):
-            return string_value(index.value)
-    return None
-
-
-def argparse_dest(call: cst.Call) -> str | None:
-    """`add_argument('--dist-backend', ...)` -> dist_backend (or its `dest=`)."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "dest":
-            return string_value(arg.value)
-    flags = [string_value(a.value) for a in call.args if a.keyword is None]
-    longs = [f for f in flags if f and f.startswith("--")]
-    name = longs[0] if longs else next((f for f in flags if f), None)
-    return name.lstrip("-").replace("-", "_") if name else None
-
-
-# --- facts ---------------------------------------------------------------------------------------------
-@dataclass
-class Guard:
-    """A test that holds only with CUDA. `test` is the availability call or the `'cuda'` literal compared;
-    `condition` the whole test expression around it; `regions` the code it protects."""
-
-    test: cst.CSTNode
-    condition: cst.BaseExpression
-    regions: list[cst.CSTNode]
-    flips: bool = False
-    # Not flipped, and what it protects touches CUDA (seeds, cuDNN, pinned copies): dead code on a TPU host.
-    # A guard around plain code (`if device.type == 'cuda': bs = 64`) is not quiet: that choice may matter.
-    quiet: bool = False
-
-
-@dataclass
-class DeviceFacts:
-    device_keys: set[str] = field(default_factory=set)
-    int_keys: set[str] = field(default_factory=set)
-    # CUDA device strings where a device value is made (assignment, default, argparse, dict entry, consumer).
-    string_origins: list[cst.BaseExpression] = field(default_factory=list)
-    # 'nccl' given as a process-group backend (literal, variable, default, argparse).
-    nccl_origins: list[cst.SimpleString] = field(default_factory=list)
-    # Ints used as devices (`.to(rank)`, `torch.device(local_rank)`, `device=args.gpu`): CUDA indices.
-    int_devices: list[cst.BaseExpression] = field(default_factory=list)
-    # `map_location=x` where the name x holds a CUDA or XLA device value: load on the CPU instead (XLA711).
-    map_locations: list[cst.BaseExpression] = field(default_factory=list)
-    accelerator_calls: list[cst.Call] = field(default_factory=list)
-    guards: list[Guard] = field(default_factory=list)
-
-    def dead_regions(self) -> list[cst.CSTNode]:
-        """CUDA-only code a TPU host never runs: what quiet guards protect, and their tests."""
-        out: list[cst.CSTNode] = []
-        for guard in self.guards:
-            if guard.quiet:
-                out.extend(guard.regions)
-                out.append(guard.condition)
-        return out
-
-
 def _boolean_pair(node: cst.IfExp) -> bool | None:
     """True for `True if c else False`, False for `False if c else True`, None for anything else."""
     names = [n.value if isinstance(n, cst.Name) else None for n in (node.body, node.orelse)]
@@ -143,85 +54,11 @@ def _boolean_pair(node: cst.IfExp) -> bool | None:
     return None
 
 
-class _Walker(cst.CSTVisitor):
-    """One pass: parents, imports, and the nodes the analysis looks at."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self.aliases: dict[str, str] = {}
-        self.calls: list[cst.Call] = []
-        self.assigns: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, value)
-        self.params: list[cst.Param] = []
-        self.dict_entries: list[cst.DictElement] = []
-        self.comparisons: list[cst.Comparison] = []
-        self.strings: list[cst.SimpleString] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        for child in node.children:
-            self.parents[child] = node
-        return super().on_visit(node)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = dotted(alias.name)
-            if name is None:
-                continue
-            if alias.asname is not None:
-                self.aliases[dotted(alias.asname.name) or name] = name
-            else:
-                self.aliases[name.split(".")[0]] = name.split(".")[0]
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        module = dotted(node.module) if node.module is not None else None
-        if module is None or node.relative or isinstance(node.names, cst.ImportStar):
-            return
-        for alias in node.names:
-            name = dotted(alias.name)
-            local = dotted(alias.asname.name) if alias.asname is not None else name
-            if name and local:
-                self.aliases[local] = f"{module}.{name}"
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._target(target.target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self._target(node.target, node.value)
-
-    def _target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        if (
-            isinstance(target, cst.Tuple)
-            and isinstance(value, cst.Tuple)
-            and len(target.elements) == len(value.elements)
-        ):
-            for t, v in zip(target.elements, value.elements, strict=True):
-                self._target(t.value, v.value)
-        else:
-            self.assigns.append((target, value))
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self.params.append(node)
-
-    def visit_DictElement(self, node: cst.DictElement) -> None:
-        self.dict_entries.append(node)
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        self.comparisons.append(node)
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        self.strings.append(node)
-
-
 class DeviceAnalysis:
     """Runs once per module (see `analyse`); rules read its `facts`."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.walker = _Walker()
+        self.walker = DeviceWalker()
         module.visit(self.walker)
         self.parents = self.walker.parents
         self.facts = DeviceFacts()
@@ -441,7 +278,10 @@ class DeviceAnalysis:
                 guard.flips = self._has_device_path(guard.condition) or any(
                     self._has_device_path(r) for r in guard.regions
                 )
-                guard.quiet = not guard.flips and any(self.has_cuda_reference(r) for r in guard.regions)
+                guard.quiet = not guard.flips and (
+                    any(self.has_cuda_reference(r) for r in guard.regions)
+                    or (bool(guard.regions) and all(_only_text(r) for r in guard.regions))
+                )
                 self.facts.guards.append(guard)
 
     def _cuda_test_literal(self, comp: cst.Comparison) -> cst.SimpleString | None:
@@ -567,6 +407,33 @@ class DeviceAnalysis:
         return finder.found
 
 
+TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+
+
+def _only_text(region: cst.CSTNode) -> bool:
+    """Does `region` only build text (`log_msg.append('max mem: {memory}')`, `fmt += ' mem'`)? A CUDA guard
+    around it prepares a log line for CUDA hosts: nothing a TPU host needs."""
+    if isinstance(region, cst.Else):
+        region = region.body
+    if not isinstance(region, cst.IndentedBlock):
+        return False
+    for line in region.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        for small in line.body:
+            if isinstance(small, (cst.Assign, cst.AugAssign)):
+                text = isinstance(small.value, TEXT)
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                call = small.value  # `lines.append('...')`
+                text = isinstance(call.func, cst.Attribute) and all(isinstance(a.value, TEXT) for a in call.args)
+                text = text and bool(call.args)
+            else:
+                text = False
+            if not text:
+                return False
+    return True
+
+
 class _DevicePathFinder(cst.CSTVisitor):
     def __init__(self, analysis: DeviceAnalysis) -> None:
         super().__init__()
@@ -654,6 +521,12 @@ def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[c
     finder = _CudaReferenceFinder(analysis)
     root.visit(finder)
     return finder.found + [(n, "int used as a device") for n in analysis.facts.int_devices]
+
+
+def imports_torch_xla(module: cst.Module) -> bool:
+    """Is `module` torch_xla code? A CUDA program that works on GPUs already has, somewhere in its files, what
+    torch_xla idioms replace (a process group, a gradient all-reduce): findings about their absence need this."""
+    return any(m == "torch_xla" or m.startswith("torch_xla.") for m in analyse(module).walker.aliases.values())
 
 
 _CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}

@@ -40,7 +40,7 @@ class ModuleSteps:
     module: str
     steppers: frozenset[str] = frozenset()  # full names
     signatures: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (function, parameter names in order)
-    # (callee as this module names it, absolute; argument position or keyword; class, absolute)
+    # (the tree's function called; argument position or keyword; the tree's class of the argument, or UNKNOWN)
     passes: tuple[tuple[str, int | str, str], ...] = ()
 
 
@@ -50,6 +50,13 @@ class ProjectSteps:
     steppers: frozenset[str] = frozenset()
     # (function, parameter, class): every call of the function in the tree passes an instance of the class there
     param_classes: frozenset[tuple[str, str, str]] = frozenset()
+    # (path, module) where a caller names a module's file by another path than its path from the root
+    # (`xlaport lint DIR` names them `DIR/engine.py`)
+    paths: frozenset[tuple[str, str]] = frozenset()
+
+    def module_of(self, path: str) -> str:
+        """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
+        return next((m for p, m in self.paths if p == path), None) or module_name(path)
 
     @classmethod
     def combine(cls, summaries: list[ModuleSteps]) -> ProjectSteps:
@@ -58,16 +65,15 @@ class ProjectSteps:
         signatures = {name: params for m in summaries for name, params in m.signatures}
         seen: dict[tuple[str, str], set[str]] = {}
         for summary in summaries:
-            for callee, where, klass in summary.passes:
-                function, owner = project.resolve(callee), project.resolve(klass)
-                if function is None or owner is None or function not in signatures:
+            for function, where, owner in summary.passes:
+                if function not in signatures:
                     continue
                 params = signatures[function]
                 if isinstance(where, int):
                     where = params[where] if where < len(params) else None
                 if where in params:
                     seen.setdefault((function, where), set()).add(owner)
-        bound = frozenset((f, p, next(iter(c))) for (f, p), c in seen.items() if len(c) == 1)
+        bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
         return cls(modules=project.modules, steppers=steppers, param_classes=bound)
 
     def resolve(self, name: str) -> str | None:
@@ -167,11 +173,18 @@ def project_step(rule: StepContextRule, call: cst.Call) -> bool:
     return any(f"{klass}.{method}" in project.steppers for klass in classes_of(rule, receiver))
 
 
+UNKNOWN = "?"  # an argument that is not an instance of one known class of the tree
+
+
 def passes(rule: StepContextRule) -> tuple[tuple[str, int | str, str], ...]:
-    """The instances of the tree's classes this module passes to functions: (callee, position or keyword, class)."""
+    """What this module passes to the tree's functions: (function, position or keyword, class) for each
+    argument, the class `UNKNOWN` when the argument is not an instance of one class of the tree."""
+    project = rule.analysis.project
+    if project is None:
+        return ()
     found = []
     for call in rule.analysis.nodes.calls:
-        callees = absolute_names(rule, call.func)
+        callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
         if not callees:
             continue
         positions = {id(a): i for i, a in enumerate(positional_args(call))}
@@ -179,8 +192,9 @@ def passes(rule: StepContextRule) -> tuple[tuple[str, int | str, str], ...]:
             if arg.star:
                 continue
             where: int | str = arg.keyword.value if arg.keyword is not None else positions[id(arg)]
-            for klass in _constructed(rule, arg.value):
-                found += [(callee, where, klass) for callee in callees]
+            classes = {r for r in map(project.resolve, _constructed(rule, arg.value)) if r is not None}
+            klass = next(iter(classes)) if len(classes) == 1 else UNKNOWN
+            found += [(callee, where, klass) for callee in callees]
     return tuple(found)
 
 

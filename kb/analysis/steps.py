@@ -250,9 +250,10 @@ def _climb_from(
     return found, list(helpers.values())
 
 
-def module_steps(rule: StepContextRule) -> ModuleSteps:
+def module_steps(rule: StepContextRule, with_passes: bool = True) -> ModuleSteps:
     """What this module tells the rest of its tree (project.py): its functions, methods and callable classes
-    that run an optimizer step once per call, without a loop or barrier of their own."""
+    that run an optimizer step once per call, without a loop or barrier of their own; its functions'
+    parameters, and (`with_passes`) the instances of classes it passes to functions."""
     _, helpers = _climb(rule)
     signatures = []
     for func in rule.analysis.nodes.functions:
@@ -266,7 +267,7 @@ def module_steps(rule: StepContextRule) -> ModuleSteps:
         module=rule.analysis.module_name or "",
         steppers=frozenset(definition_name(rule, f) for f in helpers),
         signatures=tuple(signatures),
-        passes=passes(rule),
+        passes=passes(rule) if with_passes else (),
     )
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
-from ..analysis.guards import after_cuda_early_return, is_cuda_early_return
+from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return
 from ..analysis.launch import world_size_move
 from ..cst_helpers import (
     code_of,
     expr,
+    find_nodes,
     identifier,
     is_cuda_string,
     keyword_arg,
@@ -66,7 +67,10 @@ class CudaDeviceString(Rule):
     )
     why = (
         "There is no CUDA device on a TPU host: allocation fails with `Found no NVIDIA driver`, "
-        "or, behind a fallback, the code silently runs on the CPU."
+        "or, behind a fallback, the code silently runs on the CPU. torch's own calls get `torch_xla.device()`; "
+        "a `device='cuda'` handed to the program's own functions (or another library's) becomes the string "
+        "`'xla'`, because the callee may treat it as text (`'cuda' in device`, `device.split(':')`), which a "
+        "`torch.device` object breaks (`TypeError: argument of type 'torch.device' is not iterable`, measured)."
     )
     before = "import torch\n\nd = torch.device('cuda:0')\ny = x.to('cuda')\nz = torch.zeros(3, device='cuda')\n"
     after = (
@@ -89,12 +93,29 @@ class CudaDeviceString(Rule):
             return
         device_kw = keyword_arg(node, "device")
         if device_kw is not None and is_cuda_string(device_kw.value):
-            self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            if self._takes_device_object(node):
+                self.report(device_kw.value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+            else:  # the callee may treat it as text (`'cuda' in device`, `device.split(':')`): keep a string
+                value = device_kw.value
+                assert isinstance(value, cst.SimpleString)
+                self.report(value, replacement=same_quotes(value, "xla"), imports=(IMPORT_TORCH_XLA,))
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
             args = positional_args(node)
             if args and is_cuda_string(args[0].value):
                 self.report(args[0].value, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+
+    def _takes_device_object(self, call: cst.Call) -> bool:
+        """torch's own calls (`torch.zeros`, `.to`, `.new_zeros`, modules' constructors) take a device object as well
+        as a string; a call of the program's own code or of another library may read the value as a string."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in TENSOR_METHODS_WITH_DEVICE:
+            return True
+        return any(n == "torch" or n.startswith(("torch.", "torch_xla.")) for n in self.qualified_names(func))
+
+
+# Tensor methods whose `device=` is torch's (a torch.device or a string both work).
+TENSOR_METHODS_WITH_DEVICE = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 
 
 @register
@@ -384,6 +405,8 @@ class CudaTypeCheck(Rule):
         if node.attr.value == "is_cuda" and not self.qualified_names(node):
             if self._and_multi_gpu(node):
                 return  # `x.is_cuda and ngpu > 1` only picks data_parallel; False takes the plain forward
+            if self._picks_cuda_only_value(node):
+                return  # `self.cuda_config if x.is_cuda else self.cpu_config`: the GPU value is None without CUDA
             self.report(
                 node, "`.is_cuda` is False for XLA tensors; use `t.device.type == 'xla'` or `xm.is_xla_tensor(t)`"
             )
@@ -400,6 +423,51 @@ class CudaTypeCheck(Rule):
                     f"`{name}` is a CUDA tensor type; XLA tensors are `torch.xla.*Tensor`: use dtype/device checks",
                 )
                 return
+
+    def _picks_cuda_only_value(self, node: cst.Attribute) -> bool:
+        """Is `node` (directly, or through the name it is unpacked into) the test of `a if t.is_cuda else b`
+        where `a` is an attribute the class sets to something other than None only on CUDA hosts (after
+        `if not torch.cuda.is_available(): return`, or under a CUDA guard)? A TPU host gets `b` either way."""
+        tests: list[cst.CSTNode] = [node]
+        target = self._unpacked_into(node)
+        if target is not None:
+            func = next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+            if func is not None:
+                tests += [n for n in find_nodes(func, cst.Name) if n.value == target and n is not node]
+        choices = [p for t in tests if isinstance(p := self.parent(t), cst.IfExp) and p.test is t]
+        return bool(choices) and all(self._cuda_only_attribute(c.body) for c in choices)
+
+    def _unpacked_into(self, node: cst.CSTNode) -> str | None:
+        """`a, is_cuda, d = *s, q.is_cuda, q.device` -> "is_cuda" (matched from the end past a starred value)."""
+        element = self.parent(node)
+        values = self.parent(element)
+        assign = self.parent(values)
+        if not (isinstance(element, cst.Element) and isinstance(values, cst.Tuple) and isinstance(assign, cst.Assign)):
+            return None
+        targets = assign.targets[0].target if len(assign.targets) == 1 else None
+        if not isinstance(targets, cst.Tuple):
+            return None
+        from_end = len(values.elements) - values.elements.index(element)
+        if from_end > len(targets.elements) or any(isinstance(e, cst.StarredElement) for e in targets.elements):
+            return None
+        name = targets.elements[-from_end].value
+        return name.value if isinstance(name, cst.Name) else None
+
+    def _cuda_only_attribute(self, value: cst.CSTNode) -> bool:
+        if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self"):
+            return False
+        cls = next((a for a in self.ancestors(value) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+        sets = [
+            a
+            for m in methods
+            for a in find_nodes(m, cst.Assign)
+            if len(a.targets) == 1 and code_of(a.targets[0].target) == code_of(value)
+        ]
+        real = [a for a in sets if not (isinstance(a.value, cst.Name) and a.value.value == "None")]
+        return bool(real) and all(guarded_by_cuda(self, a) for a in real)
 
     def _and_multi_gpu(self, node: cst.CSTNode) -> bool:
         """Is `node` part of a test and-ed with `n > 1` (a multi-GPU count)?"""

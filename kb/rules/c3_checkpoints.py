@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners
+from ..analysis.saves import may_hold_device_data, saved, writes_cpu_data
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import SCOPES, add_kwarg, code_of, dotted, find_nodes, has_star_args, keyword_arg, positional_args
 from ..rule import Rule, register
@@ -48,7 +49,22 @@ class TorchLoadWithoutMapLocation(ScopedRule):
         if not self.is_call_to(node, "torch.load") or has_star_args(node) or self.facts().cpu_script:
             return  # a script that names no device loads what it saved from the CPU
         if len(positional_args(node)) < 2 and keyword_arg(node, "map_location") is None:
+            if self._loads_own_cpu_files(node):
+                return
             self.report(node, replacement=add_kwarg(node, "map_location", cst.SimpleString('"cpu"')))
+
+    def _loads_own_cpu_files(self, load: cst.Call) -> bool:
+        """The module's own saves say the file holds CPU tensors: the save to the same path writes plain data
+        or CPU tensors, or (the path differs) every save of the module writes CPU tensors."""
+        saves = [c for c in self.module_nodes().calls if self.is_call_to(c, "torch.save")]
+        args = positional_args(load)
+        path = args[0].value if args else getattr(keyword_arg(load, "f"), "value", None)
+        same_path = [
+            s for s in saves if path is not None and saved(s)[1] is not None and code_of(saved(s)[1]) == code_of(path)
+        ]
+        if same_path:
+            return all(writes_cpu_data(self, s) or not may_hold_device_data(self, saved(s)[0]) for s in same_path)
+        return bool(saves) and all(writes_cpu_data(self, s) for s in saves)
 
 
 NOT_MODELS = ("token", "processor", "config", "extractor", "feature", "scheduler", "pipe")

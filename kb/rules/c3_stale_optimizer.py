@@ -48,6 +48,8 @@ class Site:
     optimizer: cst.Call
     owner: str  # the model's name where the optimizer is built
     blocker: str | None  # why it is not rewritten
+    block: cst.IndentedBlock | cst.Module  # the move goes into this block,
+    anchor: cst.BaseStatement  # right above this statement of it, which builds the optimizer (maybe in a branch)
 
 
 @register
@@ -206,7 +208,7 @@ class OptimizerBeforeCalleeMove(Rule):
                 if self._on_device(block.body[:k], model):
                     return False
                 between = block.body[k + 1 : index]
-                return Site(optimizers[0], model, self._blocker(mover, model, between))
+                return Site(optimizers[0], model, self._blocker(mover, model, between), block, earlier)
             if model in bound_names(earlier):
                 return self._built_in_helper(earlier, model, mover, block.body[k + 1 : index])
         return None
@@ -238,13 +240,17 @@ class OptimizerBeforeCalleeMove(Rule):
         returned = self._returned(helper, names.index(model) if len(names) > 1 else None)
         if returned is None:
             return None
-        if self._on_device(helper.body.body, returned):
+        body = helper.body
+        if not isinstance(body, cst.IndentedBlock):
+            return None
+        if self._on_device(body.body, returned):
             return False  # the helper moves it itself (before the optimizer, or XLA215 reports it)
-        optimizers = self._optimizers_of(helper.body, returned)
-        if not optimizers:
-            return False
-        blocker = self._blocker(mover, model, between) or self._used_after(helper, optimizers[0], returned)
-        return Site(optimizers[0], returned, blocker)
+        for anchor in body.body:
+            optimizers = self._optimizers_of(anchor, returned)
+            if optimizers:
+                blocker = self._blocker(mover, model, between) or self._used_after(helper, optimizers[0], returned)
+                return Site(optimizers[0], returned, blocker, body, anchor)
+        return False
 
     def _function(self, name: str | None) -> cst.FunctionDef | None:
         for function in self.analysis.nodes.functions:
@@ -321,10 +327,7 @@ class OptimizerBeforeCalleeMove(Rule):
     def _report(self, site: Site, mover: Mover) -> None:
         line = self.position(mover.move).start.line
         message = f"optimizer built before the model moves to the device in `{mover.name}` (line {line}): it updates stale CPU parameters"
-        stmt = self.statement_of(site.optimizer)
-        block = block_of(self, stmt) if stmt is not None else None
-        if site.blocker is None and block is None:
-            site.blocker = "the optimizer is not built in a statement of its own"
+        stmt, block = site.anchor, site.block
         if site.blocker is not None:
             self.report(
                 site.optimizer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import moved_module
-from ..cst_helpers import SCOPES, code_of, dotted, find_nodes, statements
+from ..cst_helpers import SCOPES, code_of, dotted, find_nodes, method_name, statements
 from ..rule import Rule, register
 
 WEIGHT_NAMES = ("weight", "bias")
@@ -177,11 +177,20 @@ class WeightTyingLostOnMove(Rule):
                 moves = [j for j in range(i + 1, len(body)) if root in self._moved(body[j])]
                 if not moves:
                     continue
+                if not self._module_trains() and not _returns(body, root):
+                    continue  # used here for inference only: both copies of the split tie keep the same values
                 last = moves[-1]
                 if any(code_of(s).strip() == retie for s in body[last + 1 :]):
                     continue
                 line = body[last]
                 self.report(line, replacement=cst.FlattenSentinel([line, *statements(retie + "\n")]))
+
+    def _module_trains(self) -> bool:
+        """Does the module run a backward pass or build an optimizer (then the copies of a split tie drift)?"""
+        return any(
+            method_name(c) == "backward" or any(n.startswith("torch.optim.") for n in self.qualified_names(c.func))
+            for c in self.analysis.nodes.calls
+        )
 
     def _ties_made(self, statement: cst.CSTNode) -> list[tuple[str, str]]:
         """(model name, the statement that ties again) for a tie by assignment or a Hugging Face model."""
@@ -214,3 +223,14 @@ class WeightTyingLostOnMove(Rule):
         if isinstance(statement, SCOPES) or not isinstance(statement, cst.SimpleStatementLine):
             return set()
         return {name for call in find_nodes(statement, cst.Call) if (name := moved_module(self, call))}
+
+
+def _returns(body: list[cst.CSTNode], name: str) -> bool:
+    """Does a `return` in `body` hand `name` to the caller (who may train it)?"""
+    for statement in body:
+        for ret in find_nodes(statement, cst.Return):
+            value = ret.value
+            parts = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            if any(isinstance(p, cst.Name) and p.value == name for p in parts):
+                return True
+    return False

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..analysis import steps
 from ..analysis.context import StepContextRule
+from ..analysis.devices import imports_torch_xla
 from ..cst_helpers import code_of, expr, identifier, keyword_arg, method_name
 from ..rule import IMPORT_PL, IMPORT_TORCH_XLA, IMPORT_XM, register
 
@@ -147,7 +148,7 @@ class MultiProcessOptimizerStep(StepContextRule):
     fix = "unsafe"
     autofix = True
     detects = (
-        "`optimizer.step()` in the training loop of a script that runs several processes (`torch_xla.launch`, "
+        "`optimizer.step()` in the training loop of torch_xla code that runs several processes (`torch_xla.launch`, "
         "`xmp.spawn`, `mp.spawn`, `init_process_group`, `DistributedSampler`) but neither wraps the model in "
         "DDP/FSDP nor uses SPMD, accelerate or its own gradient all-reduce."
     )
@@ -211,6 +212,8 @@ class MultiProcessOptimizerStep(StepContextRule):
         facts = self.facts()
         if not facts.uses(*MULTIPROCESS_SIGNALS) or facts.uses(*GRADIENT_REDUCERS):
             return
+        if not imports_torch_xla(self.analysis.module):
+            return  # CUDA data-parallel code reduces its gradients somewhere (a DDP/FSDP wrap, maybe in another file)
         replacement = cst.Call(func=expr("xm.optimizer_step"), args=[cst.Arg(node.func.value)])
         self.report(node, replacement=replacement, imports=(IMPORT_XM,))
 

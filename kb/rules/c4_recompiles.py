@@ -291,5 +291,18 @@ class GenerateWithDynamicCache(StepContextRule):
         keywords = {a.keyword.value for a in node.args if a.keyword is not None}
         if keywords & {"cache_implementation", "generation_config", "past_key_values"}:
             return
+        if self._model_of_another_library(node.func.value):
+            return
         if keywords & GENERATE_KWARGS or any(a.star == "**" for a in node.args):
             self.report(node)
+
+    def _model_of_another_library(self, receiver: cst.CSTNode) -> bool:
+        """`model = GPT.from_pretrained(...)` with `GPT` imported from a package that is not Hugging Face's: its
+        `generate` is that package's own (no KV cache to configure)."""
+        if not isinstance(receiver, cst.Name):
+            return False
+        values = self.assigned_values(receiver)
+        owners = [self.qualified_names(v.func) if isinstance(v, cst.Call) else set() for v in values]
+        return bool(owners) and all(
+            names and not any(n.split(".")[0] in ("transformers", "peft", "trl") for n in names) for names in owners
+        )

@@ -76,23 +76,33 @@ class BicubicInterpolation(StepContextRule):
     category = "C5"
     fix = "unsafe"
     autofix = True
-    detects = '`F.interpolate(..., mode="bicubic")`, `nn.Upsample(mode="bicubic")`; the fix uses "bilinear".'
+    detects = (
+        '`F.interpolate(..., mode="bicubic")`, `nn.Upsample(mode="bicubic")` in device code (the step loop, model '
+        'code, a module that uses a device); the fix uses "bilinear".'
+    )
     why = (
         "`upsample_bicubic2d` has no XLA lowering in 2.9 (`aten::upsample_bicubic2d` fallback): every call copies "
         "the feature map to the host and back. Bilinear is lowered; it gives slightly different (smoother) "
         "values, hence unsafe."
     )
     before = (
-        'import torch.nn.functional as F\n\ny = F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)\n'
+        "import torch.nn.functional as F\n\n"
+        "def forward(self, x):\n"
+        '    return F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)\n'
     )
     after = (
         "import torch.nn.functional as F\n\n"
-        'y = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)\n'
+        "def forward(self, x):\n"
+        '    return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)\n'
     )
     message = 'bicubic upsampling falls back to the CPU (`aten::upsample_bicubic2d`); use mode="bilinear"'
     symptoms = ("aten::upsample_bicubic2d", "pt-xla-profiler: Op(s) not lowered: aten::upsample_bicubic2d")
     references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
-    valid = ("import torch.nn.functional as F\ny = F.interpolate(x, scale_factor=2, mode='bilinear')\n",)
+    valid = (
+        "import torch.nn.functional as F\ny = F.interpolate(x, scale_factor=2, mode='bilinear')\n",
+        # a one-off resize of checkpoint weights in a helper of a module that names no device: on the CPU
+        "import torch.nn.functional as F\ndef resize(pos):\n    return F.interpolate(pos, size=(14, 14), mode='bicubic')\n",
+    )
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.is_call_to(
@@ -104,7 +114,9 @@ class BicubicInterpolation(StepContextRule):
         ):
             return
         mode = keyword_arg(node, "mode")
-        if mode is not None and string_value(mode.value) == "bicubic":
+        if mode is None or string_value(mode.value) != "bicubic":
+            return
+        if self.in_device_context(node):  # not data preparation or a one-off weight resize on the CPU
             quote = mode.value.value[0]
             self.report(mode.value, replacement=cst.SimpleString(f"{quote}bilinear{quote}"))
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.guards import guarded_by_cuda
+from ..analysis.scopes import ScopedRule
 from ..cst_helpers import DATALOADERS, keyword_arg
 from ..rule import Rule, register
+from .c4_barriers import MULTIPROCESS_SIGNALS
 
 HBM_OOM = (
     "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
@@ -249,12 +251,15 @@ MANY_WORKERS = 8
 
 
 @register
-class ManyDataLoaderWorkers(Rule):
+class ManyDataLoaderWorkers(ScopedRule):
     code = "XLA607"
     title = "Many DataLoader workers per process exhaust host RAM on a TPU VM"
     category = "C6"
     fix = "manual"
-    detects = f"`DataLoader(..., num_workers=N)` with a literal N >= {MANY_WORKERS}."
+    detects = (
+        f"`DataLoader(..., num_workers=N)` with a literal N >= {MANY_WORKERS} in a program that runs one process "
+        "per chip (`torch_xla.launch`, `mp.spawn`, `init_process_group`, a `DistributedSampler`)."
+    )
     why = (
         "On TPU the loader runs in every training process (one per chip, started with the `spawn` method, "
         "4-8 per host), and each worker holds its own copy of the dataset object: 8 workers x 8 processes is 64 "
@@ -262,7 +267,10 @@ class ManyDataLoaderWorkers(Rule):
         "multi-core training (#2749). Use a few workers per process (2-4), memory-map the data, and keep large "
         "arrays out of the Dataset's `__init__`."
     )
-    before = "from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=64, num_workers=16)\n"
+    before = (
+        "from torch.utils.data import DataLoader, DistributedSampler\n\n"
+        "loader = DataLoader(ds, batch_size=64, num_workers=16, sampler=DistributedSampler(ds))\n"
+    )
     message = "many workers per TPU process multiply host RAM (one loader per chip); use 2-4 and memory-map data"
     symptoms = (
         "Killed (host out of memory)",
@@ -273,6 +281,8 @@ class ManyDataLoaderWorkers(Rule):
     valid = (
         "from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=4)\n",
         "from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=args.workers)\n",
+        # one process: its workers are not multiplied by the chips
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=8)\n",
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -280,5 +290,5 @@ class ManyDataLoaderWorkers(Rule):
             return
         workers = keyword_arg(node, "num_workers")
         if workers is not None and isinstance(workers.value, cst.Integer):
-            if int(workers.value.evaluated_value) >= MANY_WORKERS:
+            if int(workers.value.evaluated_value) >= MANY_WORKERS and self.facts().uses(*MULTIPROCESS_SIGNALS):
                 self.report(workers.value)

@@ -5,29 +5,17 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import analyse as analyse_devices
+from ..analysis.saves import holds_state_dict, moved_to_cpu
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
-    block_of,
-    dotted,
-    every_call,
     expr,
     is_cuda_string,
     keyword_arg,
-    method_name,
     positional_args,
     same_quotes,
     string_value,
 )
 from ..rule import IMPORT_XM, Rule, register
-
-
-def holds_state_dict(node: cst.CSTNode) -> bool:
-    """`m.state_dict()`, or a dict literal with such a value (a checkpoint dict)."""
-    if isinstance(node, cst.Call):
-        return isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict"
-    if isinstance(node, cst.Dict):
-        return any(holds_state_dict(e.value) for e in node.elements if isinstance(e, cst.DictElement))
-    return False
 
 
 @register
@@ -73,32 +61,12 @@ class TorchSaveDeviceTensors(ScopedRule):
             return  # a script that names no device saves CPU tensors
         args = positional_args(node)
         data = args[0].value if args else getattr(keyword_arg(node, "obj"), "value", None)
-        if data is None or not holds_state_dict(data) or self._moved_to_cpu(node, data):
+        if data is None or not holds_state_dict(data) or moved_to_cpu(self, node, data):
             return
         if len(args) == 2 and len(node.args) == 2:
             self.report(node, replacement=node.with_changes(func=expr("xm.save")), imports=(IMPORT_XM,))
         else:
             self.report(node, self.message + "; drop the extra torch.save arguments")
-
-    def _moved_to_cpu(self, save: cst.Call, data: cst.CSTNode) -> bool:
-        """`model.eval().cpu()` earlier in the block of `torch.save(model.state_dict(), ...)`: CPU tensors."""
-        if not (isinstance(data, cst.Call) and isinstance(data.func, cst.Attribute)):
-            return False
-        owner = dotted(data.func.value)
-        stmt = self.statement_of(save)
-        block = block_of(self, stmt) if stmt is not None else None
-        if owner is None or block is None:
-            return False
-        for line in block.body:
-            if line is stmt:
-                return False
-            for call in every_call(line):
-                receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-                while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-                    receiver = receiver.func.value  # `model.eval().cpu()` -> model
-                if method_name(call) == "cpu" and receiver is not None and dotted(receiver) == owner:
-                    return True
-        return False
 
 
 @register

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.devices import imports_torch_xla
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
 from ..rule import IMPORT_XM, IMPORT_XR, Rule, register
@@ -132,9 +133,12 @@ class DistBarrierNoop(Rule):
             self.report(node, replacement=expr("xm.rendezvous('barrier')"), imports=(IMPORT_XM,))
 
 
-def creates_process_group(rule: ScopedRule) -> bool:
-    """Does the module call `init_process_group` (then `dist.get_rank()` has a group to ask, on XLA too)?"""
-    return rule.facts().uses("torch.distributed.init_process_group")
+def may_lack_process_group(rule: ScopedRule) -> bool:
+    """Can `dist.get_rank()` find no group here? Only in torch_xla code that does not call `init_process_group`
+    itself. A CUDA program that asks torch.distributed creates the group somewhere (else it fails on the GPU as
+    well), perhaps in another file; migrated, that group uses the `xla` backend and answers the same."""
+    xla = rule.facts().uses("torch_xla") or imports_torch_xla(rule.analysis.module)
+    return xla and not rule.facts().uses("torch.distributed.init_process_group")
 
 
 @register
@@ -145,8 +149,8 @@ class RankZeroPrint(ScopedRule):
     fix = "unsafe"
     autofix = True
     detects = (
-        "`if dist.get_rank() == 0:` (or `0 == dist.get_rank()`) whose body only prints, without `else`. "
-        "Prints with `sep=`/`end=` are reported without a rewrite."
+        "`if dist.get_rank() == 0:` (or `0 == dist.get_rank()`) whose body only prints, without `else`, in "
+        "torch_xla code that creates no process group. Prints with `sep=`/`end=` are reported without a rewrite."
     )
     why = (
         "A torch_xla program launched with `torch_xla.launch` often never creates a torch.distributed process "
@@ -155,8 +159,8 @@ class RankZeroPrint(ScopedRule):
         "`xm.master_print(...)` prints on the global master only (`local=False` by default) and needs no process "
         "group. Unsafe: it also prints when no group exists, and `file=` becomes `fd=`."
     )
-    before = "import torch.distributed as dist\n\nif dist.get_rank() == 0:\n    print('epoch', epoch, loss)\n"
-    after = "import torch_xla.core.xla_model as xm\n\nxm.master_print('epoch', epoch, loss)\n"
+    before = "import torch.distributed as dist\nimport torch_xla\n\nif dist.get_rank() == 0:\n    print('epoch', epoch, loss)\n"
+    after = "import torch_xla\nimport torch_xla.core.xla_model as xm\n\nxm.master_print('epoch', epoch, loss)\n"
     message = "rank-0 print through torch.distributed; use `xm.master_print(...)` (no process group needed)"
     symptoms = (
         "ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
@@ -172,7 +176,7 @@ class RankZeroPrint(ScopedRule):
     KEYWORDS = {"file": "fd", "flush": "flush"}
 
     def visit_If(self, node: cst.If) -> None:
-        if node.orelse is not None or not self._is_rank_zero(node.test) or creates_process_group(self):
+        if node.orelse is not None or not self._is_rank_zero(node.test) or not may_lack_process_group(self):
             return
         lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
         prints: list[cst.Call] = []
@@ -229,7 +233,8 @@ class SamplerRankFromDist(ScopedRule):
     autofix = True
     detects = (
         "`DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank())`, and samplers that "
-        "leave `num_replicas`/`rank` out (or None), which makes the sampler ask torch.distributed itself."
+        "leave `num_replicas`/`rank` out (or None), which makes the sampler ask torch.distributed itself, in "
+        "torch_xla code that creates no process group."
     )
     why = (
         "torch_xla processes usually have no torch.distributed group, and the sampler then raises `ValueError: "
@@ -239,10 +244,11 @@ class SamplerRankFromDist(ScopedRule):
         "the meaning. `MpDeviceLoader` does not shard data by itself."
     )
     before = (
-        "import torch.distributed as dist\nfrom torch.utils.data import DistributedSampler\n\n"
+        "import torch.distributed as dist\nimport torch_xla\nfrom torch.utils.data import DistributedSampler\n\n"
         "sampler = DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=True)\n"
     )
     after = (
+        "import torch_xla\n"
         "from torch.utils.data import DistributedSampler\n"
         "import torch_xla.runtime as xr\n"
         "\n"
@@ -268,8 +274,8 @@ class SamplerRankFromDist(ScopedRule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.qualified_names(node.func) & SAMPLERS or any(a.star for a in node.args):
             return
-        if creates_process_group(self):
-            return  # the group exists (migrated to the xla backend): the sampler's lookup works
+        if not may_lack_process_group(self):
+            return  # a group exists (migrated to the xla backend): the sampler's lookup works
         positional = positional_args(node)
         new_args = list(node.args)
         added = []

@@ -108,3 +108,19 @@ def test_gradscaler_removal_follows_the_device_type():
 def test_optimizer_wrapper_step_method_gets_a_barrier():
     source = "for batch in loader:\n    loss = model(batch)\n    loss.backward()\n    optimizer.step_and_update_lr()\n"
     assert barrier_lines(source) == [4]
+
+
+def test_default_fix_keeps_loss_scaling_and_says_why():
+    # dropping loss scaling changes the numbers (XLA502 is unsafe): the default keeps the scaler, puts the
+    # barrier after scaler.update(), and the finding left says what the kept scaler costs and what removes it
+    source = (STEPS / "amp_scaler_kept" / "input.py").read_text()
+    result = fix_source(source, "train.py")
+    for line in ("scaler = GradScaler()", "scaler.scale(loss).backward()", "scaler.step(optimizer)"):
+        assert line in result.fixed
+    assert result.fixed.count("torch_xla.sync()") == 1
+    assert "        scaler.update()\n        torch_xla.sync()\n" in result.fixed
+    left = [f for f in result.remaining if f.code == "XLA502"]
+    assert left and all(f.fix == "unsafe" and f.fixable for f in left)
+    assert "host every step" in left[0].message and "--unsafe-fixes" in left[0].message
+    unsafe = fix_source(source, "train.py", unsafe=True).fixed
+    assert "GradScaler" not in unsafe and 'torch.autocast("xla", dtype=torch.bfloat16)' in unsafe

@@ -435,12 +435,11 @@ def test_spawn_with_the_gpu_count_becomes_torch_xla_launch_by_default_with_the_x
             mp.spawn(worker, args=(world_size,), nprocs=world_size)
         """
     out = fixed(src)
-    assert "torch_xla.launch(worker, args=())" in out
     assert 'init_process_group(backend="xla", rank=rank, world_size=world_size, init_method="xla://")' in out
-    # the count moves into the launched function (XLA211): read before the launch it would start the runtime
-    # too early, and it is only handed to the worker
+    # counting before the launch would start the runtime too early: the launched worker reads the world size
+    assert "torch_xla.launch(worker, args=())" in out
     assert "def worker(rank):\n    world_size = xr.world_size()\n" in out
-    assert "torch.cuda.device_count()" not in out
+    assert "device_count" not in out and lint_source(out) == []
 
 
 def test_spawn_with_a_user_count_stays_an_unsafe_fix():

@@ -371,3 +371,39 @@ def test_optimizer_built_by_the_caller_trains_once_fixed():
     assert start.equal(end), "without the early move the optimizer holds stale CPU parameters"
     start, end = run(migrated)["train"](3)
     assert not start.equal(end), "after the fix the model must learn"
+
+
+# --- XLA202: a device string handed to the program's own code stays a string -------------------------------
+def test_cuda_string_given_to_own_function_becomes_the_xla_string_and_torch_calls_get_the_device():
+    src = "import torch\ndef run(device):\n    return 'cuda' in device\nrun(device='cuda')\nx = torch.zeros(2, device='cuda')\n"
+    out = fixed(src, "XLA202")
+    assert "run(device='xla')" in out  # `'cuda' in device` would raise on a torch.device object
+    assert "torch.zeros(2, device=torch_xla.device())" in out
+
+
+def test_optimizer_chosen_in_a_branch_of_the_helper_gets_one_move_above_the_branch():
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch_xla
+
+        class Fit:
+            def __init__(self, net, opt):
+                self.net = net.to(torch_xla.device())
+
+        def parts(sgd):
+            net = torch.nn.Linear(2, 2)
+            if sgd:
+                opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            else:
+                opt = torch.optim.Adam(net.parameters())
+            return net, opt
+
+        def go():
+            net, opt = parts(True)
+            Fit(net, opt)
+        """
+    )
+    out = fixed(src, "XLA315")
+    assert "net = torch.nn.Linear(2, 2)\n    net.to(torch_xla.device())\n    if sgd:" in out
+    assert out.count("\n    net.to(torch_xla.device())\n") == 1 and lines(out, "XLA315") == []

@@ -145,3 +145,14 @@ def test_module_names_and_resolution_from_a_folder_above_the_root():
     assert project.resolve("util.misc.NativeScaler") == "util.misc.NativeScaler"
     assert project.resolve("mae.util.misc.NativeScaler") is None  # a folder above the root is not the tree
     assert project.resolve("torch.optim.SGD") is None
+
+
+def test_a_caller_that_cannot_be_read_leaves_the_parameter_unknown(tmp_path):
+    src = PROJECTS / "callable_scaler" / "input"
+    for rel in python_files(src):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((src / rel).read_text())
+    (tmp_path / "broken.py").write_text("from epoch_loop import one_epoch\none_epoch(net, data, opt, dev, upd\n")
+    project = summarize_project(tmp_path, python_files(tmp_path))  # a syntax error stops nothing
+    assert project.steppers == {"tools.amp_helpers.ScaledUpdate.__call__"}
+    assert project.class_of_param("epoch_loop.one_epoch", "updater") is None

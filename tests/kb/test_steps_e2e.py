@@ -30,3 +30,42 @@ def test_migrated_program_compiles_only_during_warm_up(name, steps, tmp_path):
     assert report.steps == steps
     assert report.compiles_after_warmup == 0, report.recompile_sources
     assert report.level == "L2", report.reasons
+
+
+@pytest.mark.slow
+def test_migrated_tree_with_the_step_in_another_module_compiles_only_during_warm_up(tmp_path):
+    from xlaport.serve.tree import plan_tree, rewrite_files
+
+    src = PROGRAMS.parent / "project_steps"
+    python, _ = plan_tree(src)
+    results = rewrite_files(src, python, None, False)  # the default (safe) fixes, the tree analysed as one
+    for rel, result in zip(python, results, strict=True):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(result.fixed)
+    syncs = {str(rel): (tmp_path / rel).read_text().count("torch_xla.sync()") for rel in python}
+    assert syncs == {"loop.py": 1, "support/__init__.py": 0, "support/updates.py": 0, "train.py": 0}
+    report = run_check(tmp_path / "train.py", timeout_s=300, workdir=tmp_path)
+    assert report.error is None, report.error
+    assert report.steps == 16
+    assert report.compiles_after_warmup == 0, report.recompile_sources
+    assert report.level == "L2", report.reasons
+
+
+@pytest.mark.slow
+def test_kept_grad_scaler_runs_on_xla_and_the_check_says_what_removes_its_syncs(tmp_path):
+    # the default migration of a float16 AMP script keeps its GradScaler (dropping loss scaling changes the
+    # numbers): it runs on the XLA device and compiles only while warming up, but reads the scaler's inf check
+    # on the host every step, so it is not L2, and the check says why and which unsafe fixes remove the reads
+    source = (PROGRAMS / "cuda_amp_scaler.py").read_text()
+    script = tmp_path / "train.py"
+    script.write_text(fix_source(source, "train.py").fixed)
+    report = run_check(script, timeout_s=300)
+    assert report.error is None, report.error
+    assert report.steps == 32
+    assert report.compiles_after_warmup == 0, report.recompile_sources
+    assert report.level == "L0"
+    (reason,) = [r for r in report.reasons if "per-step host syncs" in r]
+    assert "GradScaler.step: inf check" in reason and "--unsafe-fixes" in reason
+    script.write_text(fix_source(source, "train.py", unsafe=True).fixed)
+    report = run_check(script, timeout_s=300)
+    assert report.level == "L2", report.reasons

@@ -135,6 +135,20 @@ def _trial(job_side_inputs: dict, call) -> None:
         signal.alarm(0)
 
 
+def _tried(inputs: dict, call, note: str, what: str) -> dict:
+    """{"inputs", "note"} when one trial of `call` on `inputs` works, else {"reason"}: `what` ({shown}: the
+    inputs) raised."""
+    try:
+        _trial(inputs, call)
+    except Exception as exc:
+        shown = ", ".join(_describe(a) for a in inputs["args"])
+        return {
+            "reason": f"{what.format(shown=shown)} raised {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''} (record a real run with --record)"
+        }
+    return {"inputs": inputs, "note": note}
+
+
 def probe_module(cls, seed: int) -> dict:
     import torch
     import torch.nn as nn
@@ -177,15 +191,7 @@ def probe_module(cls, seed: int) -> dict:
             note = "no layer with a known input size; guessed from the parameter name"
         args.append(spec)
     inputs = {"init_kwargs": init_kwargs, "args": args}
-    try:
-        _trial(inputs, lambda _inputs, a, k: model(*a, **k))
-    except Exception as exc:
-        shown = ", ".join(_describe(a) for a in args)
-        return {
-            "reason": f"forward({shown}) on synthesized inputs raised {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''} (record a real run with --record)"
-        }
-    return {"inputs": inputs, "note": note}
+    return _tried(inputs, lambda _inputs, a, k: model(*a, **k), note, "forward({shown}) on synthesized inputs")
 
 
 def _kwargs_text(kwargs: dict) -> str:
@@ -215,15 +221,12 @@ def probe_function(func) -> dict:
             first = spec
         args.append(spec)
     inputs = {"args": args}
-    try:
-        _trial(inputs, lambda _inputs, a, k: func(*a, **k))
-    except Exception as exc:
-        shown = ", ".join(_describe(a) for a in args)
-        return {
-            "reason": f"calling it with synthesized inputs ({shown}) raised {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''} (record a real run with --record)"
-        }
-    return {"inputs": inputs, "note": "synthesized from the signature"}
+    return _tried(
+        inputs,
+        lambda _inputs, a, k: func(*a, **k),
+        "synthesized from the signature",
+        "calling it with synthesized inputs ({shown})",
+    )
 
 
 def probe(job: dict) -> dict:

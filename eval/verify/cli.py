@@ -1,4 +1,4 @@
-"""The `xlaport verify` command: a thin front over eval/verify.py."""
+"""The `xlaport verify` command: a thin front over eval/verify/."""
 
 from __future__ import annotations
 
@@ -100,8 +100,9 @@ def register(app: typer.Typer) -> None:
         format: Annotated[OutputFormat, typer.Option("--format", help="What to print.")] = OutputFormat.text,
     ) -> None:
         """Grade a migration L0–L4 against a reference run of the original code (see the exit codes below)."""
-        from .verify import VerifyUsageError, load_config, verify
-        from .verify_report import save_plots, write_report
+        from .api import verify
+        from .config import VerifyUsageError, load_config
+        from .page import save_plots, write_report
 
         directions = {name: "higher" for name in higher_better or []} | {name: "lower" for name in lower_better or []}
         try:

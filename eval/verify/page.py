@@ -19,7 +19,7 @@ from xlaport.files import atomic_write
 from xlaport.htmlpage import esc, fmt, page, row
 
 from .curves import Series, parse_claim, reference_band
-from .verify import VerifyReport
+from .report import VerifyReport
 
 REFERENCE_COLOR = "#1f77b4"
 FALLBACK_COLOR = "#7f7f7f"

@@ -1,0 +1,155 @@
+"""`verify` and `verify_tree`: run the migrated command, then (unless a gate stops it) the reference, and grade."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from . import curves as cv
+from .assess import absolute_gates, assess, relative_gates
+from .config import VerifyConfig, VerifyUsageError, level_at_least, load_config
+from .report import VerifyReport
+from .runs import RunRecord, reference_from_log, run_migrated, run_reference, split_command
+
+
+def verify(original: Path, migrated: Path, command: list[str], config: VerifyConfig | None = None) -> VerifyReport:
+    """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration."""
+    started = time.perf_counter()
+    config = (config or VerifyConfig()).validate()
+    original, migrated = Path(original).resolve(), Path(migrated).resolve()
+    for folder in (original, migrated):
+        if not folder.is_dir():
+            raise VerifyUsageError(f"not a directory: {folder}")
+    script, args = split_command(list(command))
+    for folder in (original, migrated):
+        if not (folder / script).is_file():
+            raise VerifyUsageError(f"{script} not found in {folder}")
+
+    report = VerifyReport(
+        original=str(original),
+        migrated=str(migrated),
+        command=list(command),
+        level="none",
+        required=config.require,
+        status="fail",
+        reasons=[],
+        config=asdict(config),
+    )
+    log_ref, log_price = reference_from_log(config) if config.reference_log else (None, None)
+    if log_price is not None and config.price_reference is None:
+        config = config.with_overrides(price_reference=log_price)
+        report.config = asdict(config)
+    with tempfile.TemporaryDirectory(prefix="xlaport-verify-") as tmp:
+        scratch = Path(tmp)
+        mig, check = run_migrated(migrated, script, args, config, scratch)
+        report.migrated_run, report.check = mig, check.to_dict()
+        gates = absolute_gates(mig, check, config) if mig.ok else []
+        ran = None
+        if mig.ok and not any(g.stopped for g in gates) and config.reference != "none":
+            ran = run_reference(original, script, args, config, scratch)
+        ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
+        if mig.ok and not any(g.stopped for g in gates):
+            gates += relative_gates(ref, mig, config)
+        report.reference_run = ref
+    if log_ref is not None and log_ref.steps_run > mig.steps_run > 0:
+        log_ref.notes.append(
+            f"the log runs to step {log_ref.steps_run - 1}, the migrated run to step {mig.steps_run - 1}: losses are "
+            "compared over the common steps, final metrics at the end of each run"
+        )
+
+    level, reasons, improvements, undecided, loss_cmp, metric_cmps, claim, perf = assess(ref, mig, check, config)
+    if ref is not None:
+        report.references.append(reference_summary(ref, level, loss_cmp, metric_cmps, config, decides=True))
+    if log_ref is not None and ran is not None:
+        fb_level, _, _, _, fb_loss, fb_metrics, *_ = assess(ran, mig, check, config)
+        report.fallback_run = ran
+        report.references.append(reference_summary(ran, fb_level, fb_loss, fb_metrics, config, decides=False))
+        reasons.append(
+            f"L1: also held against the run of the original on {ran.device} (fallback reference, not deciding): "
+            + _verdicts_line(fb_level, fb_loss, fb_metrics)
+        )
+    report.stops = [g.to_dict() for g in gates]
+    stops = [g for g in gates if g.stopped]
+    if stops:
+        report.stopped = "; ".join(g.reason for g in stops)
+        for gate in stops:
+            after = f" (held against {gate.against})" if gate.against else ""
+            if ran is None and config.reference != "none":
+                after += "; the reference run was not started"
+            reasons.append(f"stopped ({gate.gate}): {gate.reason}{after}")
+        undecided = False
+        if level_at_least(level, "L3"):
+            level = "L2"
+    for run in (ref, report.fallback_run, mig):
+        if run is not None:
+            role = "fallback reference" if run is report.fallback_run else run.role
+            reasons.extend(f"note ({role}): {note}" for note in run.notes)
+    report.level, report.reasons, report.improvements = level, reasons, improvements
+    report.loss, report.metrics, report.claim, report.performance = loss_cmp, metric_cmps, claim, perf
+    report.status = "fail" if stops else _status(level, config.require, undecided)
+    report.wall_s = time.perf_counter() - started
+    return report
+
+
+def reference_summary(
+    run: RunRecord,
+    level: str,
+    loss_cmp: cv.LossComparison | None,
+    metric_cmps: list[cv.MetricComparison],
+    config: VerifyConfig,
+    decides: bool,
+) -> dict:
+    """What one reference is and what the migration reaches against it (the report's "references" table)."""
+    if run.log:
+        kind = "recorded GPU run (log)"
+    elif run.device.startswith("cuda"):
+        kind = "run of the original on CUDA here"
+    else:
+        kind = "run of the original here, CUDA mapped to the CPU"
+    band = cv.reference_band(run.curves.loss, config.noise_z)
+    return {
+        "kind": kind,
+        "device": run.device,
+        "source": run.log or " ".join(run.argv),
+        "cached": run.cached,
+        "decides": decides,
+        "ok": run.ok,
+        "level": level,
+        "loss_points": len(run.curves.loss),
+        "loss_verdict": loss_cmp.verdict if loss_cmp else None,
+        "metric_verdicts": {m.name: m.verdict for m in metric_cmps},
+        "step_s": run.timing.step_s,
+        "noise": {"step_noise": band.noise, "z": band.z, "window": band.window},
+    }
+
+
+def _verdicts_line(level: str, loss_cmp: cv.LossComparison | None, metric_cmps: list[cv.MetricComparison]) -> str:
+    parts = [f"level {level}", f"loss {loss_cmp.verdict if loss_cmp else 'not compared'}"]
+    parts += [f"{m.name} {m.verdict} ({_fmt_num(m.mig_final)} vs {_fmt_num(m.ref_final)})" for m in metric_cmps]
+    return ", ".join(parts)
+
+
+def _fmt_num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def verify_tree(
+    original_dir: Path, migrated_dir: Path, command: list[str], config: VerifyConfig | None = None
+) -> VerifyReport:
+    """For `xlaport migrate --verify`: the settings come from the project's config (migrated tree first, then the
+    original), with `config`'s non-default fields on top."""
+    found, path = load_config(Path(migrated_dir), Path(original_dir))
+    if config is not None:
+        defaults = asdict(VerifyConfig())
+        found = found.with_overrides(**{k: v for k, v in asdict(config).items() if v != defaults[k]})
+    report = verify(original_dir, migrated_dir, command, found)
+    report.config_file = path
+    return report
+
+
+def _status(level: str, required: str, undecided: bool) -> str:
+    if level_at_least(level, required):
+        return "pass"
+    return "inconclusive" if undecided else "fail"

@@ -1,0 +1,300 @@
+"""The two runs: the migrated command under the XLA execution check, and the reference (the original
+command here, cached by tree content, or a recorded GPU log); their logs, step times and curves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xlaport.files import SKIP_DIRS
+
+from ..check import run_check
+from ..sandbox import read_child_file, run_sandboxed
+from . import curves as cv
+from .config import VerifyConfig, VerifyUsageError
+
+CACHE_VERSION = 1
+LOG_SUFFIXES = (".json", ".jsonl", ".csv")
+HASH_WHOLE_FILE_BYTES = 16 * 1024 * 1024  # bigger files (data) are fingerprinted by size and mtime
+
+
+@dataclass
+class RunRecord:
+    """One execution of the command: where and how it ran, and what it reported."""
+
+    role: str  # "reference" or "migrated"
+    device: str
+    argv: list[str]
+    returncode: int | None
+    wall_s: float
+    error: str | None
+    curves: cv.RunCurves
+    timing: cv.Timing
+    stdout_tail: str = ""
+    cached: bool = False
+    log: str | None = None  # the recorded log this run comes from (verify --reference-log), None for a run here
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.error is None
+
+    @property
+    def steps_run(self) -> int:
+        return (max(self.curves.loss.steps) + 1) if len(self.curves.loss) else 0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["curves"] = self.curves.to_dict()
+        return data
+
+
+def split_command(command: list[str]) -> tuple[str, list[str]]:
+    """`python train.py --steps 40` (or `train.py --steps 40`) → ("train.py", ["--steps", "40"])."""
+    if not command:
+        raise VerifyUsageError("no command: give it after `--`, e.g. `-- python train.py --steps 40`")
+    rest = command[1:] if Path(command[0]).name.startswith("python") else command
+    if not rest or not rest[0].endswith(".py"):
+        raise VerifyUsageError(
+            f"cannot run {' '.join(command)!r}: verify runs a Python script, `python SCRIPT.py [ARGS]` "
+            "(interpreter options and `-m` are not supported)"
+        )
+    return rest[0], rest[1:]
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """A working copy the run may scribble in (VCS folders, caches and virtual environments are left out)."""
+    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS, "*.egg-info"))
+
+
+def _files_of(folder: Path) -> dict[str, float]:
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+    }
+
+
+def _stamp_env(run_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], Path]:
+    """Environment that makes the child time-stamp its stdout lines (see curves.STAMP_SITECUSTOMIZE)."""
+    hook_dir = run_dir / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(cv.STAMP_SITECUSTOMIZE, encoding="utf-8")
+    stamps = run_dir / "stamps.txt"
+    python_path = os.pathsep.join(
+        p for p in (str(hook_dir), extra.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p
+    )
+    return {**extra, "PYTHONPATH": python_path, "XLAPORT_STAMPS": str(stamps)}, stamps
+
+
+def _written_logs(work: Path, before: dict[str, float], config: VerifyConfig) -> list[Path]:
+    """The log file the config names, else the JSON/JSONL/CSV files the run created or changed."""
+    if config.log_file:
+        path = work / config.log_file
+        return [path] if path.is_file() else []
+    after = _files_of(work)
+    return [
+        work / rel for rel, mtime in sorted(after.items()) if rel.endswith(LOG_SUFFIXES) and before.get(rel) != mtime
+    ]
+
+
+def capture_curves(stdout: str, logs: dict[str, str], config: VerifyConfig) -> tuple[cv.RunCurves, list[str]]:
+    """Loss and metrics from the run's log files and its stdout: the source with the most loss points wins the loss,
+    metrics are merged (a log file's value wins over stdout's for the same name)."""
+    notes = []
+    from_stdout = cv.parse_text(stdout, config.loss_pattern, config.metric_pattern)
+    best = from_stdout
+    files = []
+    for name, text in logs.items():
+        try:
+            parsed = cv.parse_log_file(Path(name), text)
+        except ValueError as exc:
+            notes.append(f"log file {name} ignored: {exc}")
+            continue
+        if len(parsed.loss) or parsed.metrics:
+            files.append(parsed)
+    if config.log_file and not logs:
+        notes.append(f"the log file {config.log_file} was not written; curves come from stdout")
+    for parsed in files:
+        if len(parsed.loss) > len(best.loss):
+            best = parsed
+    merged = cv.RunCurves(loss=best.loss, source=best.source)
+    for source in [from_stdout, *files]:
+        for name, series in source.metrics.items():
+            if len(series):
+                merged.metrics[name] = series
+    return merged, notes
+
+
+def _log_texts(paths: list[Path], work: Path) -> dict[str, str]:
+    texts = {}
+    for path in paths:
+        try:
+            texts[str(path.relative_to(work))] = (read_child_file(path) or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return texts
+
+
+def _tail(text: str, lines: int = 20) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path):
+    """The migrated command under the XLA execution check; (RunRecord, CheckReport)."""
+    run_dir = scratch / "migrated"
+    work = run_dir / "work"
+    copy_tree(migrated, work)
+    env, stamps = _stamp_env(run_dir, dict(config.env))
+    before = _files_of(work)
+    report = run_check(
+        work / script,
+        args,
+        steps_warmup=config.warmup_steps,
+        timeout_s=config.timeout_s,
+        memory_mb=config.memory_mb,
+        env=env,
+        workdir=work,
+        writable=[run_dir],
+    )
+    stdout, timing = cv.parse_stamps(_read(stamps), config.loss_pattern, config.warmup_steps)
+    steady = [s.wall_s for s in report.per_step[config.warmup_steps :]]
+    if steady:  # the check times each XLA step; better than the time between printed lines
+        timing.per_step_s = [s.wall_s for s in report.per_step]
+        timing.step_s = float(sorted(steady)[len(steady) // 2])
+    curves, notes = capture_curves(stdout, _log_texts(_written_logs(work, before, config), work), config)
+    record = RunRecord(
+        role="migrated",
+        device=f"xla ({report.pjrt_device})",
+        argv=["python", script, *args],
+        returncode=report.exit_code,
+        wall_s=report.wall_s,
+        error=report.error,
+        curves=curves,
+        timing=timing,
+        stdout_tail=_tail(stdout) or report.stdout_tail,
+        notes=notes,
+    )
+    return record, report
+
+
+def _read(path: Path) -> str:
+    return (read_child_file(path) or b"").decode("utf-8", errors="replace")
+
+
+def cuda_present() -> bool:
+    """Whether this machine really has a CUDA GPU (asked in a child, so torch is not imported here)."""
+    probe = run_sandboxed(
+        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        timeout_s=120,
+        env={"USE_TORCH_XLA": "0"},
+    )
+    return probe.ok and probe.stdout.strip().endswith("True")
+
+
+def reference_mode(config: VerifyConfig) -> str:
+    if config.reference != "auto":
+        return config.reference
+    return "cuda" if cuda_present() else "cpu"
+
+
+def tree_digest(folder: Path) -> str:
+    """Content hash of a source tree (what a cached reference run depends on)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts) or not path.is_file():
+            continue
+        digest.update(str(rel).encode() + b"\0")
+        stat = path.stat()
+        if stat.st_size > HASH_WHOLE_FILE_BYTES:
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+        else:
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def reference_from_log(config: VerifyConfig) -> tuple[RunRecord, float | None]:
+    """The recorded GPU run of `config.reference_log` as a reference run, and the price per hour it states;
+    VerifyUsageError when it cannot be read."""
+    try:
+        log = cv.read_reference_log(Path(config.reference_log), config.warmup_steps)
+    except ValueError as exc:
+        raise VerifyUsageError(str(exc)) from None
+    notes = [] if log.step_s is not None else ["the log has no step times: speed and cost (L4) cannot be compared"]
+    return RunRecord(
+        role="reference",
+        device=f"cuda: {log.label}",
+        argv=[],
+        returncode=0,
+        wall_s=sum(log.per_step_s),
+        error=None,
+        curves=log.curves,
+        timing=cv.Timing(step_s=log.step_s, per_step_s=log.per_step_s),
+        log=log.path,
+        notes=notes,
+    ), log.price_per_hour
+
+
+def run_reference(original: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path) -> RunRecord:
+    """The original command, unchanged: on CUDA, or on the CPU with CUDA mapped to it. Reused from the cache when
+    the same tree, command and settings already ran."""
+    mode = reference_mode(config)
+    device = "cuda" if mode == "cuda" else "cpu (CUDA calls mapped to the CPU)"
+    key_data = [CACHE_VERSION, tree_digest(original), script, args, mode, sorted(config.env.items()), config.log_file]
+    key = hashlib.sha256(json.dumps(key_data).encode()).hexdigest()[:32]
+    cache_file = Path(config.reference_cache) / f"reference-{key}.json" if config.reference_cache else None
+    if cache_file is not None and cache_file.is_file():
+        try:
+            saved = json.loads(cache_file.read_text(encoding="utf-8"))
+            return _reference_record(saved, script, args, device, config, cached=True)
+        except (json.JSONDecodeError, KeyError, OSError):
+            pass  # a damaged cache entry is simply run again
+    run_dir = scratch / "reference"
+    work = run_dir / "work"
+    copy_tree(original, work)
+    env, stamps = _stamp_env(run_dir, dict(config.env))
+    if mode == "cpu":
+        argv = [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(work / script), *args]
+        env.setdefault("USE_TORCH_XLA", "0")
+    else:
+        argv = [sys.executable, str(work / script), *args]
+    before = _files_of(work)
+    result = run_sandboxed(
+        argv, cwd=work, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env, writable=[run_dir]
+    )
+    saved = {
+        "returncode": None if result.timed_out or result.memory_exceeded else result.returncode,
+        "error": result.describe_failure(),
+        "wall_s": result.wall_s,
+        "stamps": _read(stamps) or "\n".join(f"0\t{line}" for line in result.stdout.splitlines()),
+        "logs": _log_texts(_written_logs(work, before, config), work),
+    }
+    if cache_file is not None and saved["returncode"] == 0:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps(saved), encoding="utf-8")
+    return _reference_record(saved, script, args, device, config, cached=False)
+
+
+def _reference_record(saved: dict, script: str, args: list[str], device: str, config: VerifyConfig, cached: bool):
+    stdout, timing = cv.parse_stamps(saved["stamps"], config.loss_pattern, config.warmup_steps)
+    curves, notes = capture_curves(stdout, saved["logs"], config)
+    if timing.step_s is not None and timing.step_s < 1e-4:
+        timing.step_s = None  # all loss lines were printed at once: the stamps say nothing about step time
+        notes.append("the loss lines were printed all at once; the reference's step time is unknown")
+    return RunRecord(
+        role="reference",
+        device=device,
+        argv=["python", script, *args],
+        returncode=saved["returncode"],
+        wall_s=saved["wall_s"],
+        error=saved["error"],
+        curves=curves,
+        timing=timing,
+        stdout_tail=_tail(stdout),
+        cached=cached,
+        notes=notes,
+    )
