@@ -9,7 +9,7 @@ Held-out functions with manual findings (never trained on):
   - tests/fixtures/model_heldout/*/ (input.py, expected.py): functions written here, modelled on
     real training scripts (MNIST, DCGAN, ImageNet examples).
 Each is a file (imports + function). Arms, on the same files:
-  rules-only   Pipeline(proposer=None).suggest, unsafe fixes on;
+  rules-only   Pipeline(proposer=None).suggest, unsafe fixes on (`--safe-fixes`: suggest's default, safe only);
   model-only   the code model alone on the original function (greedy, bounded);
   rules+model  Pipeline(proposer=model).suggest: rules first, the model on the findings left.
 Columns: manual findings resolved (multiset of kb codes: manual findings of the original no longer
@@ -113,7 +113,9 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
     return items
 
 
-def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens: int | None = None) -> dict:
+def run_quality(
+    model_dir: Path, limit: int, validate: int, log, max_new_tokens: int | None = None, unsafe: bool = True
+) -> dict:
     from xlaport.kb import lint_source
     from xlaport.model.proposer import load_proposer
     from xlaport.model.spans import function_sources
@@ -151,7 +153,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         row = {"name": item["name"], "origin": item["origin"], "manual": sum(manual.values())}
 
         t = time.perf_counter()
-        patch = rules_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
+        patch = rules_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=unsafe, k=0))
         row["rules_s"] = time.perf_counter() - t
         row["rules_resolved"] = sum((manual - _manual(lint_source(patch.migrated))).values())
         row["rules_exact"] = exact(patch.migrated, item)
@@ -179,7 +181,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
             row["target_validation"] = validated(source, item["target_source"])  # the control: the right answer
 
         t = time.perf_counter()
-        both = model_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=True, k=0))
+        both = model_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=unsafe, k=0))
         row["both_s"] = time.perf_counter() - t
         row["both_resolved"] = sum((manual - _manual(lint_source(both.migrated))).values())
         row["both_exact"] = exact(both.migrated, item)
@@ -204,6 +206,7 @@ def run_quality(model_dir: Path, limit: int, validate: int, log, max_new_tokens:
         "model_meta": {k: v for k, v in (read_meta_of(model_dir)).items() if k != "train"},
         "load_s": round(load_s, 1),
         "max_new_tokens": model.max_new_tokens,
+        "unsafe_fixes": unsafe,
         "rows": rows,
         "summary": summarize(rows),
     }
@@ -410,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", type=int, default=40, help="most distinct patched files to validate")
     parser.add_argument("--throughput-steps", type=int, default=4, help="0 skips the throughput runs")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--safe-fixes", action="store_true", help="rules apply only safe fixes (suggest's default)")
     parser.add_argument("--max-new-tokens", type=int, help="generation bound (default: the model's own)")
     parser.add_argument("--throughput-json", type=Path, help="reuse the throughput of an earlier run's JSON")
     parser.add_argument("--throughput-only", action="store_true", help="only the training throughput runs")
@@ -435,7 +439,11 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = find_model_dir(args.model)
         if model_dir is None:
             raise SystemExit("no LoRA model: train one with `xlaport train lora` or pass --model DIR")
-        results = {"quality": run_quality(model_dir, args.limit, args.validate, log, args.max_new_tokens)}
+        results = {
+            "quality": run_quality(
+                model_dir, args.limit, args.validate, log, args.max_new_tokens, unsafe=not args.safe_fixes
+            )
+        }
         if args.json:  # the quality run is the slow part: keep it even if what follows fails
             args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
         results["training"] = training_record(model_dir)
