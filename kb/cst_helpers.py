@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from .analysis.module import children_of
+
 if TYPE_CHECKING:
     from .rule import Rule
 
@@ -92,36 +94,29 @@ def module_name(node: cst.CSTNode | None) -> str:
     return get_full_name_for_node(node) or ""
 
 
-class _NodeFinder(cst.CSTVisitor):
-    def __init__(self, root: cst.CSTNode, types: tuple[type, ...], enter_root: bool) -> None:
-        super().__init__()
-        self.root = root
-        self.types = types
-        self.enter_root = enter_root
-        self.found: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, self.types):
-            self.found.append(node)
-        return not isinstance(node, SCOPES) or (node is self.root and self.enter_root)
-
-
 def find_nodes(root: cst.CSTNode, *types: type, enter_root: bool = True) -> list:
     """Nodes of `types` inside `root` (root included), in source order, not inside nested defs/lambdas.
 
     With `enter_root=False` a root that is itself a def/class/lambda is not entered either (a statement
-    `def f(): ...` runs none of its body where it stands).
+    `def f(): ...` runs none of its body where it stands). A plain walk: a libcst visitor rebuilds every node.
     """
-    finder = _NodeFinder(root, types, enter_root)
-    root.visit(finder)
-    return finder.found
+    found = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, types):
+            found.append(node)
+        if type(node) in SCOPES and (node is not root or not enter_root):
+            continue
+        stack.extend(reversed(list(children_of(node))))
+    return found
 
 
 def every_call(node: cst.CSTNode) -> Iterator[cst.Call]:
     """Every call inside `node` (itself included, nested functions too), outermost first."""
     if isinstance(node, cst.Call):
         yield node
-    for child in node.children:
+    for child in children_of(node):
         yield from every_call(child)
 
 

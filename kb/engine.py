@@ -200,6 +200,11 @@ def parse(source: str) -> cst.Module:
     CPython's parser goes first: it rejects pathological nesting with a SyntaxError, and its tree is checked
     against the limits above, before libcst (whose native parser would crash the process) sees the text.
     """
+    return parse_both(source)[0]
+
+
+def parse_both(source: str) -> tuple[cst.Module, ast.Module]:
+    """`parse`, and CPython's AST of the same text (the name analysis reads its bindings)."""
     check_size(source)
     try:
         tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -211,7 +216,7 @@ def parse(source: str) -> cst.Module:
     check_statements_per_line(tree)
     check_parse_limits(tree, source)
     try:
-        return cst.parse_module(source)
+        return cst.parse_module(source), tree
     except cst.ParserSyntaxError as exc:
         raise SourceError(f"cannot parse: {exc.message[:200]} (line {exc.raw_line}, column {exc.raw_column})") from None
     except RecursionError:
@@ -229,12 +234,17 @@ class _Detection:
 
 
 def run_rules(
-    module: cst.Module, visitors: list[Rule], project: ProjectSteps | None = None, path: str | None = None
+    module: cst.Module,
+    visitors: list[Rule],
+    project: ProjectSteps | None = None,
+    path: str | None = None,
+    tree: ast.Module | None = None,
 ) -> ModuleAnalysis:
     """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis. `project`: the tree
-    `module` is part of, where `path` (relative to the tree's root) names it."""
+    `module` is part of, where `path` (relative to the tree's root) names it; `tree`: CPython's AST of the same
+    source (parsed again from the module when not given)."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper)
+    analysis = ModuleAnalysis.of(module, wrapper, tree)
     if project is not None and path is not None:
         analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
@@ -269,10 +279,15 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
 
 
 def _detect(
-    module: cst.Module, rules: list[type[Rule]], source: str, project: ProjectSteps | None = None, path: str = ""
+    module: cst.Module,
+    rules: list[type[Rule]],
+    source: str,
+    project: ProjectSteps | None = None,
+    path: str = "",
+    tree: ast.Module | None = None,
 ) -> list[_Detection]:
     visitors = [rule() for rule in rules]
-    analysis = run_rules(module, visitors, project, path)
+    analysis = run_rules(module, visitors, project, path, tree)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
@@ -325,7 +340,8 @@ def lint_source(
     """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse.
     `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
     rules = all_rules() if rules is None else rules
-    return [_finding(path, d) for d in _detect(parse(source), rules, source, project, path)]
+    module, tree = parse_both(source)
+    return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree)]
 
 
 @dataclass
@@ -473,12 +489,13 @@ def fix_source(
 def _fix_source(
     source: str, path: str, rules: list[type[Rule]], unsafe: bool, project: ProjectSteps | None
 ) -> FixResult:
-    module = original = parse(source)
+    module, tree = parse_both(source)
+    original = module
     applied: list[Finding] = []
     current_source = source
     remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
-        detections = _detect(module, rules, current_source, project, path)
+        detections = _detect(module, rules, current_source, project, path, tree)
         fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
@@ -488,7 +505,8 @@ def _fix_source(
         candidate = _apply(module, chosen)
         candidate_source = candidate.code
         try:
-            compile(candidate_source, path, "exec")
+            tree = ast.parse(candidate_source, path)
+            compile(tree, path, "exec")
             module = cst.parse_module(candidate_source)
         except (SyntaxError, cst.ParserSyntaxError, ValueError) as exc:
             raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc

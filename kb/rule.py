@@ -8,7 +8,7 @@ from functools import cache
 from typing import ClassVar, Literal
 
 import libcst as cst
-from libcst.metadata import CodeRange, QualifiedNameSource
+from libcst.metadata import CodeRange
 
 from .analysis.module import ModuleAnalysis
 from .cst_helpers import whole_statement
@@ -154,10 +154,9 @@ class Rule(cst.BatchableCSTVisitor):
             self.report(call)
 
     # --- name resolution -----------------------------------------------------------
-    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+    def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """Import-resolved dotted names of `node` (never locals: `cuda = 1; cuda.x` is not torch.cuda)."""
-        names = self.analysis.qualified_name_objects(node)
-        return {q.name for q in names if q.source is QualifiedNameSource.IMPORT}
+        return self.analysis.imported_names(node)
 
     def call_name(self, call: cst.Call) -> str | None:
         names = self.qualified_names(call.func)

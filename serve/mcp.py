@@ -22,6 +22,7 @@ from xlaport.files import DirtyTree
 from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
 
+FIX_TIME_LIMIT_S = 60.0  # a suggestion's fix step is stopped past this (the tool answers with the reason)
 INSTRUCTIONS = (
     "xlaport moves CUDA-era PyTorch code to TPUs (PyTorch/XLA 2.9). suggest_patch rewrites one file and "
     "returns a diff with evidence; search_fixes finds kb entries for code or an error message; explain_fix "
@@ -60,7 +61,8 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
         and evidence (validated only when `validate` is set and execution is allowed)."""
         with _as_tool_errors():
             options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k)
-            return pipe().suggest(source, path, options, may_execute=allow_execution)
+            # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
+            return pipe().suggest(source, path, options, may_execute=allow_execution, fix_time_limit_s=FIX_TIME_LIMIT_S)
 
     @server.tool()
     def search_fixes(text: str, k: int = 5) -> list[FixHit]:

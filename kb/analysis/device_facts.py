@@ -102,12 +102,11 @@ class DeviceFacts:
         return out
 
 
-class DeviceWalker(cst.CSTVisitor):
-    """One pass: parents, imports, and the nodes the analysis looks at."""
+class DeviceWalker:
+    """What the analysis looks at, from one pass over the module's nodes (in syntax order): imports, calls,
+    assignments, parameters, dict entries, comparisons, strings."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    def __init__(self, nodes: list[cst.CSTNode]) -> None:
         self.aliases: dict[str, str] = {}
         self.calls: list[cst.Call] = []
         self.assigns: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []  # (target, value)
@@ -115,11 +114,21 @@ class DeviceWalker(cst.CSTVisitor):
         self.dict_entries: list[cst.DictElement] = []
         self.comparisons: list[cst.Comparison] = []
         self.strings: list[cst.SimpleString] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        for child in node.children:
-            self.parents[child] = node
-        return super().on_visit(node)
+        visits = {
+            cst.Import: self.visit_Import,
+            cst.ImportFrom: self.visit_ImportFrom,
+            cst.Call: self.calls.append,
+            cst.Assign: self.visit_Assign,
+            cst.AnnAssign: self.visit_AnnAssign,
+            cst.Param: self.params.append,
+            cst.DictElement: self.dict_entries.append,
+            cst.Comparison: self.comparisons.append,
+            cst.SimpleString: self.strings.append,
+        }
+        for node in nodes:
+            visit = visits.get(type(node))  # exact types: isinstance on libcst's abstract classes is slow
+            if visit is not None:
+                visit(node)
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -141,9 +150,6 @@ class DeviceWalker(cst.CSTVisitor):
             if name and local:
                 self.aliases[local] = f"{module}.{name}"
 
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._target(target.target, node.value)
@@ -162,15 +168,3 @@ class DeviceWalker(cst.CSTVisitor):
                 self._target(t.value, v.value)
         else:
             self.assigns.append((target, value))
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self.params.append(node)
-
-    def visit_DictElement(self, node: cst.DictElement) -> None:
-        self.dict_entries.append(node)
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        self.comparisons.append(node)
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        self.strings.append(node)

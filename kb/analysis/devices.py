@@ -25,6 +25,7 @@ import libcst as cst
 
 from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
 from .device_facts import DeviceFacts, DeviceWalker, Guard, argparse_dest, is_cuda_value, key_of
+from .module import children_of, module_walk, walk
 
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
@@ -58,9 +59,8 @@ class DeviceAnalysis:
     """Runs once per module (see `analyse`); rules read its `facts`."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.walker = DeviceWalker()
-        module.visit(self.walker)
-        self.parents = self.walker.parents
+        self.nodes, self.parents = module_walk(module)
+        self.walker = DeviceWalker(self.nodes)
         self.facts = DeviceFacts()
         self._run()
 
@@ -363,9 +363,10 @@ class DeviceAnalysis:
     def _uses_as_test(self, keys: set[str]) -> list[cst.CSTNode]:
         """The code that `if use_cuda:` / `x if use_cuda else y` / `if not use_cuda:` protect."""
         regions: list[cst.CSTNode] = []
-        for node, parent in self.parents.items():
+        for node in self.nodes:
             if not isinstance(node, (cst.Name, cst.Attribute)) or key_of(node) not in keys:
                 continue
+            parent = self.parents.get(node)
             if isinstance(node, cst.Name) and isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
             positive, test = True, node
@@ -386,9 +387,7 @@ class DeviceAnalysis:
 
     def has_cuda_reference(self, region: cst.CSTNode) -> bool:
         """Does `region` touch CUDA (torch.cuda, cuDNN, torch.accelerator, `.cuda()`, `.pin_memory()`, nccl)?"""
-        finder = _CudaReferenceFinder(self)
-        region.visit(finder)
-        return bool(finder.found)
+        return bool(_cuda_reference_list(self, region))
 
     def is_cuda_fallback(self, node: cst.IfExp) -> bool:
         """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
@@ -402,9 +401,7 @@ class DeviceAnalysis:
 
     def _has_device_path(self, region: cst.CSTNode) -> bool:
         """Does `region` select the device (what a TPU must run), not just CUDA housekeeping?"""
-        finder = _DevicePathFinder(self)
-        region.visit(finder)
-        return finder.found
+        return _device_path(self, region)
 
 
 TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
@@ -434,93 +431,72 @@ def _only_text(region: cst.CSTNode) -> bool:
     return True
 
 
-class _DevicePathFinder(cst.CSTVisitor):
-    def __init__(self, analysis: DeviceAnalysis) -> None:
-        super().__init__()
-        self.analysis = analysis
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        name = self.analysis.call_name(node)
-        func = node.func
-        if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
-            self.found = True
-        elif name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-            self.found = True
-        return not self.found
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        # a CUDA string that a rule rewrites: an origin, 'nccl', or one given right to a device consumer
-        parent = self.analysis.parent(node)
-        if (
-            any(node is o for o in self.analysis.facts.string_origins)
-            or any(node is o for o in self.analysis.facts.nccl_origins)
-            or (is_cuda_value(node) and isinstance(parent, cst.Arg))
-        ):
-            self.found = True
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> None:
-        if any(node is o for o in self.analysis.facts.string_origins):
-            self.found = True
+def _device_path(analysis: DeviceAnalysis, region: cst.CSTNode) -> bool:
+    """Does `region` choose the device: a device call, `.cuda()`, or a CUDA string that a rule rewrites (an
+    origin, 'nccl', or one given right to a device consumer)?"""
+    facts = analysis.facts
+    for node in walk(region):
+        if isinstance(node, cst.Call):
+            name = analysis.call_name(node)
+            func = node.func
+            if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
+                return True
+            if name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+                return True
+        elif isinstance(node, cst.SimpleString):
+            if (
+                any(node is o for o in facts.string_origins)
+                or any(node is o for o in facts.nccl_origins)
+                or (is_cuda_value(node) and isinstance(analysis.parent(node), cst.Arg))
+            ):
+                return True
+        elif isinstance(node, cst.FormattedString) and any(node is o for o in facts.string_origins):
+            return True
+    return False
 
 
 CUDA_MODULES = ("torch.cuda", "torch.backends.cuda", "torch.backends.cudnn", "torch.accelerator")
 CUDA_METHODS = frozenset({"cuda", "pin_memory"})
 
 
-class _CudaReferenceFinder(cst.CSTVisitor):
-    """Every CUDA reference under a node: (node, what) pairs."""
-
-    def __init__(self, analysis: DeviceAnalysis) -> None:
-        super().__init__()
-        self.analysis = analysis
-        self.found: list[tuple[cst.CSTNode, str]] = []
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        name = self.analysis.qualified(node)
-        if name and any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
-            self.found.append((node, name))
-            return False
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        name = self.analysis.qualified(node)
-        parent = self.analysis.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            return
-        if name and any(name.startswith(m + ".") for m in CUDA_MODULES):
-            self.found.append((node, name))  # `from torch.cuda.amp import autocast`; autocast(...)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in CUDA_METHODS
-            and self.analysis.qualified(func) is None
-        ):
-            self.found.append((node, f".{func.attr.value}()"))
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False  # an import alone does nothing on a TPU host; its uses are references
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if is_cuda_value(node) or string_value(node) == "nccl":
-            self.found.append((node, repr(string_value(node))))
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
-        if is_cuda_value(node):
-            self.found.append((node, "f'cuda:...'"))
-        return False
+def _cuda_reference_list(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+    """Every CUDA reference under `root`: (node, what) pairs, in syntax order. Imports are not references
+    (an import alone does nothing on a TPU host; its uses are)."""
+    found: list[tuple[cst.CSTNode, str]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute):
+            name = analysis.qualified(node)
+            if name and any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
+                found.append((node, name))
+                continue
+        elif isinstance(node, cst.Name):
+            name = analysis.qualified(node)
+            parent = analysis.parent(node)
+            attr = isinstance(parent, cst.Attribute) and parent.attr is node
+            if not attr and name and any(name.startswith(m + ".") for m in CUDA_MODULES):
+                found.append((node, name))  # `from torch.cuda.amp import autocast`; autocast(...)
+        elif isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in CUDA_METHODS and analysis.qualified(func) is None:
+                found.append((node, f".{func.attr.value}()"))
+        elif isinstance(node, cst.Import | cst.ImportFrom):
+            continue
+        elif isinstance(node, cst.SimpleString):
+            if is_cuda_value(node) or string_value(node) == "nccl":
+                found.append((node, repr(string_value(node))))
+        elif isinstance(node, cst.FormattedString):
+            if is_cuda_value(node):
+                found.append((node, "f'cuda:...'"))
+            continue
+        stack.extend(reversed(list(children_of(node))))
+    return found
 
 
 def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
-    """The CUDA references under `root` (see `_CudaReferenceFinder`) and the ints used as devices."""
-    finder = _CudaReferenceFinder(analysis)
-    root.visit(finder)
-    return finder.found + [(n, "int used as a device") for n in analysis.facts.int_devices]
+    """The CUDA references under `root` (see `_cuda_reference_list`) and the ints used as devices."""
+    return _cuda_reference_list(analysis, root) + [(n, "int used as a device") for n in analysis.facts.int_devices]
 
 
 def imports_torch_xla(module: cst.Module) -> bool:

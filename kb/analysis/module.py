@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
 
+from .names import ImportNames
+
 if TYPE_CHECKING:
     from .project import ProjectSteps
 
@@ -57,20 +59,28 @@ class Nodes:
     strings: list[cst.SimpleString] = field(default_factory=list)
     fors: list[cst.For] = field(default_factory=list)
     functions: list[cst.FunctionDef | cst.Lambda] = field(default_factory=list)
+    imports: list[cst.Import | cst.ImportFrom] = field(default_factory=list)
 
     def add(self, node: cst.CSTNode) -> None:
-        if isinstance(node, cst.Call):
-            self.calls.append(node)
-        elif isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            self.assigns.append(node)
-        elif isinstance(node, (cst.Name, cst.Attribute)):
-            self.names.append(node)
-        elif isinstance(node, cst.SimpleString):
-            self.strings.append(node)
-        elif isinstance(node, cst.For):
-            self.fors.append(node)
-        elif isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            self.functions.append(node)
+        kind = _KINDS.get(type(node))  # by exact type: isinstance on libcst's abstract classes is slow
+        if kind is not None:
+            getattr(self, kind).append(node)
+
+
+_KINDS = {
+    cst.Call: "calls",
+    cst.Assign: "assigns",
+    cst.AugAssign: "assigns",
+    cst.AnnAssign: "assigns",
+    cst.Name: "names",
+    cst.Attribute: "names",
+    cst.SimpleString: "strings",
+    cst.For: "fors",
+    cst.FunctionDef: "functions",
+    cst.Lambda: "functions",
+    cst.Import: "imports",
+    cst.ImportFrom: "imports",
+}
 
 
 @dataclass
@@ -95,21 +105,24 @@ class ModuleAnalysis:
     # name in it; None when the module is analysed alone.
     project: ProjectSteps | None = None
     module_name: str | None = None
+    climb: tuple | None = None  # (the project, steps._climb's result): the update calls, loops and helpers
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
-    by_start: list[tuple[tuple[int, int], tuple[int, int], int, cst.CSTNode]] | None = None
-    function_spans: list[Span] = field(default_factory=list)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
-    _qualified: dict[cst.CSTNode, Collection[QualifiedName]] = field(default_factory=dict)
+    tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
+    _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)
+    _names: ImportNames | None = None
 
     @classmethod
-    def of(cls, module: cst.Module, wrapper: MetadataWrapper | None = None) -> ModuleAnalysis:
-        """`wrapper`: the MetadataWrapper of `module` (made here when not given)."""
+    def of(
+        cls, module: cst.Module, wrapper: MetadataWrapper | None = None, tree: ast.Module | None = None
+    ) -> ModuleAnalysis:
+        """`wrapper`: the MetadataWrapper of `module` (made here when not given); `tree`: its CPython AST."""
         wrapper = wrapper or MetadataWrapper(module, unsafe_skip_copy=True)
         parents = parent_map(module)
         nodes = Nodes()
         for node in parents:
             nodes.add(node)
-        return cls(module, nodes, parents, wrapper)
+        return cls(module, nodes, parents, wrapper, tree=tree)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
@@ -117,14 +130,28 @@ class ModuleAnalysis:
     def position(self, node: cst.CSTNode) -> CodeRange:
         return self.wrapper.resolve(PositionProvider)[node]  # resolved once: the wrapper keeps it
 
-    def qualified_name_objects(self, node: cst.CSTNode) -> Collection[QualifiedName]:
-        """libcst's QualifiedNameProvider value for `node`, computed for this node only."""
+    def names(self) -> ImportNames:
+        """The module's alias table (built on first use)."""
+        if self._names is None:
+            tree = self.tree if self.tree is not None else ast.parse(self.module.code)
+            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names)
+        return self._names
+
+    def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
+        """libcst's import-resolved qualified names of `node` (QualifiedNameProvider, source IMPORT)."""
         found = self._qualified.get(node)
         if found is None:
-            scope = self.wrapper.resolve(ScopeProvider).get(node)
-            found = scope.get_qualified_names_for(node) if scope is not None else set()
-            self._qualified[node] = found
+            found = self._qualified[node] = self.names().imported(node)
         return found
+
+    def qualified_name_objects(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """libcst's QualifiedNameProvider value for `node` (local names too); prefer `imported_names`."""
+        return self.names().qualified(node)
+
+    def _scope_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """libcst's answer from its scope analysis of the whole module (resolved once, on first use)."""
+        scope = self.wrapper.resolve(ScopeProvider).get(node)
+        return scope.get_qualified_names_for(node) if scope is not None else set()
 
 
 @cache
@@ -146,33 +173,68 @@ def _node_fields(node_type: type) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*(n for n in ordered if n in names), *names]))
 
 
+@cache
+def _is_node(kind: type) -> bool:
+    return issubclass(kind, cst.CSTNode)
+
+
 def children_of(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     for name in _node_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
+        kind = type(value)
+        if kind is list or kind is tuple:
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                if _is_node(type(item)):
                     yield item
+        elif _is_node(kind):
+            yield value
 
 
-def parent_map(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
-    """Child -> parent for every node but the module, in the order libcst's ParentNodeProvider fills it
-    (a node's children are added when the walk leaves it). Reading dataclass fields is ~10x cheaper than
-    a libcst visitor, which rebuilds every node it passes."""
+def walk(root: cst.CSTNode, skip: tuple[type, ...] = ()) -> Iterator[cst.CSTNode]:
+    """`root` and the nodes under it, in syntax order; nodes of the `skip` types (exact types) below `root`
+    are left out with everything under them."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node is not root and type(node) in skip:
+            continue
+        yield node
+        stack.extend(reversed(list(children_of(node))))
+
+
+_WALKS: dict[int, tuple[cst.Module, list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode]]] = {}
+
+
+def module_walk(module: cst.Module) -> tuple[list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode]]:
+    """Every node of `module` in syntax order (module first), and child -> parent for every node but the
+    module, in the order libcst's ParentNodeProvider fills it (a node's children are added when the walk
+    leaves it). One plain walk per module, shared by the analyses that need it (the last few modules are
+    kept). Reading dataclass fields is ~10x cheaper than a libcst visitor, which rebuilds every node."""
+    cached = _WALKS.get(id(module))
+    if cached is not None and cached[0] is module:
+        return cached[1], cached[2]
+    nodes: list[cst.CSTNode] = []
     parents: dict[cst.CSTNode, cst.CSTNode] = {}
     stack: list[tuple[cst.CSTNode, list[cst.CSTNode] | None]] = [(module, None)]
     while stack:
         node, kids = stack.pop()
         if kids is None:
+            nodes.append(node)
             kids = list(children_of(node))
             stack.append((node, kids))
             stack.extend((kid, None) for kid in reversed(kids))
         else:
             for kid in kids:
                 parents[kid] = node
-    return parents
+    if len(_WALKS) >= 4:
+        _WALKS.pop(next(iter(_WALKS)))
+    _WALKS[id(module)] = (module, nodes, parents)
+    return nodes, parents
+
+
+def parent_map(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
+    """Child -> parent for every node but the module (see `module_walk`)."""
+    return module_walk(module)[1]
 
 
 def inside(inner: Span, outer: Span) -> bool:

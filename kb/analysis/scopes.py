@@ -3,15 +3,14 @@ the nodes inside a subtree, what each function binds (scopes), and whole-module 
 
 from __future__ import annotations
 
-import bisect
 import re
 
 import libcst as cst
-from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
 from ..rule import Rule
-from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, inside
+from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, walk
+from .names import full_name
 
 DEVICE_LOADERS = frozenset(
     {
@@ -32,6 +31,8 @@ AUTOCASTS = frozenset(
 
 # Device words at the start of a word (`use_cuda`, `ngpu`-style names aside): `output` names no TPU.
 DEVICE_WORDS = re.compile(r"(?<![a-z])n?(cuda|xla|mps|tpu|gpu|device|accelerator|dev)s?(?![a-z])", re.IGNORECASE)
+# What `nodes_in` collects.
+SUBTREE_KINDS = (cst.Call, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Name, cst.Attribute, cst.SimpleString)
 FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
 
 
@@ -58,10 +59,8 @@ class ScopedRule(Rule):
 
     # --- names ---------------------------------------------------------------------
     def is_builtin(self, node: cst.CSTNode, *names: str) -> bool:
-        found = self.analysis.qualified_name_objects(node)
-        return any(
-            q.source is QualifiedNameSource.BUILTIN and q.name in {f"builtins.{n}" for n in names} for q in found
-        )
+        head = (full_name(node) or "").partition(".")[0]
+        return head in names and self.analysis.names().builtin(node) == f"builtins.{head}"
 
     def qualified_startswith(self, node: cst.CSTNode, *prefixes: str) -> bool:
         return any(q == p or q.startswith(p + ".") for q in self.qualified_names(node) for p in prefixes)
@@ -71,42 +70,19 @@ class ScopedRule(Rule):
         return self.analysis.nodes
 
     def nodes_in(self, root: cst.CSTNode, enter_functions: bool = True) -> Nodes:
-        """The module's nodes inside `root` (without nested functions and lambdas unless `enter_functions`).
-
-        Found by source range (a binary search over the nodes sorted by start), not by walking the tree.
-        """
+        """The calls, assignments, names and strings inside `root` (`root` included), without those in nested
+        functions and lambdas unless `enter_functions`. Walked once per root, then kept."""
         index = self.analysis
         if isinstance(root, cst.Module):
             return index.nodes
         key = (id(root), enter_functions)
         if key not in index.subtrees:
-            if index.by_start is None:
-                self._sort_by_start(index)
-            span = self._span(root)
-            holes = [] if enter_functions else [h for h in index.function_spans if inside(h, span) and h != span]
             found = Nodes()
-            i = bisect.bisect_left(index.by_start, (span[0],))
-            while i < len(index.by_start) and index.by_start[i][0] <= span[1]:
-                start, end, _, node = index.by_start[i]
-                if end <= span[1] and not any(inside((start, end), h) for h in holes):
+            for node in walk(root, () if enter_functions else (cst.FunctionDef, cst.Lambda)):
+                if isinstance(node, SUBTREE_KINDS):
                     found.add(node)
-                i += 1
             index.subtrees[key] = found
         return index.subtrees[key]
-
-    def _span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
-        pos = self.position(node)
-        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
-
-    def _sort_by_start(self, index: ModuleAnalysis) -> None:
-        rows = []
-        for kind in (index.nodes.calls, index.nodes.assigns, index.nodes.names, index.nodes.strings):
-            for node in kind:
-                start, end = self._span(node)
-                rows.append((start, end, len(rows), node))
-        rows.sort(key=lambda row: (row[0], row[2]))
-        index.by_start = rows
-        index.function_spans = [self._span(f) for f in index.nodes.functions]
 
     def facts(self) -> ModuleFacts:
         index = self.analysis

@@ -218,14 +218,19 @@ def _climb(rule: StepContextRule) -> tuple[list[tuple[cst.Call, Loop, str | None
     """From each optimizer update (in this module, or a call of the tree's stepping callables) up through
     the helpers that run it to the innermost loop that runs it: (update or helper call, loop, helper name) for
     each loop reached, and the helpers passed, which step once per call (none of them syncs)."""
-    calls = rule.analysis.nodes.calls
-    project = rule.analysis.project
-    if not any(method_name(c) == "backward" for c in calls) and not (project and project.steppers):
-        return [], []
-    starts: list[tuple[cst.Call, str | None]] = [(c, None) for c in calls if is_optimizer_update(rule, c)]
-    if project and project.steppers:
-        starts += [(c, code_of(c.func)) for c in calls if project_step(rule, c)]
-    return _climb_from(rule, starts)
+    analysis = rule.analysis
+    key = analysis.project  # the tree summary changes between the rounds of summarize_project
+    if analysis.climb is None or analysis.climb[0] is not key:
+        calls = analysis.nodes.calls
+        project = analysis.project
+        if not any(method_name(c) == "backward" for c in calls) and not (project and project.steppers):
+            analysis.climb = (key, ([], []))
+        else:
+            starts: list[tuple[cst.Call, str | None]] = [(c, None) for c in calls if is_optimizer_update(rule, c)]
+            if project and project.steppers:
+                starts += [(c, code_of(c.func)) for c in calls if project_step(rule, c)]
+            analysis.climb = (key, _climb_from(rule, starts))
+    return analysis.climb[1]
 
 
 def _climb_from(
@@ -295,7 +300,9 @@ def uncertain_steps(rule: StepContextRule) -> list[cst.Call]:
 
 
 def _is_optimizer_value(rule: StepContextRule, node: cst.CSTNode) -> bool:
-    return is_optimizer_name(node) or code_of(node) in rule.facts().optimizer_keys
+    if is_optimizer_name(node):
+        return True
+    return isinstance(node, (cst.Name, cst.Attribute)) and code_of(node) in rule.facts().optimizer_keys
 
 
 def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:

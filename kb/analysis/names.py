@@ -1,0 +1,209 @@
+"""Import-resolved names from per-module import tables, without libcst's scope analysis.
+
+libcst's QualifiedNameProvider resolves names through a scope analysis of the whole module (about three times
+the cost of parsing it). The names rules ask about are nearly all imports (`import torch.distributed as dist`,
+`from torch.cuda.amp import autocast`, `import matplotlib.pyplot as plt` inside a function): when a name is
+bound by nothing but imports, each before every read of it, only the module and the functions around a node
+decide what the node names, and the answer is computed from their imports exactly as libcst computes it.
+Unbound names resolve to nothing (or to a builtin). A name that is also bound otherwise (an assignment, a
+parameter, an import after a read or in a class body) is answered by libcst's scope analysis, which the
+module then pays for once.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Callable, Collection
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ImportAssignment, QualifiedName, QualifiedNameSource
+
+Resolver = Callable[[cst.CSTNode], Collection[QualifiedName]]
+
+
+def full_name(node: cst.CSTNode) -> str | None:
+    """libcst's `get_full_name_for_node` (`a.b` for an attribute, a call's callee, a subscript's value; `None.x`
+    for an attribute of an expression), by exact type: isinstance on libcst's abstract classes is slow."""
+    kind = type(node)
+    if kind is cst.Name:
+        return node.value
+    if kind is cst.Attribute:
+        return f"{full_name(node.value)}.{node.attr.value}"
+    if kind is cst.Call:
+        return full_name(node.func)
+    if kind is cst.Subscript:
+        return full_name(node.value)
+    if kind is cst.FunctionDef or kind is cst.ClassDef:
+        return full_name(node.name)
+    if kind is cst.Decorator:
+        return full_name(node.decorator)
+    return None
+
+
+def _dotted_names(node: cst.BaseExpression) -> list[str]:
+    """`a.b.c` -> ["a.b.c", "a.b", "a"]: the names an `import a.b.c` binds, as libcst records them."""
+    name = get_full_name_for_node(node) or ""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)] if name else []
+
+
+def _bindings(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
+    """(heads some import binds, names bound other than by an import in a module or function body, heads read
+    in a scope before an import there binds them). Reads in lambdas, comprehensions and class bodies count
+    for the function around them: that can only send a name to the fallback, never answer it wrongly."""
+    imported: set[str] = set()
+    bound: set[str] = set()
+    last_import: dict[tuple[int, str], tuple[int, int]] = {}  # (scope, head) -> position
+    first_read: dict[tuple[int, str], tuple[int, int]] = {}
+    stack: list[tuple[ast.AST, int, bool]] = [(tree, 0, False)]  # (node, scope, directly in a class body)
+    while stack:
+        node, scope, in_class = stack.pop()
+        children: list[ast.AST] = list(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                key, at = (scope, node.id), (node.lineno, node.col_offset)
+                first_read[key] = min(first_read.get(key, at), at)
+            else:
+                bound.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            heads = {(a.asname or a.name).split(".")[0] for a in node.names}
+            imported |= heads
+            if in_class:
+                bound |= heads
+            for head in heads:
+                key, at = (scope, head), (node.lineno, node.col_offset)
+                last_import[key] = max(last_import.get(key, at), at)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            bound.add(node.name)
+            stack.extend((stmt, id(node), False) for stmt in node.body)
+            children = [c for c in children if c not in node.body]  # decorators, defaults: the scope around
+        elif isinstance(node, ast.ClassDef):
+            bound.add(node.name)
+            stack.extend((stmt, scope, True) for stmt in node.body)
+            children = [c for c in children if c not in node.body]
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound.update(node.names)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+        stack.extend((child, scope, in_class and not isinstance(node, ast.Lambda)) for child in children)
+    late = {head for key, at in last_import.items() if first_read.get(key, at) < at for head in key[1:]}
+    return imported, bound, late
+
+
+class ImportNames:
+    """The alias table of one module: the import-resolved and builtin names of a node, as libcst gives them."""
+
+    def __init__(
+        self, tree: ast.Module, imports: list[cst.Import | cst.ImportFrom], parents: dict, fallback: Resolver
+    ) -> None:
+        self.parents = parents
+        self.fallback = fallback
+        # scope (the module or a function) -> dotted name -> the imports there that bind it (libcst's assignments)
+        self.tables: dict[cst.CSTNode, dict[str, list[ImportAssignment]]] = {}
+        for stmt in imports:
+            scope = self._scope_of(stmt)
+            if scope is None or isinstance(stmt.names, cst.ImportStar):
+                continue  # in a class body: its names are resolved by the fallback
+            table = self.tables.setdefault(scope, {})
+            for alias in stmt.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                for name in _dotted_names(bound):
+                    table.setdefault(name, []).append(ImportAssignment(name, None, stmt, 0, bound))
+        self.imported_heads, others, late = _bindings(tree)
+        self.bound = self.imported_heads | others
+        # Bound by imports alone, each before every read in its scope: the scopes that import it decide its name.
+        self.simple = self.imported_heads - others - late
+
+    def imported(self, node: cst.CSTNode) -> frozenset[str]:
+        """The import-resolved names of `node` (`dist.init_process_group` -> torch.distributed.init_process_group)."""
+        full = self._full_name(node)
+        head = full.partition(".")[0] if full else None
+        if head not in self.imported_heads:
+            return frozenset()
+        if head not in self.simple:
+            return frozenset(q.name for q in self.fallback(node) if q.source is QualifiedNameSource.IMPORT)
+        return frozenset(q.name for a in self._assignments(node, full) for q in a.get_qualified_names_for(full))
+
+    def builtin(self, node: cst.CSTNode) -> str | None:
+        """`builtins.len` for `len` when it names the builtin (nothing in its scope shadows it)."""
+        full = self._full_name(node)
+        head = full.partition(".")[0] if full else ""
+        if not hasattr(builtins, head):
+            return None
+        if head not in self.bound or head in self.simple and not self._assignments(node, head):
+            return f"builtins.{head}"
+        if head in self.simple:
+            return None
+        return next((q.name for q in self.fallback(node) if q.source is QualifiedNameSource.BUILTIN), None)
+
+    def qualified(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """libcst's whole QualifiedNameProvider answer for `node`, local names included (those need the fallback
+        unless the name is unbound or bound by imports alone)."""
+        full = self._full_name(node)
+        head = full.partition(".")[0] if full else None
+        if head is None:
+            return set()
+        if head in self.bound and head not in self.simple:
+            return self.fallback(node)
+        found = {QualifiedName(name, QualifiedNameSource.IMPORT) for name in self.imported(node)}
+        builtin = None if found else self.builtin(node)
+        return found | ({QualifiedName(builtin, QualifiedNameSource.BUILTIN)} if builtin else set())
+
+    def _assignments(self, node: cst.CSTNode, full: str) -> list[ImportAssignment]:
+        """The imports that bind the longest dotted prefix of `full` that `node`'s scopes see, innermost first."""
+        scopes = [table for scope in self._scopes(node) if (table := self.tables.get(scope))]
+        prefix = full
+        while prefix:
+            for table in scopes:
+                if prefix in table:
+                    return table[prefix]
+            prefix = prefix.rpartition(".")[0]
+        return []
+
+    def _scopes(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The functions whose names `node` sees, innermost first, then the module. A function's decorators,
+        return annotation, parameter defaults and annotations belong to the scope around it, as in libcst."""
+        scopes: list[cst.CSTNode] = []
+        outside = False  # the walk came up through a parameter's default or annotation
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            kind = type(parent)
+            if kind is cst.Param and child is not parent.name:
+                outside = True
+            elif kind is cst.FunctionDef or kind is cst.Lambda:
+                inside = child is parent.body or child is parent.params and not outside
+                if inside and kind is cst.FunctionDef:
+                    scopes.append(parent)
+                outside = False
+            child, parent = parent, self.parents.get(parent)
+        scopes.append(child)  # the module
+        return scopes
+
+    def _scope_of(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
+        """The function (or module) an import statement binds in; None in a class body."""
+        parent = self.parents.get(stmt)
+        while parent is not None and not isinstance(parent, cst.FunctionDef | cst.ClassDef):
+            stmt, parent = parent, self.parents.get(parent)
+        return stmt if parent is None else parent if isinstance(parent, cst.FunctionDef) else None
+
+    def _full_name(self, node: cst.CSTNode) -> str | None:
+        """The dotted name libcst resolves for `node`; None where libcst's scope analysis gives the node no
+        scope (so no names): an attribute's or keyword's own name, names inside import statements."""
+        parent = self.parents.get(node)
+        kind = type(parent)
+        if kind is cst.Attribute and parent.attr is node or kind is cst.Arg and parent.keyword is node:
+            return None
+        if kind is cst.NameItem:
+            return None
+        while kind is cst.Attribute or kind is cst.ImportAlias or kind is cst.AsName:
+            parent = self.parents.get(parent)
+            kind = type(parent)
+        if kind is cst.Import or kind is cst.ImportFrom:
+            return None
+        return full_name(node)
