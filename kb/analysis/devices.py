@@ -25,22 +25,12 @@ import libcst as cst
 
 from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
 from .device_facts import DeviceFacts, DeviceWalker, Guard, argparse_dest, is_cuda_value, key_of
-from .module import children_of, module_walk, walk
+from .device_regions import cuda_reference_list, device_path, only_text
+from .module import module_walk
 
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
 AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
-# Probes that a rule rewrites for XLA: a guard that holds one of them in its test must flip with it.
-MIGRATED_PROBES = frozenset({"torch.cuda.is_bf16_supported"})
-# Calls that choose the device or the process topology: code holding one is the path a TPU must take.
-DEVICE_CHOICES = frozenset(
-    {
-        "torch.device",
-        "torch.accelerator.current_accelerator",
-        "torch.cuda.device_count",
-        "torch.accelerator.device_count",
-    }
-)
 AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 
@@ -280,7 +270,7 @@ class DeviceAnalysis:
                 )
                 guard.quiet = not guard.flips and (
                     any(self.has_cuda_reference(r) for r in guard.regions)
-                    or (bool(guard.regions) and all(_only_text(r) for r in guard.regions))
+                    or (bool(guard.regions) and all(only_text(r) for r in guard.regions))
                 )
                 self.facts.guards.append(guard)
 
@@ -387,7 +377,7 @@ class DeviceAnalysis:
 
     def has_cuda_reference(self, region: cst.CSTNode) -> bool:
         """Does `region` touch CUDA (torch.cuda, cuDNN, torch.accelerator, `.cuda()`, `.pin_memory()`, nccl)?"""
-        return bool(_cuda_reference_list(self, region))
+        return bool(cuda_reference_list(self, region))
 
     def is_cuda_fallback(self, node: cst.IfExp) -> bool:
         """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
@@ -401,102 +391,7 @@ class DeviceAnalysis:
 
     def _has_device_path(self, region: cst.CSTNode) -> bool:
         """Does `region` select the device (what a TPU must run), not just CUDA housekeeping?"""
-        return _device_path(self, region)
-
-
-TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
-
-
-def _only_text(region: cst.CSTNode) -> bool:
-    """Does `region` only build text (`log_msg.append('max mem: {memory}')`, `fmt += ' mem'`)? A CUDA guard
-    around it prepares a log line for CUDA hosts: nothing a TPU host needs."""
-    if isinstance(region, cst.Else):
-        region = region.body
-    if not isinstance(region, cst.IndentedBlock):
-        return False
-    for line in region.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            return False
-        for small in line.body:
-            if isinstance(small, (cst.Assign, cst.AugAssign)):
-                text = isinstance(small.value, TEXT)
-            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-                call = small.value  # `lines.append('...')`
-                text = isinstance(call.func, cst.Attribute) and all(isinstance(a.value, TEXT) for a in call.args)
-                text = text and bool(call.args)
-            else:
-                text = False
-            if not text:
-                return False
-    return True
-
-
-def _device_path(analysis: DeviceAnalysis, region: cst.CSTNode) -> bool:
-    """Does `region` choose the device: a device call, `.cuda()`, or a CUDA string that a rule rewrites (an
-    origin, 'nccl', or one given right to a device consumer)?"""
-    facts = analysis.facts
-    for node in walk(region):
-        if isinstance(node, cst.Call):
-            name = analysis.call_name(node)
-            func = node.func
-            if name in DEVICE_CHOICES or name in MIGRATED_PROBES:
-                return True
-            if name is None and isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-                return True
-        elif isinstance(node, cst.SimpleString):
-            if (
-                any(node is o for o in facts.string_origins)
-                or any(node is o for o in facts.nccl_origins)
-                or (is_cuda_value(node) and isinstance(analysis.parent(node), cst.Arg))
-            ):
-                return True
-        elif isinstance(node, cst.FormattedString) and any(node is o for o in facts.string_origins):
-            return True
-    return False
-
-
-CUDA_MODULES = ("torch.cuda", "torch.backends.cuda", "torch.backends.cudnn", "torch.accelerator")
-CUDA_METHODS = frozenset({"cuda", "pin_memory"})
-
-
-def _cuda_reference_list(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
-    """Every CUDA reference under `root`: (node, what) pairs, in syntax order. Imports are not references
-    (an import alone does nothing on a TPU host; its uses are)."""
-    found: list[tuple[cst.CSTNode, str]] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Attribute):
-            name = analysis.qualified(node)
-            if name and any(name == m or name.startswith(m + ".") for m in CUDA_MODULES):
-                found.append((node, name))
-                continue
-        elif isinstance(node, cst.Name):
-            name = analysis.qualified(node)
-            parent = analysis.parent(node)
-            attr = isinstance(parent, cst.Attribute) and parent.attr is node
-            if not attr and name and any(name.startswith(m + ".") for m in CUDA_MODULES):
-                found.append((node, name))  # `from torch.cuda.amp import autocast`; autocast(...)
-        elif isinstance(node, cst.Call):
-            func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in CUDA_METHODS and analysis.qualified(func) is None:
-                found.append((node, f".{func.attr.value}()"))
-        elif isinstance(node, cst.Import | cst.ImportFrom):
-            continue
-        elif isinstance(node, cst.SimpleString):
-            if is_cuda_value(node) or string_value(node) == "nccl":
-                found.append((node, repr(string_value(node))))
-        elif isinstance(node, cst.FormattedString):
-            if is_cuda_value(node):
-                found.append((node, "f'cuda:...'"))
-            continue
-        stack.extend(reversed(list(children_of(node))))
-    return found
-
-
-def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
-    """The CUDA references under `root` (see `_cuda_reference_list`) and the ints used as devices."""
-    return _cuda_reference_list(analysis, root) + [(n, "int used as a device") for n in analysis.facts.int_devices]
+        return device_path(self, region)
 
 
 def imports_torch_xla(module: cst.Module) -> bool:

@@ -14,7 +14,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..rule import Finding
-from .devices import DeviceAnalysis, cuda_references
+from .device_regions import cuda_references
+from .devices import DeviceAnalysis
 
 
 @dataclass(frozen=True)
