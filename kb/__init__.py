@@ -10,7 +10,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import FixResult, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
+    from .engine import FixResult, all_rules, fix_source, get_rule, lint_source, select_rules
+    from .parsing import SourceError
     from .rule import CATEGORY_NAMES, Finding, Rule
 
 _HOME = {
@@ -18,7 +19,7 @@ _HOME = {
     "Finding": "rule",
     "Rule": "rule",
     "FixResult": "engine",
-    "SourceError": "engine",
+    "SourceError": "parsing",
     "all_rules": "engine",
     "fix_source": "engine",
     "get_rule": "engine",

@@ -13,7 +13,8 @@ from .analysis.context import StepContextRule
 from .analysis.project import UNKNOWN, ModuleSteps, ProjectSteps, module_name, passes
 from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
-from .engine import SourceError, fix_source, lint_source, parse, run_rules
+from .engine import fix_source, lint_source, run_rules
+from .parsing import SourceError, parse
 from .rule import Finding, Rule
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
-import os
 import re
 import tokenize
 from collections import OrderedDict
@@ -21,19 +20,12 @@ from .analysis.devices import analyse as analyse_devices
 from .analysis.module import ModuleAnalysis, children_of
 from .analysis.project import ProjectSteps
 from .imports import remove_imports_made_unused
+from .parsing import parse_both
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
-# Larger sources are refused at once: analysis time and memory grow with the tree (~1 s and ~50 MB per
-# 1,000 lines on a loaded core), so an unbounded file could hold a worker for many minutes.
-MAX_SOURCE_CHARS_ENV = "XLAPORT_MAX_SOURCE_CHARS"
-DEFAULT_MAX_SOURCE_CHARS = 1_000_000
 FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
-
-
-class SourceError(ValueError):
-    """Source that xlaport cannot analyse (syntax error, not text)."""
 
 
 def all_rules() -> list[type[Rule]]:
@@ -86,141 +78,6 @@ def _is_suppressed(line: int, code: str, suppressed: dict[int, set[str] | None])
         return False
     codes = suppressed[line]
     return codes is None or code in codes
-
-
-def max_source_chars() -> int:
-    """The size limit of one source, `$XLAPORT_MAX_SOURCE_CHARS` (characters), else 1,000,000."""
-    configured = os.environ.get(MAX_SOURCE_CHARS_ENV)
-    try:
-        return int(configured) if configured else DEFAULT_MAX_SOURCE_CHARS
-    except ValueError:
-        raise SourceError(f"{MAX_SOURCE_CHARS_ENV} must be a number of characters, not {configured!r}") from None
-
-
-def check_size(source: str) -> None:
-    limit = max_source_chars()
-    if len(source) > limit:
-        raise SourceError(
-            f"too large to analyse: {len(source):,} characters, the limit is {limit:,} "
-            f"(set {MAX_SOURCE_CHARS_ENV} to raise it)"
-        )
-
-
-# Limits on what is handed to libcst (override with XLAPORT_MAX_NESTING / XLAPORT_MAX_NODES).
-# libcst's native parser overflows its stack on long `and`/`or` chains (a segfault: it kills the process),
-# and its Python visitors hit the recursion limit at ~300 nested nodes (measured: `1+1+...`, 300 ok, 400 not).
-# Real code nests under 50 levels and a 5,000-line file has ~50,000 nodes (~5 s of lint + fix).
-MAX_NESTING = 150
-MAX_NODES = 200_000
-
-
-def _limit(name: str, default: int) -> int:
-    value = os.environ.get(f"XLAPORT_{name}", "")
-    return int(value) if value.isdigit() else default
-
-
-def _string_parts(source: str, node: ast.expr) -> int:
-    """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain)."""
-    lines = source.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno]
-    segment = "".join(lines)
-    try:
-        tokens = tokenize.generate_tokens(io.StringIO(segment).readline)
-        return sum(tok.type == tokenize.STRING for tok in tokens)
-    except (tokenize.TokenError, SyntaxError):
-        return 1
-
-
-def _span_chars(node: ast.expr) -> int:
-    if node.end_lineno == node.lineno:
-        return node.end_col_offset - node.col_offset
-    return 1 << 30  # several lines: count the parts
-
-
-def check_parse_limits(tree: ast.AST, source: str) -> None:
-    """Raises SourceError when `tree` is nested deeper (as libcst nests it) or is larger than libcst handles safely.
-
-    Iterative: the check itself never recurses. A chain `a and b and c` is one node in CPython's AST but
-    nested once per operand in libcst's, so each operand counts as a level.
-    """
-    max_nesting, max_nodes = _limit("MAX_NESTING", MAX_NESTING), _limit("MAX_NODES", MAX_NODES)
-    stack: list[tuple[ast.AST, int, int]] = [(tree, 0, 1)]
-    nodes = 0
-    while stack:
-        node, depth, line = stack.pop()
-        line = getattr(node, "lineno", line)
-        nodes += 1
-        if nodes > max_nodes:
-            raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
-        if depth > max_nesting:
-            raise SourceError(
-                f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
-            )
-        if isinstance(node, ast.Constant | ast.JoinedStr) and hasattr(node, "end_col_offset"):
-            # a literal too long for its text alone: count its parts (tokenizing only such literals keeps this cheap)
-            if _span_chars(node) > 2 * (max_nesting - depth):
-                depth += _string_parts(source, node)
-                if depth > max_nesting:
-                    raise SourceError(
-                        f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
-                    )
-        if isinstance(node, ast.BoolOp):
-            stack.extend((value, depth + len(node.values) - i, line) for i, value in enumerate(node.values))
-        else:
-            stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
-
-
-# `a = 1; b = 2; ...`: a line of thousands of statements (generated or minified code) costs minutes of analysis
-# (10,000 took 180 s on a loaded core); hand-written code has a few.
-MAX_STATEMENTS_PER_LINE = 50
-
-
-def check_statements_per_line(tree: ast.Module) -> None:
-    """Raises SourceError for a line with more than XLAPORT_MAX_STATEMENTS_PER_LINE statements (default 50)."""
-    limit = _limit("MAX_STATEMENTS_PER_LINE", MAX_STATEMENTS_PER_LINE)
-    blocks: list[list[ast.stmt]] = [tree.body]
-    while blocks:
-        per_line: dict[int, int] = {}
-        for stmt in blocks.pop():
-            per_line[stmt.lineno] = per_line.get(stmt.lineno, 0) + 1
-            if per_line[stmt.lineno] > limit:
-                raise SourceError(
-                    f"cannot analyse: over {limit} statements on line {stmt.lineno} (generated or minified code?); "
-                    f"put one statement per line, or raise XLAPORT_MAX_STATEMENTS_PER_LINE"
-                )
-            for name in ("body", "orelse", "finalbody"):
-                block = getattr(stmt, name, None)
-                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                    blocks.append(block)
-            blocks.extend(part.body for part in getattr(stmt, "handlers", []) + getattr(stmt, "cases", []))
-
-
-def parse(source: str) -> cst.Module:
-    """The libcst module of `source`; SourceError (with the reason) for what is not Python or too big to analyse.
-
-    CPython's parser goes first: it rejects pathological nesting with a SyntaxError, and its tree is checked
-    against the limits above, before libcst (whose native parser would crash the process) sees the text.
-    """
-    return parse_both(source)[0]
-
-
-def parse_both(source: str) -> tuple[cst.Module, ast.Module]:
-    """`parse`, and CPython's AST of the same text (the name analysis reads its bindings)."""
-    check_size(source)
-    try:
-        tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise SourceError(
-            f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
-        ) from None
-    check_statements_per_line(tree)
-    check_parse_limits(tree, source)
-    try:
-        return cst.parse_module(source), tree
-    except cst.ParserSyntaxError as exc:
-        raise SourceError(f"cannot parse: {exc.message[:200]} (line {exc.raw_line}, column {exc.raw_column})") from None
-    except RecursionError:
-        raise SourceError("cannot parse: nested too deeply to analyse safely") from None
 
 
 @dataclass

@@ -32,7 +32,7 @@ from pathlib import Path
 from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
-from xlaport.kb.engine import parse
+from xlaport.kb.parsing import parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer

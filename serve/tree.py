@@ -97,7 +97,7 @@ def _fix_task(task: tuple[str, str, list[str] | None, bool, ProjectSteps]) -> Fi
     path, display, codes, unsafe, project = task
     rules = None if codes is None else [get_rule(c) for c in codes]
     # one broken file must not end the run: fix_file reports it (and it is copied as is); kb's parse refuses
-    # what would crash libcst (see xlaport.kb.engine.parse)
+    # what would crash libcst (see xlaport.kb.parsing.parse)
     return fix_file(Path(path), rules, unsafe=unsafe, display=display, project=project)
 
 

@@ -1,7 +1,7 @@
 """Any input is bounded: too large or pathological sources are refused at once with the limit that applied."""
 
 import pytest
-from xlaport.kb import SourceError, engine, lint_source
+from xlaport.kb import SourceError, lint_source, parsing
 from xlaport.kb.engine import fix_source
 
 
@@ -12,8 +12,8 @@ def test_a_source_over_the_size_limit_is_refused_at_once_naming_the_limit(monkey
         raise AssertionError("a parser saw the text: the size limit must refuse it first")
 
     # "at once" = before any parser (not a timed test): neither CPython's nor libcst's parse runs
-    monkeypatch.setattr(engine, "compile", no_parser_may_run, raising=False)
-    monkeypatch.setattr(engine.cst, "parse_module", no_parser_may_run)
+    monkeypatch.setattr(parsing, "compile", no_parser_may_run, raising=False)
+    monkeypatch.setattr(parsing.cst, "parse_module", no_parser_may_run)
     with pytest.raises(SourceError, match=r"too large to analyse: 5,200,013 characters, the limit is 1,000,000"):
         lint_source(source)
 
@@ -34,7 +34,7 @@ def test_thousands_of_statements_on_one_line_are_refused_with_the_reason(monkeyp
         raise AssertionError("libcst saw the text: the refusal must come from CPython's cheap parse")
 
     # refused before libcst (whose parse of such a line took 100 s); a check of the cause, not a timed test
-    monkeypatch.setattr(engine.cst, "parse_module", libcst_must_not_run)
+    monkeypatch.setattr(parsing.cst, "parse_module", libcst_must_not_run)
     with pytest.raises(SourceError, match="over 50 statements on line 2"):
         lint_source(source)
 

@@ -16,7 +16,8 @@ from libcst.metadata import (
 )
 from xlaport.kb import all_rules
 from xlaport.kb.analysis.module import ModuleAnalysis
-from xlaport.kb.engine import parse, run_rules
+from xlaport.kb.engine import run_rules
+from xlaport.kb.parsing import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = sorted((ROOT / "tests" / "fixtures" / "kb").glob("*/input.py")) + sorted(
