@@ -326,8 +326,8 @@ class DeviceAnalysis:
             elif isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 positive = not positive
                 node = parent
-            elif isinstance(parent, cst.IfExp) and parent.test is node and _boolean_pair(parent) is not None:
-                positive = positive == _boolean_pair(parent)  # `True if <test> else False` is the test itself
+            elif isinstance(parent, cst.IfExp) and parent.test is node and (pair := _boolean_pair(parent)) is not None:
+                positive = positive == pair  # `True if <test> else False` is the test itself
                 node = parent
             else:
                 break

@@ -50,6 +50,12 @@ def alias_value(rule: Rule, value: cst.CSTNode) -> str | None:
     return cuda_type(rule, value) if isinstance(value, cst.Attribute) else None
 
 
+def _constructor_call(rule: Rule, node: cst.CSTNode) -> cst.Call | None:
+    """The `T(...)` call that builds a tensor with `node` (a legacy type) as its callee."""
+    parent = rule.parent(node)
+    return parent if isinstance(parent, cst.Call) and parent.func is node else None
+
+
 def _type_call(rule: Rule, arg: cst.CSTNode) -> cst.Call | None:
     """The `x.type(T)` call whose only argument is `arg`."""
     holder = rule.parent(arg)
@@ -67,11 +73,9 @@ def _type_call(rule: Rule, arg: cst.CSTNode) -> cst.Call | None:
 
 def is_rewritten_use(rule: Rule, node: cst.CSTNode) -> bool:
     """Is `node` (a legacy type) a constructor call, a `.type()` target or an alias value? XLA232 owns those."""
+    if _constructor_call(rule, node) is not None or _type_call(rule, node) is not None:
+        return True
     parent = rule.parent(node)
-    if isinstance(parent, cst.Call) and parent.func is node:
-        return True
-    if _type_call(rule, node) is not None:
-        return True
     while isinstance(parent, cst.IfExp):
         node, parent = parent, rule.parent(parent)
     return isinstance(parent, cst.Assign) and parent.value is node
@@ -156,27 +160,25 @@ class LegacyCudaTensorType(Rule):
         return not isinstance(parent, cst.AssignTarget)
 
     def _fixable(self, use: cst.Name) -> bool:
-        parent = self.parent(use)
-        return (isinstance(parent, cst.Call) and parent.func is use) or _type_call(self, use) is not None
+        return _constructor_call(self, use) is not None or _type_call(self, use) is not None
 
     def _direct(self, node: cst.Attribute, kind: str) -> None:
         """`torch.cuda.FloatTensor(...)` or `x.type(torch.cuda.FloatTensor)` written out."""
-        parent = self.parent(node)
-        if isinstance(parent, cst.Call) and parent.func is node:
-            cpu = parent.with_changes(func=expr(f"torch.{kind}"))
-            self.report(parent, replacement=_moved(cpu), imports=(IMPORT_TORCH_XLA,))
-        elif (call := _type_call(self, node)) is not None:
-            self._convert(call, kind)
+        self._rewrite(node, kind, self.message)
 
     def _use(self, name: cst.Name, kind: str, fixable: bool) -> None:
-        parent = self.parent(name)
-        if not fixable:
+        if fixable:
+            self._rewrite(name, kind, f"`{name.value}(...)` builds a tensor off the XLA device")
+        else:
             message = f"`{name.value}` is a legacy CUDA tensor type; use dtypes and `torch_xla.device()` instead"
             self.report(name, message, fix="manual")
-        elif isinstance(parent, cst.Call) and parent.func is name:
-            message = f"`{name.value}(...)` builds a tensor off the XLA device"
-            self.report(parent, message, _moved(parent), (IMPORT_TORCH_XLA,))
-        elif (call := _type_call(self, name)) is not None:
+
+    def _rewrite(self, node: cst.Name | cst.Attribute, kind: str, message: str) -> None:
+        """A constructor call builds with the CPU type and moves; a `.type()` conversion becomes `.to()`."""
+        if (call := _constructor_call(self, node)) is not None:
+            built = call if isinstance(node, cst.Name) else call.with_changes(func=expr(f"torch.{kind}"))
+            self.report(call, message, _moved(built), (IMPORT_TORCH_XLA,))
+        elif (call := _type_call(self, node)) is not None:
             self._convert(call, kind)
 
     def _convert(self, call: cst.Call, kind: str) -> None:
