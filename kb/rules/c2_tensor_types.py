@@ -151,7 +151,13 @@ class LegacyCudaTensorType(Rule):
                     found.setdefault(target.value, []).append((assign.value, kind))
                 elif isinstance(target, cst.Name):
                     other.add(target.value)
-        return {k: v for k, v in found.items() if k not in other and len({kind for _, kind in v}) == 1}
+        aliases = {k: v for k, v in found.items() if k not in other and len({kind for _, kind in v}) == 1}
+        for name, values in found.items():
+            if name not in aliases:  # XLA220 leaves these values to this rule: never silent
+                for value, _ in values:
+                    message = f"`{name}` is bound to a legacy CUDA tensor type here and to something else elsewhere"
+                    self.report(value, message, fix="manual")
+        return aliases
 
     def _is_read(self, name: cst.Name) -> bool:
         parent = self.parent(name)

@@ -407,3 +407,11 @@ def test_optimizer_chosen_in_a_branch_of_the_helper_gets_one_move_above_the_bran
     out = fixed(src, "XLA315")
     assert "net = torch.nn.Linear(2, 2)\n    net.to(torch_xla.device())\n    if sgd:" in out
     assert out.count("\n    net.to(torch_xla.device())\n") == 1 and lines(out, "XLA315") == []
+
+
+def test_a_legacy_type_alias_bound_twice_is_reported_not_silent():
+    # `Tensor` is also imported: the alias is not rewritten, and XLA220 leaves alias values to XLA232,
+    # so XLA232 must report the binding for a human (before: no finding at all)
+    source = "import torch\nfrom torch import Tensor\nTensor = torch.cuda.FloatTensor\nx = Tensor(3)\n"
+    findings = [(f.line, f.code, f.fix) for f in lint_source(source)]
+    assert (3, "XLA232", "manual") in findings
