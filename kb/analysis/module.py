@@ -134,7 +134,8 @@ class ModuleAnalysis:
         """The module's alias table (built on first use)."""
         if self._names is None:
             tree = self.tree if self.tree is not None else ast.parse(self.module.code)
-            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names)
+            functions = [n for n in module_walk(self.module)[0] if type(n) is cst.FunctionDef]
+            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names, functions)
         return self._names
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
