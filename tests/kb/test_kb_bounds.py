@@ -45,3 +45,19 @@ def test_the_statement_limit_applies_inside_blocks_and_spares_a_few_statements()
         lint_source(crowded)
     source = "import torch\nif True:\n    a = 1; b = 2; c = torch.zeros(1).cuda()\n"
     assert any(f.line == 3 for f in lint_source(source))
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("import torch\nx = torch.zeros(1).cuda()\nfrom __future__ import annotations\n", "from __future__ imports"),
+        ("import torch\nreturn torch.zeros(1).cuda()\n", "'return' outside function"),
+    ],
+)
+def test_text_that_parses_but_does_not_compile_is_refused_with_the_compilers_reason(source, reason):
+    # before, it reached the fix step, whose check of the rewritten text raised "internal error: a rewrite
+    # produced unparsable code" (a 500 from the service) although the input itself was never a program
+    with pytest.raises(SourceError, match=f"cannot parse: SyntaxError: {reason}.*line"):
+        fix_source(source)
+    with pytest.raises(SourceError, match=reason):
+        lint_source(source)
