@@ -268,6 +268,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="Worker processes for the second migrate run.")
     parser.add_argument("--validate", action="store_true", help="Also migrate examples/ with validation.")
     parser.add_argument("--no-bounds", action="store_true", help="Skip the bounds table.")
+    parser.add_argument("--no-migrate", action="store_true", help="Skip the migrate runs.")
     parser.add_argument("--json", type=Path, help="Also write the numbers here (e.g. bench/results/serve.json).")
     args = parser.parse_args()
     os.environ.setdefault("XLAPORT_TRACES", str(Path(tempfile.mkdtemp(prefix="xlaport-bench-")) / "traces.jsonl"))
@@ -276,7 +277,9 @@ def main() -> None:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start",
         "service": service(args.requests),
-        "migrate": [migrate_tree(args.tree.resolve(), 1)]
+        "migrate": []
+        if args.no_migrate
+        else [migrate_tree(args.tree.resolve(), 1)]
         + ([migrate_tree(args.tree.resolve(), args.jobs)] if args.jobs > 1 else []),
         "bounds": [] if args.no_bounds else bounds(),
     }
