@@ -40,6 +40,10 @@ NON_TENSOR_TORCH = frozenset(
 TENSOR_FACTORIES_ON_CPU = frozenset(
     "tensor as_tensor from_numpy rand randn randint randperm zeros ones empty full arange linspace logspace eye".split()
 )
+# torch.nn.utils functions that return a device tensor (the total gradient norm).
+TENSOR_UTILS = frozenset(
+    {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.get_total_norm"}
+)
 TENSOR_ATTRS = frozenset({"loss", "logits", "grad"})  # `outputs.loss`, `outputs.logits`, `p.grad`
 TENSOR_VIEW_ATTRS = frozenset({"data", "T", "mT", "real", "imag"})
 ORDER_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
@@ -175,6 +179,8 @@ class StepContextRule(ScopedRule):
             return False
         for q in self.qualified_names(func):
             parts = q.split(".")
+            if q in TENSOR_UTILS:
+                return True
             if parts[0] != "torch":
                 continue
             if len(parts) == 2 and parts[1][:1].islower() and parts[1] not in NON_TENSOR_TORCH:

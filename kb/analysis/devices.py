@@ -26,7 +26,7 @@ import libcst as cst
 from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
 from .device_facts import DeviceFacts, DeviceWalker, Guard, argparse_dest, is_cuda_value, key_of
 from .device_regions import cuda_reference_list, device_path, only_text
-from .module import module_walk
+from .module import module_walk, walk
 
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")
@@ -344,6 +344,23 @@ class DeviceAnalysis:
         else:
             return None
         return Guard(test=test, condition=node, regions=regions)  # type: ignore[arg-type]
+
+    def cuda_only_switch(self, value: cst.BaseExpression) -> bool:
+        """Is `value` a switch that stays False on a TPU host: a variable set from a CUDA test that no rewrite
+        flips (`use_amp = 'cuda' in device`), or such a test written in place?"""
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            key = key_of(value)
+            for guard in self.facts.guards:
+                parent = self.parent(guard.condition)
+                if guard.flips or not isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                    continue
+                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+                if key in {key_of(t) for t in targets}:
+                    return True
+            return False
+        tests = [n for n in walk(value) if isinstance(n, cst.Call) and self.call_name(n) in AVAILABILITY]
+        tests += [n for n in walk(value) if isinstance(n, cst.Comparison) and self._cuda_test_literal(n) is not None]
+        return bool(tests)
 
     def _branch(self, node: cst.If, positive: bool) -> list[cst.CSTNode]:
         if positive:

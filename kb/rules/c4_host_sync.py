@@ -137,6 +137,8 @@ class ScalarCastInStepLoop(StepContextRule):
             self.report(node)
 
 
+TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+FORMAT_MESSAGE = f"formatting a tensor as text in the step loop reads it on the host every step; {HOST_SYNC_FIX}"
 LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_scalars", "info", "debug", "warning"})
 
 
@@ -148,7 +150,9 @@ class TensorLoggedInStepLoop(StepContextRule):
     fix = "manual"
     detects = (
         "`print(loss)`, f-strings with a tensor, `pbar.set_postfix(loss=loss)`, `writer.add_scalar(tag, loss, "
-        'step)`, `logger.info(f"{loss}")` and `wandb.log({...: loss})` inside the training-step loop.'
+        'step)`, `logger.info(f"{loss}")` and `wandb.log({...: loss})` inside the training-step loop; and text '
+        'formatted from a tensor wherever it goes (`print0(f"norm {norm:.4f}")` through a helper, '
+        '`f.write("%f" % loss)`), the gradient norm that `clip_grad_norm_` returns included.'
     )
     why = (
         "Formatting a lazy tensor reads its value: XLA runs the pending graph and copies the value to the host "
@@ -180,12 +184,34 @@ class TensorLoggedInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        is_print = isinstance(node.func, cst.Name) and self.is_builtin(node.func, "print")
-        is_log = method_name(node) in LOG_METHODS or self.is_call_to(node, "wandb.log")
-        if not (is_print or is_log) or self.per_step_loop(node) is None:
+        if not self._is_log_call(node) or self.per_step_loop(node) is None:
             return
         if any(self._logs_tensor(arg.value) for arg in node.args):
             self.report(node)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self._check_text(node)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Modulo) and isinstance(node.left, TEXT):
+            self._check_text(node)
+
+    def _check_text(self, node: cst.BaseExpression) -> None:
+        """Text built from a tensor wherever it goes (`print0(f"{norm:.4f}")`, `log.write("%f" % loss)`): the
+        formatting itself reads the value. Inside a print or log call the call is reported instead."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.Call) and self._is_log_call(anc):
+                return
+            if isinstance(anc, (cst.FormattedString, cst.BinaryOperation)) and self._logs_tensor(anc):
+                return  # reported at the outermost text
+            if isinstance(anc, cst.BaseStatement):
+                break
+        if self.per_step_loop(node) is not None and self._logs_tensor(node):
+            self.report(node, FORMAT_MESSAGE)
+
+    def _is_log_call(self, node: cst.Call) -> bool:
+        is_print = isinstance(node.func, cst.Name) and self.is_builtin(node.func, "print")
+        return is_print or method_name(node) in LOG_METHODS or self.is_call_to(node, "wandb.log")
 
     def _logs_tensor(self, value: cst.CSTNode) -> bool:
         if isinstance(value, cst.FormattedString):
@@ -195,13 +221,24 @@ class TensorLoggedInStepLoop(StepContextRule):
             )
         if isinstance(value, cst.Dict):
             return any(isinstance(e, cst.DictElement) and self._logs_tensor(e.value) for e in value.elements)
-        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
+        if (
+            isinstance(value, cst.BinaryOperation)
+            and isinstance(value.operator, cst.Modulo)
+            and isinstance(value.left, TEXT)
+        ):
             right = value.right
             items = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
             return any(self._logs_tensor(i) for i in items)
         if isinstance(value, cst.Call) and self.is_builtin(value.func, "str", "repr", "format"):
             return any(self._logs_tensor(a.value) for a in value.args)
+        if isinstance(value, cst.Name) and any(self._to_number(v) for v in self.assigned_values(value)):
+            return False  # `lossf = lossf.item()`: the code reads it as a number (the conversion is XLA401's)
         return self.is_tensor(value)
+
+    def _to_number(self, value: cst.CSTNode) -> bool:
+        if not isinstance(value, cst.Call):
+            return False
+        return method_name(value) in ("item", "tolist") or self.is_builtin(value.func, "float", "int")
 
 
 HOST_COPY_METHODS = frozenset({"cpu", "tolist", "numpy"})

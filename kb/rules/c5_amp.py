@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
-from ..analysis.devices import is_cuda_value
+from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
 from ..cst_helpers import (
     code_of,
@@ -26,6 +26,10 @@ DEVICE_AUTOCAST = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.
 CUDA_SCALER = frozenset({"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"})
 DEVICE_SCALER = frozenset({"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.GradScaler"})
 FLOAT16 = frozenset({"torch.float16", "torch.half"})
+OFF_ON_XLA = (
+    "CUDA autocast is a no-op on XLA tensors, and its `enabled=` is a CUDA test that is False on a TPU: "
+    'use `torch.autocast("xla", dtype=torch.bfloat16)` and decide by hand when it is enabled'
+)
 
 
 class _AmpRule(StepContextRule):
@@ -89,6 +93,10 @@ class CudaAutocast(_AmpRule):
         if found is None:
             if self.qualified_names(node.func) & CUDA_AUTOCAST:
                 self.report(node)  # *args / **kwargs: rewrite by hand
+            return
+        enabled = found.get("enabled")
+        if enabled is not None and analyse(self.analysis.module).cuda_only_switch(enabled.value):
+            self.report(node, message=OFF_ON_XLA)  # the bf16 autocast would stay off: a silent float32 run
             return
         args = [cst.Arg(cst.SimpleString('"xla"')), kwarg("dtype", expr("torch.bfloat16"))]
         for name in ("enabled", "cache_enabled"):
