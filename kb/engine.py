@@ -287,7 +287,7 @@ def _fix_source(
     remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
         detections = _detect(module, rules, current_source, project, path, tree)
-        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
+        fixable = _fixable(detections, unsafe)
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
             remaining = [_finding(path, d) for d in detections]
@@ -295,16 +295,22 @@ def _fix_source(
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
         candidate_source = candidate.code
-        try:
-            tree = ast.parse(candidate_source, path)
-            compile(tree, path, "exec")
-            module = cst.parse_module(candidate_source)
-        except (SyntaxError, cst.ParserSyntaxError, ValueError) as exc:
-            raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc
+        tree = _checked_tree(candidate_source, path)
+        module = cst.parse_module(candidate_source)
         if candidate_source == current_source:
             break
         applied.extend(_finding(path, d) for d in chosen)
         current_source = candidate_source
+        cleaned = remove_imports_made_unused(original, candidate, tree)
+        if cleaned is not candidate:
+            # the final text, unless a rewrite is left: then its detections are what is left, and no lint of it is
+            # needed. If one is left, the next pass works on the text with its imports (a rewrite that adds an
+            # import puts it after them), and they are removed at the end.
+            final = cleaned.code
+            final_tree = _checked_tree(final, path)
+            found = _detect(cst.parse_module(final), rules, final, project, path, final_tree)
+            if not _fixable(found, unsafe):
+                return FixResult(path, source, final, applied, [_finding(path, d) for d in found])
     if applied:
         cleaned = remove_imports_made_unused(original, module, tree)
         if cleaned is not module:
@@ -312,3 +318,17 @@ def _fix_source(
     if remaining is None:
         remaining = lint_source(current_source, path, rules, project)
     return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)
+
+
+def _fixable(detections: list[_Detection], unsafe: bool) -> list[_Detection]:
+    return [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
+
+
+def _checked_tree(text: str, path: str) -> ast.Module:
+    """CPython's AST of a rewritten text, which must compile."""
+    try:
+        tree = ast.parse(text, path)
+        compile(tree, path, "exec")
+    except (SyntaxError, ValueError) as exc:
+        raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc
+    return tree
