@@ -122,8 +122,7 @@ def load_proposer(model_dir: Path | None = None, use_newest: bool = True) -> Cod
 
 def no_model_message() -> str:
     return (
-        f"no code model in {models_dir()} (nor ${MODEL_ENV}): running rules-only; "
-        "train one with `xlaport train lora`"
+        f"no code model in {models_dir()} (nor ${MODEL_ENV}): running rules-only; train one with `xlaport train lora`"
     )
 
 
