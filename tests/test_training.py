@@ -410,7 +410,7 @@ def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatc
 
     monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "none.jsonl"))
-    size = TINY.with_overrides(buckets=(96, 192), lora_steps=6, base_steps=4)
+    size = TINY.with_overrides(buckets=(192, 256), lora_steps=6, base_steps=4)
     data = prepare_data(size, roots=[CORPUS])
     base, base_result = run_training(prepare_base_job(size, data=data, device="eager"))
     assert read_meta(base)["kind"] == "base" and (base / "tokenizer.json").exists()
