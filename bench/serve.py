@@ -227,15 +227,17 @@ def lint_bound(source: str) -> dict:
 
 
 def fix_bound(source: str) -> dict:
-    """The service's fix step (warm worker, memory-capped, killed at the time limit): outcome and seconds."""
+    """The service's fix step (warm worker, memory-capped, killed at the service's own time limit for it):
+    outcome and seconds."""
     from xlaport.kb import select_rules
+    from xlaport.serve.http import TIMEOUT_S
     from xlaport.serve.isolated import FIX_WORKERS
 
     FIX_WORKERS.warm(1)
     time.sleep(3)  # the worker's own warm-up is not the input's cost
     start = time.perf_counter()
     try:
-        result = FIX_WORKERS.fix(source, "bound.py", select_rules(), False, BOUND_TIMEOUT_S)
+        result = FIX_WORKERS.fix(source, "bound.py", select_rules(), False, 0.9 * TIMEOUT_S)  # as /v1/suggest
         outcome = f"{len(result.applied)} fixes, {len(result.remaining)} left"
     except (ValueError, TimeoutError) as exc:
         outcome = f"refused: {exc}"
