@@ -11,6 +11,7 @@ paths (`util/misc.py` -> `util.misc`) followed by the definition's path: `util.m
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ import libcst as cst
 from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
+from .names import full_name
 
 if TYPE_CHECKING:
     from .context import StepContextRule
@@ -97,6 +99,18 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
     """Dotted names of what `node` refers to, absolute: imports (relative ones resolved against this module)
     and the module's own top-level definitions (`Trainer` -> `train.Trainer`)."""
     module = rule.analysis.module_name or ""
+    name = full_name(node)
+    if name is not None:
+        # the answers of libcst's scope analysis that need no analysis of the whole module
+        head = name.partition(".")[0]
+        bindings = _bindings(rule.analysis)
+        if head not in bindings.outside_functions:
+            # nothing libcst would name without `<locals>` binds it: only imports can name it, and the module's
+            # import table answers those (`self.x`, a local, a parameter)
+            return {_absolute(n, module) for n in rule.analysis.imported_names(node)}
+        if head in bindings.module_level and head not in rule.analysis.names().imported_heads and _at_top(rule, node):
+            # module-level code naming a module-level binding (no import of it anywhere): itself
+            return {f"{module}.{name}"} if module else set()
     found = set()
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
@@ -104,6 +118,76 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
         elif q.source is QualifiedNameSource.LOCAL and "<locals>" not in q.name and module:
             found.add(f"{module}.{q.name}")
     return found
+
+
+@dataclass(frozen=True)
+class _Bindings:
+    # bound other than by an import outside function bodies (module level, class bodies, comprehensions there,
+    # `global`/`nonlocal`): the only bindings libcst's qualified names give without `<locals>`; more names
+    # than that only cost the slow path
+    outside_functions: frozenset[str]
+    # bound other than by an import (or a bare annotation) in the module's own scope, or declared `global`
+    module_level: frozenset[str]
+
+
+_BINDINGS: dict[int, tuple[object, _Bindings]] = {}  # id(analysis) -> (analysis, bindings): the last few modules
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_INNER_SCOPES = (ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_CST_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _bindings(analysis) -> _Bindings:
+    cached = _BINDINGS.get(id(analysis))
+    if cached is not None and cached[0] is analysis:
+        return cached[1]
+    tree = analysis.tree if analysis.tree is not None else ast.parse(analysis.module.code)
+    outside: set[str] = set()
+    top: set[str] = set()
+    stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, True)]  # (node, in a function body, in module scope)
+    while stack:
+        node, in_function, at_top = stack.pop()
+        kind = type(node)
+        bound: str | None = None
+        if kind is ast.Global or kind is ast.Nonlocal:
+            outside.update(node.names)
+            if kind is ast.Global:
+                top.update(node.names)
+        elif kind is ast.Name and type(node.ctx) is not ast.Load:
+            bound = node.id
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            bound = node.name
+        elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
+            bound = node.name
+        elif kind is ast.MatchMapping and node.rest:
+            bound = node.rest
+        if bound is not None and not in_function:
+            outside.add(bound)
+            if at_top and not (kind is ast.Name and type(node.ctx) is ast.Del):
+                top.add(bound)
+        if kind is ast.AnnAssign and node.value is None:
+            stack.append((node.annotation, in_function, at_top))  # `x: int` alone: not an assignment for libcst
+            outside.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
+            continue
+        if kind in _FUNCTIONS:
+            # decorators, defaults and annotations run where the function is defined; the body runs inside
+            body = {id(b) for b in (node.body if kind is not ast.Lambda else [node.body])}
+            for child in ast.iter_child_nodes(node):
+                inside = id(child) in body
+                stack.append((child, in_function or inside, at_top and not inside))
+        elif kind in _INNER_SCOPES:
+            stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
+        else:
+            stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
+    found = _Bindings(frozenset(outside), frozenset(top))
+    if len(_BINDINGS) >= 8:
+        _BINDINGS.pop(next(iter(_BINDINGS)))
+    _BINDINGS[id(analysis)] = (analysis, found)
+    return found
+
+
+def _at_top(rule: StepContextRule, node: cst.CSTNode) -> bool:
+    """Is `node` in the module's own scope (no function, class or comprehension around it)?"""
+    return not any(isinstance(a, _CST_SCOPES) for a in rule.ancestors(node))
 
 
 def _absolute(name: str, module: str) -> str:
