@@ -132,6 +132,8 @@ def check_statements_per_line(tree: ast.Module) -> None:
 
 
 def _not_python(exc: BaseException) -> SourceError:
+    if isinstance(exc, RecursionError):  # CPython's own parser gave up (`1 + 1 + ...` of thousands of terms)
+        return SourceError(f"cannot parse: nested too deeply to analyse safely (Python's parser: {exc})")
     line = getattr(exc, "lineno", None)
     return SourceError(
         f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
