@@ -20,6 +20,7 @@ import libcst as cst
 from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
+from .module import module_walk
 from .names import full_name
 
 if TYPE_CHECKING:
@@ -108,9 +109,10 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
             # nothing libcst would name without `<locals>` binds it: only imports can name it, and the module's
             # import table answers those (`self.x`, a local, a parameter)
             return {_absolute(n, module) for n in rule.analysis.imported_names(node)}
-        if head in bindings.module_level and head not in rule.analysis.names().imported_heads and _at_top(rule, node):
-            # module-level code naming a module-level binding (no import of it anywhere): itself
-            return {f"{module}.{name}"} if module else set()
+        if head in bindings.module_level and head not in rule.analysis.names().imported_heads:
+            # a module-level binding (no import of it anywhere), named where no function around shadows it: itself
+            if _sees_module_scope(rule, node, head, bindings):
+                return {f"{module}.{name}"} if module else set()
     found = set()
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
@@ -128,6 +130,10 @@ class _Bindings:
     outside_functions: frozenset[str]
     # bound other than by an import (or a bare annotation) in the module's own scope, or declared `global`
     module_level: frozenset[str]
+    # each function definition (in source order): its name and what it binds in its own scope (parameters,
+    # assignments, nested definitions, imports, comprehension targets, `global`/`nonlocal` names); None when
+    # the definitions could not be paired with libcst's
+    functions: tuple[tuple[str, frozenset[str]], ...] | None
 
 
 _BINDINGS: dict[int, tuple[object, _Bindings]] = {}  # id(analysis) -> (analysis, bindings): the last few modules
@@ -178,16 +184,88 @@ def _bindings(analysis) -> _Bindings:
             stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
         else:
             stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
-    found = _Bindings(frozenset(outside), frozenset(top))
+    found = _Bindings(frozenset(outside), frozenset(top), _function_bindings(tree))
     if len(_BINDINGS) >= 8:
         _BINDINGS.pop(next(iter(_BINDINGS)))
     _BINDINGS[id(analysis)] = (analysis, found)
     return found
 
 
-def _at_top(rule: StepContextRule, node: cst.CSTNode) -> bool:
-    """Is `node` in the module's own scope (no function, class or comprehension around it)?"""
-    return not any(isinstance(a, _CST_SCOPES) for a in rule.ancestors(node))
+def _function_bindings(tree: ast.Module) -> tuple[tuple[str, frozenset[str]], ...]:
+    functions = sorted(
+        (n for n in ast.walk(tree) if type(n) in (ast.FunctionDef, ast.AsyncFunctionDef)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    return tuple((f.name, frozenset(_own_bindings(f))) for f in functions)
+
+
+def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """What `func` binds in its own scope, and more: the targets of comprehensions in it, `global` names."""
+    args = func.args
+    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            names.add(node.name)
+            stack.extend(node.decorator_list)  # the body is another scope
+            continue
+        if kind is ast.Lambda:
+            continue
+        if kind is ast.Name and type(node.ctx) is not ast.Load:
+            names.add(node.id)
+        elif kind is ast.Global or kind is ast.Nonlocal:
+            names.update(node.names)
+        elif kind is ast.Import or kind is ast.ImportFrom:
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif kind is ast.MatchMapping and node.rest:
+            names.add(node.rest)
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _sees_module_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: _Bindings) -> bool:
+    """Does `head` at `node` name the module scope's binding: no function body around `node` binds it, and
+    no class body, comprehension or lambda is in between (those take the slow path)?"""
+    functions = _functions_of(rule, bindings)
+    in_function = False  # the walk up passed through a function's body
+    child = node
+    for anc in rule.ancestors(node):
+        kind = type(anc)
+        if kind is cst.FunctionDef:
+            if child is not anc.body or functions is None or head in functions[anc]:
+                return False
+            in_function = True
+        elif kind is cst.ClassDef:
+            if not in_function:
+                return False  # in a class body: libcst names its bindings `Class.x`
+        elif kind in _CST_SCOPES:
+            return False
+        child = anc
+    return True
+
+
+_FUNCTION_TABLES: dict[int, tuple[object, dict | None]] = {}
+
+
+def _functions_of(rule: StepContextRule, bindings: _Bindings) -> dict[cst.FunctionDef, frozenset[str]] | None:
+    """libcst's function definitions -> what each binds, paired in source order with CPython's (by name)."""
+    analysis = rule.analysis
+    cached = _FUNCTION_TABLES.get(id(analysis))
+    if cached is not None and cached[0] is analysis:
+        return cached[1]
+    defs = [n for n in module_walk(analysis.module)[0] if type(n) is cst.FunctionDef]
+    table = None
+    if bindings.functions is not None and len(defs) == len(bindings.functions):
+        if all(d.name.value == name for d, (name, _) in zip(defs, bindings.functions, strict=True)):
+            table = {d: bound for d, (_, bound) in zip(defs, bindings.functions, strict=True)}
+    if len(_FUNCTION_TABLES) >= 8:
+        _FUNCTION_TABLES.pop(next(iter(_FUNCTION_TABLES)))
+    _FUNCTION_TABLES[id(analysis)] = (analysis, table)
+    return table
 
 
 def _absolute(name: str, module: str) -> str:
