@@ -15,7 +15,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
-from .analysis.module import ModuleAnalysis, children_of, parent_map
+from .analysis.module import ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
 from .imports import add_imports, remove_imports_made_unused
@@ -114,24 +114,29 @@ def run_rules(
 
 def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
     """libcst's batched visit (each node's `visit_<Type>` of every rule in order, its children, then its
-    `leave_<Type>`), without libcst's traversal, which rebuilds every node it passes."""
-    visits: dict[str, list] = {}
-    leaves: dict[str, list] = {}
+    `leave_<Type>`), over the module's node list (analysis/module.py's walk) instead of libcst's traversal,
+    which rebuilds every node it passes."""
+    visits: dict[type, list] = {}
+    leaves: dict[type, list] = {}
     for visitor in visitors:
         for name, method in visitor.get_visitors().items():
             kind, _, node_type = name.partition("_")
             if "_" in node_type:
                 raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
-            (visits if kind == "visit" else leaves).setdefault(node_type, []).append(method)
-    stack: list[tuple[cst.CSTNode, bool]] = [(module, False)]
-    while stack:
-        node, leaving = stack.pop()
-        methods = (leaves if leaving else visits).get(type(node).__name__, ())
-        for method in methods:
+            (visits if kind == "visit" else leaves).setdefault(getattr(cst, node_type), []).append(method)
+    open_nodes: list[cst.CSTNode] = []  # the node being visited and its ancestors
+    for node, depth in zip(module_walk(module)[0], node_depths(module), strict=True):
+        while len(open_nodes) > depth:
+            done = open_nodes.pop()
+            for method in leaves.get(type(done), ()):
+                method(done)
+        for method in visits.get(type(node), ()):
             method(node)
-        if not leaving:
-            stack.append((node, True))
-            stack.extend((child, False) for child in reversed(list(children_of(node))))
+        open_nodes.append(node)
+    while open_nodes:
+        done = open_nodes.pop()
+        for method in leaves.get(type(done), ()):
+            method(done)
 
 
 def _detect(

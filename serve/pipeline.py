@@ -80,8 +80,10 @@ SNIPPET_NAME = "snippet.py"
 
 
 def load_default_proposer() -> Proposer | None:
-    """The code model, when one is trained (or configured); else None (rules-only)."""
-    return load_proposer()
+    """The code model of migrate, HTTP and MCP: only when `$XLAPORT_MODEL` names one (opt-in), else None
+    (rules-only). A proposal costs ~9 s per function on a CPU and every migrate worker loads the model,
+    so a trained adapter lying in the models dir is not picked up by itself; `xlaport suggest` does that."""
+    return load_proposer(use_newest=False)
 
 
 class Pipeline:

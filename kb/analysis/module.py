@@ -134,7 +134,8 @@ class ModuleAnalysis:
         """The module's alias table (built on first use)."""
         if self._names is None:
             tree = self.tree if self.tree is not None else ast.parse(self.module.code)
-            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names)
+            functions = [n for n in module_walk(self.module)[0] if type(n) is cst.FunctionDef]
+            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names, functions)
         return self._names
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
@@ -202,7 +203,7 @@ def walk(root: cst.CSTNode, skip: tuple[type, ...] = ()) -> Iterator[cst.CSTNode
         stack.extend(reversed(list(children_of(node))))
 
 
-_WALKS: dict[int, tuple[cst.Module, list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode]]] = {}
+_WALKS: dict[int, tuple[cst.Module, list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode], list[int]]] = {}
 
 
 def module_walk(module: cst.Module) -> tuple[list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode]]:
@@ -210,26 +211,40 @@ def module_walk(module: cst.Module) -> tuple[list[cst.CSTNode], dict[cst.CSTNode
     module, in the order libcst's ParentNodeProvider fills it (a node's children are added when the walk
     leaves it). One plain walk per module, shared by the analyses that need it (the last few modules are
     kept). Reading dataclass fields is ~10x cheaper than a libcst visitor, which rebuilds every node."""
+    walked = _walk(module)
+    return walked[1], walked[2]
+
+
+def node_depths(module: cst.Module) -> list[int]:
+    """The depth of each node of `module_walk(module)`'s list (the module is 0): a batched visit leaves a node
+    when the next one is not deeper. (libcst shares some leaf nodes between parents, so the parent map cannot
+    tell where a subtree ends.)"""
+    return _walk(module)[3]
+
+
+def _walk(module: cst.Module) -> tuple[cst.Module, list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode], list[int]]:
     cached = _WALKS.get(id(module))
     if cached is not None and cached[0] is module:
-        return cached[1], cached[2]
+        return cached
     nodes: list[cst.CSTNode] = []
+    depths: list[int] = []
     parents: dict[cst.CSTNode, cst.CSTNode] = {}
-    stack: list[tuple[cst.CSTNode, list[cst.CSTNode] | None]] = [(module, None)]
+    stack: list[tuple[cst.CSTNode, list[cst.CSTNode] | None, int]] = [(module, None, 0)]
     while stack:
-        node, kids = stack.pop()
+        node, kids, depth = stack.pop()
         if kids is None:
             nodes.append(node)
+            depths.append(depth)
             kids = list(children_of(node))
-            stack.append((node, kids))
-            stack.extend((kid, None) for kid in reversed(kids))
+            stack.append((node, kids, depth))
+            stack.extend((kid, None, depth + 1) for kid in reversed(kids))
         else:
             for kid in kids:
                 parents[kid] = node
     if len(_WALKS) >= 4:
         _WALKS.pop(next(iter(_WALKS)))
-    _WALKS[id(module)] = (module, nodes, parents)
-    return nodes, parents
+    _WALKS[id(module)] = walked = (module, nodes, parents, depths)
+    return walked
 
 
 def parent_map(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import builtins
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -49,59 +50,115 @@ def _dotted_names(node: cst.BaseExpression) -> list[str]:
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)] if name else []
 
 
-def _bindings(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
-    """(heads some import binds, names bound other than by an import in a module or function body, heads read
-    in a scope before an import there binds them). Reads in lambdas, comprehensions and class bodies count
-    for the function around them: that can only send a name to the fallback, never answer it wrongly."""
-    imported: set[str] = set()
-    bound: set[str] = set()
-    last_import: dict[tuple[int, str], tuple[int, int]] = {}  # (scope, head) -> position
+@dataclass
+class Bindings:
+    """What binds each head, per scope. Scopes are numbered as the module (0) and its functions in source order
+    (1, 2, ...), the same order in libcst's tree and CPython's."""
+
+    imported: set[str] = field(default_factory=set)  # heads some import binds (anywhere)
+    bound: set[str] = field(default_factory=set)  # heads bound any way (anywhere)
+    # Bound where a scope is neither a function nor the module (a class body, a lambda, a comprehension) or
+    # declared global/nonlocal: only libcst's scope analysis answers these.
+    tangled: set[str] = field(default_factory=set)
+    others: dict[str, set[int]] = field(default_factory=dict)  # head -> scopes binding it other than by import
+    # head -> scopes where libcst's answer depends on a read's place among the imports: a read before the first
+    # import there, or one between imports that bind it differently (`import a` ... `import a.b`).
+    ordered: dict[str, set[int]] = field(default_factory=dict)
+
+
+def _bindings(tree: ast.Module) -> Bindings:
+    """The Bindings of a module. Reads in lambdas, comprehensions and class bodies count for the function around
+    them: that can only send a name to the fallback, never answer it wrongly."""
+    found = Bindings()
+    functions: list[ast.AST] = []
+    imports: dict[tuple[int, str], list[tuple[tuple[int, int], tuple]]] = {}  # (scope, head) -> (position, import)
     first_read: dict[tuple[int, str], tuple[int, int]] = {}
-    stack: list[tuple[ast.AST, int, bool]] = [(tree, 0, False)]  # (node, scope, directly in a class body)
+    others: list[tuple[str, int]] = []  # (head, scope id)
+    # (node, scope id, nested: in a class body, lambda or comprehension of that scope)
+    stack: list[tuple[ast.AST, int, bool]] = [(tree, 0, False)]
     while stack:
-        node, scope, in_class = stack.pop()
+        node, scope, nested = stack.pop()
         children: list[ast.AST] = list(ast.iter_child_nodes(node))
+        stored: list[str] = []
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Load):
                 key, at = (scope, node.id), (node.lineno, node.col_offset)
                 first_read[key] = min(first_read.get(key, at), at)
             else:
-                bound.add(node.id)
+                stored.append(node.id)
         elif isinstance(node, ast.Import | ast.ImportFrom):
-            heads = {(a.asname or a.name).split(".")[0] for a in node.names}
-            imported |= heads
-            if in_class:
-                bound |= heads
-            for head in heads:
-                key, at = (scope, head), (node.lineno, node.col_offset)
-                last_import[key] = max(last_import.get(key, at), at)
+            source = (node.module, node.level) if isinstance(node, ast.ImportFrom) else None
+            for alias in node.names:
+                head = (alias.asname or alias.name).split(".")[0]
+                found.imported.add(head)
+                found.bound.add(head)
+                if nested:
+                    found.tangled.add(head)
+                at = (node.lineno, node.col_offset)
+                imports.setdefault((scope, head), []).append((at, (source, alias.name, alias.asname)))
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            bound.add(node.name)
+            stored.append(node.name)
+            functions.append(node)
             stack.extend((stmt, id(node), False) for stmt in node.body)
-            children = [c for c in children if c not in node.body]  # decorators, defaults: the scope around
+            arguments = node.args
+            params = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+            for param in params:
+                found.bound.add(param.arg)
+                others.append((param.arg, id(node)))
+            # decorators, defaults, annotations: the scope around
+            children = [c for c in children if c not in node.body and c is not arguments]
+            children += [d for d in [*arguments.defaults, *arguments.kw_defaults] if d is not None]
+            children += [a.annotation for a in params if a.annotation is not None]
         elif isinstance(node, ast.ClassDef):
-            bound.add(node.name)
+            stored.append(node.name)
             stack.extend((stmt, scope, True) for stmt in node.body)
             children = [c for c in children if c not in node.body]
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
+        elif isinstance(node, ast.Lambda | ast.comprehension):
+            nested = True
+        elif isinstance(node, ast.arg):  # a lambda's
+            stored.append(node.arg)
         elif isinstance(node, ast.Global | ast.Nonlocal):
-            bound.update(node.names)
+            found.bound.update(node.names)
+            found.tangled.update(node.names)
         elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
-            bound.add(node.name)
+            stored.append(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
-            bound.add(node.rest)
-        stack.extend((child, scope, in_class and not isinstance(node, ast.Lambda)) for child in children)
-    late = {head for key, at in last_import.items() if first_read.get(key, at) < at for head in key[1:]}
-    return imported, bound, late
+            stored.append(node.rest)
+        for name in stored:
+            found.bound.add(name)
+            if nested:
+                found.tangled.add(name)
+            else:
+                others.append((name, scope))
+        stack.extend((child, scope, nested) for child in children)
+    index = {id(f): i for i, f in enumerate(sorted(functions, key=lambda f: (f.lineno, f.col_offset)), 1)}
+    index[0] = 0
+    for name, scope in others:
+        found.others.setdefault(name, set()).add(index[scope])
+    for (scope, head), bound in imports.items():
+        read = first_read.get((scope, head))
+        if read is None:
+            continue
+        positions = [at for at, _ in bound]
+        differ = len({what for _, what in bound}) > 1
+        if read < min(positions) or differ and read < max(positions):
+            found.ordered.setdefault(head, set()).add(index[scope])
+    return found
 
 
 class ImportNames:
     """The alias table of one module: the import-resolved and builtin names of a node, as libcst gives them."""
 
     def __init__(
-        self, tree: ast.Module, imports: list[cst.Import | cst.ImportFrom], parents: dict, fallback: Resolver
+        self,
+        tree: ast.Module,
+        imports: list[cst.Import | cst.ImportFrom],
+        parents: dict,
+        fallback: Resolver,
+        functions: list[cst.FunctionDef],
     ) -> None:
+        """`functions`: the module's function definitions in source order."""
         self.parents = parents
         self.fallback = fallback
         # scope (the module or a function) -> dotted name -> the imports there that bind it (libcst's assignments)
@@ -115,10 +172,28 @@ class ImportNames:
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 for name in _dotted_names(bound):
                     table.setdefault(name, []).append(ImportAssignment(name, None, stmt, 0, bound))
-        self.imported_heads, others, late = _bindings(tree)
-        self.bound = self.imported_heads | others
-        # Bound by imports alone, each before every read in its scope: the scopes that import it decide its name.
-        self.simple = self.imported_heads - others - late
+        self.bindings = _bindings(tree)
+        self.imported_heads = self.bindings.imported
+        self.bound = self.bindings.bound
+        numbered = sum(1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+        # libcst's functions -> their numbers in Bindings (None when the two trees disagree: every scope counts)
+        self.numbers: dict[cst.CSTNode, int] | None = (
+            {f: i for i, f in enumerate(functions, 1)} if numbered == len(functions) else None
+        )
+
+    def _answerable(self, node: cst.CSTNode, head: str) -> bool:
+        """Do the import tables give libcst's answer for `head` at `node`? Yes unless the module and functions
+        around `node` bind `head` other than by imports (a parameter, an assignment), or order matters there
+        (a read before its import), or a class body, lambda or comprehension binds it."""
+        b = self.bindings
+        if head in b.tangled:
+            return False
+        scopes = b.others.get(head, set()) | b.ordered.get(head, set())
+        if not scopes:
+            return True
+        if self.numbers is None:
+            return False
+        return not any(self.numbers.get(scope, 0) in scopes for scope in self._scopes(node))
 
     def imported(self, node: cst.CSTNode) -> frozenset[str]:
         """The import-resolved names of `node` (`dist.init_process_group` -> torch.distributed.init_process_group)."""
@@ -126,7 +201,7 @@ class ImportNames:
         head = full.partition(".")[0] if full else None
         if head not in self.imported_heads:
             return frozenset()
-        if head not in self.simple:
+        if not self._answerable(node, head):
             return frozenset(q.name for q in self.fallback(node) if q.source is QualifiedNameSource.IMPORT)
         return frozenset(q.name for a in self._assignments(node, full) for q in a.get_qualified_names_for(full))
 
@@ -136,20 +211,20 @@ class ImportNames:
         head = full.partition(".")[0] if full else ""
         if not hasattr(builtins, head):
             return None
-        if head not in self.bound or head in self.simple and not self._assignments(node, head):
+        if head not in self.bound:
             return f"builtins.{head}"
-        if head in self.simple:
-            return None
+        if self._answerable(node, head):
+            return None if self._assignments(node, head) else f"builtins.{head}"
         return next((q.name for q in self.fallback(node) if q.source is QualifiedNameSource.BUILTIN), None)
 
     def qualified(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """libcst's whole QualifiedNameProvider answer for `node`, local names included (those need the fallback
-        unless the name is unbound or bound by imports alone)."""
+        unless the name is unbound or bound by imports alone around `node`)."""
         full = self._full_name(node)
         head = full.partition(".")[0] if full else None
         if head is None:
             return set()
-        if head in self.bound and head not in self.simple:
+        if head in self.bound and not self._answerable(node, head):
             return self.fallback(node)
         found = {QualifiedName(name, QualifiedNameSource.IMPORT) for name in self.imported(node)}
         builtin = None if found else self.builtin(node)

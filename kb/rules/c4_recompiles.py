@@ -235,6 +235,7 @@ class DataLoaderWithoutDropLast(StepContextRule):
         return False
 
 
+HF_PACKAGES = ("transformers", "peft", "trl")
 GENERATE_KWARGS = frozenset(
     {
         "max_new_tokens",
@@ -280,21 +281,37 @@ class GenerateWithDynamicCache(StepContextRule):
         "from transformers import AutoModelForCausalLM\n"
         "out = model.generate(**inputs, max_new_tokens=32, cache_implementation='static')\n",
         "out = sampler.generate(prompt, max_new_tokens=3)\n",
+        "import torch\n\nclass GPT(torch.nn.Module):\n    @classmethod\n    def from_pretrained(cls, name):\n"
+        "        from transformers import GPT2LMHeadModel\n        return GPT2LMHeadModel.from_pretrained(name)\n\n"
+        "    def generate(self, idx, max_new_tokens, top_k=None):\n        return idx\n\n"
+        "model = GPT()\nraw_model = model.module if ddp else model\ny = raw_model.generate(x, 32, top_k=40)\n",
     )
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) != "generate":
             return
         facts = self.facts()
-        if not facts.uses("transformers", "peft", "trl") or facts.sets_static_cache:
+        if not facts.uses(*HF_PACKAGES) or facts.sets_static_cache:
             return
         keywords = {a.keyword.value for a in node.args if a.keyword is not None}
         if keywords & {"cache_implementation", "generation_config", "past_key_values"}:
             return
-        if self._model_of_another_library(node.func.value):
+        if self._model_of_another_library(node.func.value) or self._own_generate():
             return
         if keywords & GENERATE_KWARGS or any(a.star == "**" for a in node.args):
             self.report(node)
+
+    def _own_generate(self) -> bool:
+        """Does the module write its own model with a `generate` method (a top-level class that subclasses nothing
+        from Hugging Face, as llm.c's `GPT`)? Its calls are that sampling loop, with no KV cache to configure."""
+        for stmt in self.analysis.module.body:
+            if not isinstance(stmt, cst.ClassDef):
+                continue
+            methods = {s.name.value for s in stmt.body.body if isinstance(s, cst.FunctionDef)}
+            bases = {n for b in stmt.bases for n in self.qualified_names(b.value)}
+            if "generate" in methods and not any(n.split(".")[0] in HF_PACKAGES for n in bases):
+                return True
+        return False
 
     def _model_of_another_library(self, receiver: cst.CSTNode) -> bool:
         """`model = GPT.from_pretrained(...)` with `GPT` imported from a package that is not Hugging Face's: its
@@ -304,5 +321,5 @@ class GenerateWithDynamicCache(StepContextRule):
         values = self.assigned_values(receiver)
         owners = [self.qualified_names(v.func) if isinstance(v, cst.Call) else set() for v in values]
         return bool(owners) and all(
-            names and not any(n.split(".")[0] in ("transformers", "peft", "trl") for n in names) for names in owners
+            names and not any(n.split(".")[0] in HF_PACKAGES for n in names) for names in owners
         )
