@@ -109,10 +109,13 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
             # nothing libcst would name without `<locals>` binds it: only imports can name it, and the module's
             # import table answers those (`self.x`, a local, a parameter)
             return {_absolute(n, module) for n in rule.analysis.imported_names(node)}
-        if head in bindings.module_level and head not in rule.analysis.names().imported_heads:
-            # a module-level binding (no import of it anywhere), named where no function around shadows it: itself
-            if _sees_module_scope(rule, node, head, bindings):
+        if head not in rule.analysis.names().imported_heads:
+            # no import of it anywhere: a module-level binding names itself, a function's local nothing
+            scope = _binding_scope(rule, node, head, bindings)
+            if scope == "module" and head in bindings.module_level:
                 return {f"{module}.{name}"} if module else set()
+            if scope == "function":
+                return set()
     found = set()
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
@@ -130,10 +133,9 @@ class _Bindings:
     outside_functions: frozenset[str]
     # bound other than by an import (or a bare annotation) in the module's own scope, or declared `global`
     module_level: frozenset[str]
-    # each function definition (in source order): its name and what it binds in its own scope (parameters,
-    # assignments, nested definitions, imports, comprehension targets, `global`/`nonlocal` names); None when
-    # the definitions could not be paired with libcst's
-    functions: tuple[tuple[str, frozenset[str]], ...] | None
+    # each function definition (in source order): its name, what it binds in its own scope (parameters,
+    # assignments, nested definitions, imports) and the names whose binding libcst may see otherwise
+    functions: tuple[tuple[str, frozenset[str], frozenset[str]], ...]
 
 
 _BINDINGS: dict[int, tuple[object, _Bindings]] = {}  # id(analysis) -> (analysis, bindings): the last few modules
@@ -191,77 +193,92 @@ def _bindings(analysis) -> _Bindings:
     return found
 
 
-def _function_bindings(tree: ast.Module) -> tuple[tuple[str, frozenset[str]], ...]:
+def _function_bindings(tree: ast.Module) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
     functions = sorted(
         (n for n in ast.walk(tree) if type(n) in (ast.FunctionDef, ast.AsyncFunctionDef)),
         key=lambda n: (n.lineno, n.col_offset),
     )
-    return tuple((f.name, frozenset(_own_bindings(f))) for f in functions)
+    return tuple((f.name, *_own_bindings(f)) for f in functions)
 
 
-def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """What `func` binds in its own scope, and more: the targets of comprehensions in it, `global` names."""
+def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+    """(what `func` binds in its own scope; names whose binding there libcst may see otherwise: declared
+    `global` or `nonlocal`, bound in a comprehension, only deleted, augmented or annotated)."""
     args = func.args
     names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-    stack: list[ast.AST] = list(func.body)
+    unsure: set[str] = set()
+    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in func.body]  # (node, inside a comprehension)
     while stack:
-        node = stack.pop()
+        node, in_comprehension = stack.pop()
         kind = type(node)
+        children: list[ast.AST] | None = None
         if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             names.add(node.name)
-            stack.extend(node.decorator_list)  # the body is another scope
-            continue
-        if kind is ast.Lambda:
-            continue
-        if kind is ast.Name and type(node.ctx) is not ast.Load:
-            names.add(node.id)
+            body = {id(b) for b in node.body}  # another scope; decorators, defaults, bases run in this one
+            children = [c for c in ast.iter_child_nodes(node) if id(c) not in body]
+        elif kind is ast.Lambda:
+            children = [node.args]
+        elif kind is ast.Name and type(node.ctx) is ast.Store:
+            (unsure if in_comprehension else names).add(node.id)
+        elif kind is ast.Name and type(node.ctx) is ast.Del:
+            unsure.add(node.id)
+        elif kind is ast.AugAssign or kind is ast.AnnAssign and node.value is None:
+            unsure.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
+            children = [c for c in ast.iter_child_nodes(node) if c is not node.target]
         elif kind is ast.Global or kind is ast.Nonlocal:
-            names.update(node.names)
+            unsure.update(node.names)
         elif kind is ast.Import or kind is ast.ImportFrom:
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
             names.add(node.name)
         elif kind is ast.MatchMapping and node.rest:
             names.add(node.rest)
-        stack.extend(ast.iter_child_nodes(node))
-    return names
+        inner = in_comprehension or kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+        stack.extend((child, inner) for child in (children if children is not None else ast.iter_child_nodes(node)))
+    return frozenset(names), frozenset(unsure)
 
 
-def _sees_module_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: _Bindings) -> bool:
-    """Does `head` at `node` name the module scope's binding: no function body around `node` binds it, and
-    no class body, comprehension or lambda is in between (those take the slow path)?"""
+def _binding_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: _Bindings) -> str | None:
+    """Where the binding of `head` that `node` sees is: "function" (the innermost function body around `node`
+    that binds it), "module" (no function body around binds it), or None: unknown here (a class body, a
+    comprehension or a lambda is in between, or the function's binding is unsure: the slow path)."""
     functions = _functions_of(rule, bindings)
     in_function = False  # the walk up passed through a function's body
     child = node
     for anc in rule.ancestors(node):
         kind = type(anc)
         if kind is cst.FunctionDef:
-            if child is not anc.body or functions is None or head in functions[anc]:
-                return False
+            if child is not anc.body or functions is None or head in functions[anc][1]:
+                return None
+            if head in functions[anc][0]:
+                return "function"
             in_function = True
         elif kind is cst.ClassDef:
             if not in_function:
-                return False  # in a class body: libcst names its bindings `Class.x`
+                return None  # in a class body: libcst names its bindings `Class.x`
         elif kind in _CST_SCOPES:
-            return False
+            return None
         child = anc
-    return True
+    return "module"
 
 
 _FUNCTION_TABLES: dict[int, tuple[object, dict | None]] = {}
 
 
-def _functions_of(rule: StepContextRule, bindings: _Bindings) -> dict[cst.FunctionDef, frozenset[str]] | None:
-    """libcst's function definitions -> what each binds, paired in source order with CPython's (by name)."""
+def _functions_of(
+    rule: StepContextRule, bindings: _Bindings
+) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str]]] | None:
+    """libcst's function definitions -> (what each binds, what it binds unsurely), paired in source order with
+    CPython's (by name); None when they do not pair."""
     analysis = rule.analysis
     cached = _FUNCTION_TABLES.get(id(analysis))
     if cached is not None and cached[0] is analysis:
         return cached[1]
     defs = [n for n in module_walk(analysis.module)[0] if type(n) is cst.FunctionDef]
     table = None
-    if bindings.functions is not None and len(defs) == len(bindings.functions):
-        if all(d.name.value == name for d, (name, _) in zip(defs, bindings.functions, strict=True)):
-            table = {d: bound for d, (_, bound) in zip(defs, bindings.functions, strict=True)}
+    if len(defs) == len(bindings.functions):
+        if all(d.name.value == f[0] for d, f in zip(defs, bindings.functions, strict=True)):
+            table = {d: f[1:] for d, f in zip(defs, bindings.functions, strict=True)}
     if len(_FUNCTION_TABLES) >= 8:
         _FUNCTION_TABLES.pop(next(iter(_FUNCTION_TABLES)))
     _FUNCTION_TABLES[id(analysis)] = (analysis, table)

@@ -201,6 +201,13 @@ def late():
     step_fn(0)
     [Trainer() for Trainer in range(2)]
 
+def comprehends(total):
+    pairs = [model(k) for model in range(2)]
+    model.run(pairs)
+    total += counter(1)
+    del Trainer
+    Trainer(total)
+
 counter = train_step(1)
 model = Trainer()
 model.run(1)
