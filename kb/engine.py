@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
@@ -95,12 +95,13 @@ def run_rules(
     project: ProjectSteps | None = None,
     path: str | None = None,
     tree: ast.Module | None = None,
+    source: str | None = None,
 ) -> ModuleAnalysis:
     """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis. `project`: the tree
     `module` is part of, where `path` (relative to the tree's root) names it; `tree`: CPython's AST of the same
-    source (parsed again from the module when not given)."""
+    source (parsed again from the module when not given); `source`: the module's text."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper, tree)
+    analysis = ModuleAnalysis.of(module, wrapper, tree, source)
     if project is not None and path is not None:
         analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
@@ -148,11 +149,11 @@ def _detect(
     tree: ast.Module | None = None,
 ) -> list[_Detection]:
     visitors = [rule() for rule in rules]
-    analysis = run_rules(module, visitors, project, path, tree)
+    analysis = run_rules(module, visitors, project, path, tree, source)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
-    positions = analysis.wrapper.resolve(PositionProvider)
+    positions = analysis.positions()
     dead = [positions[n] for n in analyse_devices(module).facts.dead_regions() if n in positions]
     detections = []
     for visitor in visitors:

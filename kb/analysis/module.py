@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import TYPE_CHECKING
@@ -14,6 +14,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
 
 from .names import ImportNames
+from .positions import Positions
 
 if TYPE_CHECKING:
     from .project import ProjectSteps
@@ -109,26 +110,42 @@ class ModuleAnalysis:
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
+    source: str | None = None  # the module's text, when the caller has it (positions come cheaper)
+    _positions: Positions | None = None
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)
     _names: ImportNames | None = None
 
     @classmethod
     def of(
-        cls, module: cst.Module, wrapper: MetadataWrapper | None = None, tree: ast.Module | None = None
+        cls,
+        module: cst.Module,
+        wrapper: MetadataWrapper | None = None,
+        tree: ast.Module | None = None,
+        source: str | None = None,
     ) -> ModuleAnalysis:
-        """`wrapper`: the MetadataWrapper of `module` (made here when not given); `tree`: its CPython AST."""
+        """`wrapper`: the MetadataWrapper of `module` (made here when not given); `tree`: its CPython AST;
+        `source`: its text."""
         wrapper = wrapper or MetadataWrapper(module, unsafe_skip_copy=True)
         parents = parent_map(module)
         nodes = Nodes()
         for node in parents:
             nodes.add(node)
-        return cls(module, nodes, parents, wrapper, tree=tree)
+        return cls(module, nodes, parents, wrapper, tree=tree, source=source)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
     def position(self, node: cst.CSTNode) -> CodeRange:
-        return self.wrapper.resolve(PositionProvider)[node]  # resolved once: the wrapper keeps it
+        return self.positions()[node]
+
+    def positions(self) -> Positions | Mapping[cst.CSTNode, CodeRange]:
+        """node -> CodeRange: a statement at a time when the source and its AST are known, else libcst's
+        PositionProvider for the whole module (resolved once: the wrapper keeps it)."""
+        if self.source is None or self.tree is None:
+            return self.wrapper.resolve(PositionProvider)
+        if self._positions is None:
+            self._positions = Positions(self.module, self.source, self.tree, self.parents, self.wrapper)
+        return self._positions
 
     def names(self) -> ImportNames:
         """The module's alias table (built on first use)."""

@@ -1,0 +1,122 @@
+"""Source positions of a few nodes, as libcst's PositionProvider gives them, without generating the whole module.
+
+PositionProvider generates the code of the whole module to place every node (as costly as parsing it); a lint
+pass needs the positions of its few findings. Here only the statement around a node is generated: the innermost
+statement of the module or of a class or function body, whose first line CPython's AST of the same source gives.
+The generated text is checked against the source at that line; when it differs (a decorator split over lines,
+anything unexpected), the whole module's positions come from PositionProvider as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class _Computed:
+    """What PositionProvidingCodegenState writes to (a provider's `_computed` map)."""
+
+    def __init__(self) -> None:
+        self._computed: dict[cst.CSTNode, CodeRange] = {}
+
+
+class Positions:
+    """node -> CodeRange for the nodes of one module, computed a statement at a time on demand."""
+
+    def __init__(
+        self, module: cst.Module, source: str, tree: ast.Module, parents: dict, wrapper: MetadataWrapper
+    ) -> None:
+        self.module, self.source, self.tree, self.parents, self.wrapper = module, source, tree, parents, wrapper
+        self.known = _Computed()
+        self.whole: dict[cst.CSTNode, CodeRange] | None = None  # PositionProvider's map, once it was needed
+        self._line_starts: list[int] | None = None
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        found = self.get(node)
+        if found is None:
+            raise KeyError(node)
+        return found
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, cst.CSTNode) and self.get(node) is not None
+
+    def get(self, node: cst.CSTNode) -> CodeRange | None:
+        if self.whole is not None:
+            return self.whole.get(node)
+        found = self.known._computed.get(node)
+        if found is None and not self._generate_around(node):
+            self.whole = self.wrapper.resolve(PositionProvider)
+            return self.whole.get(node)
+        return self.known._computed.get(node)
+
+    def _generate_around(self, node: cst.CSTNode) -> bool:
+        """Generates the innermost statement of a module, class or function body that holds `node`, placed at
+        the line where the AST says it starts. False when that cannot be done or the text does not match."""
+        path = [node]
+        while (parent := self.parents.get(path[-1])) is not None:
+            path.append(parent)
+        if path[-1] is not self.module or len(path) < 2:
+            return False
+        path.reverse()  # module, statement, ...
+        body, ast_body, indents = self.module.body, self.tree.body, []
+        depth = 1
+        while True:
+            statement = path[depth]
+            ast_statements = _matching(body, ast_body, statement)
+            if not ast_statements:
+                return False
+            block = getattr(statement, "body", None)
+            inner = path[depth + 2] if depth + 2 < len(path) else None
+            if (
+                inner is not None
+                and type(statement) in (cst.FunctionDef, cst.ClassDef)
+                and type(block) is cst.IndentedBlock
+                and path[depth + 1] is block
+                and inner in block.body
+            ):
+                indents.append(block.indent if block.indent is not None else self.module.default_indent)
+                body, ast_body, depth = block.body, ast_statements[0].body, depth + 2
+                continue
+            return self._generate(statement, ast_statements[0], indents)
+
+    def _generate(self, statement: cst.CSTNode, first: ast.stmt, indents: list[str]) -> bool:
+        decorators = getattr(first, "decorator_list", None)
+        line = min(d.lineno for d in decorators) if decorators else first.lineno
+        line -= len(getattr(statement, "leading_lines", ()))
+        state = PositionProvidingCodegenState(
+            default_indent=self.module.default_indent,
+            default_newline=self.module.default_newline,
+            provider=self.known,  # type: ignore[arg-type]
+        )
+        state.indent_tokens = list(indents)
+        state.line = line
+        statement._codegen(state)
+        text = "".join(state.tokens).rstrip("\r\n")  # the module's last line may have no newline
+        starts = self._starts()
+        # on a mismatch the caller takes every position from PositionProvider, these included
+        return 1 <= line <= len(starts) and self.source.startswith(text, starts[line - 1])
+
+    def _starts(self) -> list[int]:
+        """The offset in the source where each line starts."""
+        if self._line_starts is None:
+            # CPython's line breaks (str.splitlines also breaks at form feeds and other separators)
+            self._line_starts = [0, *(m.end() for m in _LINE_BREAK.finditer(self.source))]
+        return self._line_starts
+
+
+def _matching(body, ast_body: list[ast.stmt], statement: cst.CSTNode) -> list[ast.stmt]:
+    """The AST statements of `statement`, one of `body` (a line of `a; b` is two)."""
+    index = 0
+    for element in body:
+        count = len(element.body) if type(element) is cst.SimpleStatementLine else 1
+        if element is statement:
+            found = ast_body[index : index + count]
+            return found if len(found) == count else []
+        index += count
+    return []

@@ -1,0 +1,59 @@
+"""Positions computed a statement at a time are libcst's PositionProvider positions, node for node."""
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+from xlaport.kb.analysis.module import ModuleAnalysis, module_walk
+from xlaport.kb.parsing import parse_both
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = sorted((ROOT / "tests" / "fixtures" / "kb").glob("*/input.py"))[::7] + sorted(ROOT.glob("examples/*/*.py"))
+
+AWKWARD = {
+    "decorated": "import torch\n\n\n@torch.no_grad()\n# between\n@staticmethod\ndef f(x):\n    return x.cuda()\n",
+    "semicolons": "import torch; x = torch.ones(2); y = x.cuda()\nz = (1,\n     2); w = y.cuda()\n",
+    "class_and_nested": (
+        "class A:\n    '''doc'''\n\n    def f(self):\n        # a comment\n        def g():\n"
+        "            return 1\n        return g()\n\n    x = [i for i in\n         range(3)]\n"
+    ),
+    "crlf": "import torch\r\nclass A:\r\n    def f(self):\r\n        return torch.ones(1).cuda()\r\n",
+    "form_feed": "import torch\n\x0c\ndef f():\n    return torch.ones(1)\n\x0c\nx = f()\n",
+    "no_final_newline": "import torch\ndef f():\n    return torch.ones(1).cuda()",
+    "one_line_suite": "class A: x = 1\nif True: y = 2\nelse:\n    y = 3\n",
+    "continuation": "x = 1 + \\\n    2\ndef f():\n    return x\n",
+    "tabs": "if True:\n\tdef f():\n\t\treturn 1\n",
+    "header_comment": "#!/usr/bin/env python\n# a header\n\nimport os\n",
+}
+
+
+def _check_all_nodes(source: str) -> int:
+    module, tree = parse_both(source)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    analysis = ModuleAnalysis.of(module, MetadataWrapper(module, unsafe_skip_copy=True), tree, source)
+    positions = analysis.positions()
+    nodes = list(analysis.parents)
+    for node in reversed(nodes):  # innermost first: each statement is generated before its container asks
+        assert positions[node] == expected[node], (type(node).__name__, cst.Module([]).code_for_node(node)[:60])
+    return len(nodes)
+
+
+@pytest.mark.parametrize("name", sorted(AWKWARD))
+def test_same_positions_as_libcst_on_awkward_text(name: str):
+    assert _check_all_nodes(AWKWARD[name]) > 5
+
+
+@pytest.mark.parametrize("path", SAMPLE, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_same_positions_as_libcst_on_fixtures(path: Path):
+    assert _check_all_nodes(path.read_text()) > 20
+
+
+def test_a_statement_is_generated_not_the_module():
+    source = "import torch\n\n" + "".join(f"def f{i}():\n    return torch.ones({i})\n\n" for i in range(50))
+    module, tree = parse_both(source)
+    analysis = ModuleAnalysis.of(module, MetadataWrapper(module, unsafe_skip_copy=True), tree, source)
+    last_call = [n for n in module_walk(module)[0] if isinstance(n, cst.Call)][-1]
+    assert analysis.position(last_call).start.line > 140
+    positions = analysis.positions()
+    assert positions.whole is None and len(positions.known._computed) < 30
