@@ -108,6 +108,9 @@ def held_out(model_dir: Path, limit: int) -> list[dict]:
                 "target_function": textwrap.dedent(target),
                 "target_imports": added,
                 "target_source": expected,
+                "driver": (directory / "driver.py").read_text(encoding="utf-8")
+                if (directory / "driver.py").is_file()
+                else None,
             }
         )
     return items
@@ -132,13 +135,13 @@ def run_quality(
     _memoize_generation(model)
     verdicts: dict[tuple[str, str], str] = {}  # (original, migrated) -> "status: reason"
 
-    def validated(source: str, migrated: str) -> str | None:
+    def validated(source: str, migrated: str, driver: str | None) -> str | None:
         """`validate_file` of `migrated` (memoized; at most `validate` distinct files), or None past the limit."""
         key = (source, migrated)
         if key not in verdicts:
             if len(verdicts) >= validate:
                 return None
-            verdicts[key] = validate_file(source, migrated)
+            verdicts[key] = validate_file(source, migrated, driver)
         return verdicts[key]
 
     def exact(migrated: str, item: dict) -> bool:
@@ -177,8 +180,9 @@ def run_quality(
             row["model_exact"] and sorted(candidate.imports) == sorted(item["target_imports"])
         )
         if row["model_accepted"]:
-            row["model_validation"] = validated(source, new_source)
-            row["target_validation"] = validated(source, item["target_source"])  # the control: the right answer
+            row["model_validation"] = validated(source, new_source, item.get("driver"))
+            # the control: the right answer, through the same validation
+            row["target_validation"] = validated(source, item["target_source"], item.get("driver"))
 
         t = time.perf_counter()
         both = model_pipeline.suggest(source, "f.py", SuggestOptions(unsafe_fixes=unsafe, k=0))
@@ -188,8 +192,16 @@ def run_quality(
         row["both_proposals"] = len(both.evidence.rewritten_functions)
         row["both_notes"] = [note for note in both.notes if "code model" in note or "proposal" in note]
         if row["both_proposals"]:
-            row["both_validation"] = validated(source, both.migrated)
-            row["target_validation"] = validated(source, item["target_source"])
+            row["both_validation"] = validated(source, both.migrated, item.get("driver"))
+            row["target_validation"] = validated(source, item["target_source"], item.get("driver"))
+        if item.get("driver"):  # the control on every fixture: does the validator pass the right answer?
+            row["target_validation"] = validated(source, item["target_source"], item["driver"])
+        # a proposal that does not validate is not accepted: its findings count as resolved only when it did
+        # (rules+model then falls back to the rules' patch, as the pipeline does)
+        row["rules_validated_resolved"] = row["rules_resolved"]
+        row["model_validated_resolved"] = row["model_resolved"] if row.get("model_validation") == "validated" else 0
+        both_ok = not row["both_proposals"] or row.get("both_validation") == "validated"
+        row["both_validated_resolved"] = row["both_resolved"] if both_ok else row["rules_resolved"]
         rows.append(row)
         log(
             f"[{n + 1}/{len(items)}] {item['name']}: manual {row['manual']}, resolved rules {row['rules_resolved']} "
@@ -224,10 +236,12 @@ def is_script(source: str) -> bool:
     return False
 
 
-def validate_file(original: str, migrated: str) -> str:
+def validate_file(original: str, migrated: str, driver: str | None = None) -> str:
     """The pipeline's checks on a migrated file: generated differential tests, and the XLA execution check
     where the file is a script (a module of definitions does nothing when run, so the execution check would
-    reject even the right answer: "no XLA step was seen"). "status" or "status: reason"."""
+    reject even the right answer: "no XLA step was seen"). `driver`: a script beside the file that calls the
+    function with real inputs; testgen records that call (`--record`) and replays it on both versions.
+    "status" or "status: reason"."""
     import tempfile
 
     from xlaport.serve.checks import run_generated_tests, run_xla_check
@@ -238,7 +252,10 @@ def validate_file(original: str, migrated: str) -> str:
         for target, text in ((original_path, original), (migrated_path, migrated)):
             target.parent.mkdir(parents=True)
             target.write_text(text, encoding="utf-8")
-        checks = [run_generated_tests(original_path, migrated_path, Path(tmp, "tests"))]
+            if driver:
+                target.with_name("driver.py").write_text(driver, encoding="utf-8")
+        record = "python driver.py" if driver else None
+        checks = [run_generated_tests(original_path, migrated_path, Path(tmp, "tests"), record=record)]
         if is_script(migrated):
             checks.insert(0, run_xla_check(migrated_path, [], 600, 4096))
     status, reason, _ = verdict(checks)
@@ -286,6 +303,8 @@ def summarize(rows: list[dict]) -> dict:
         "functions": len(rows),
         "manual_findings": manual,
         "resolved": {arm: share(sum(r[f"{arm}_resolved"] for r in rows), manual) for arm in arms},
+        # the acceptance measure: resolved by a patch that passed validation (rules' fixes are safe by construction)
+        "validated_resolved": {arm: share(sum(r[f"{arm}_validated_resolved"] for r in rows), manual) for arm in arms},
         "exact": {arm: share(sum(r[f"{arm}_exact"] for r in rows), len(rows)) for arm in arms},
         "model_accepted": share(sum(r["model_accepted"] for r in rows), len(rows)),
         "rules_model_proposals": sum(r["both_proposals"] for r in rows),
@@ -375,16 +394,18 @@ def training_record(model_dir: Path) -> dict:
 
 def table(summary: dict) -> str:
     res, exact, val = summary["resolved"], summary["exact"], summary["validated"]
+    vres = summary["validated_resolved"]
 
     def cell(d: dict) -> str:
         return f"{d['count']}/{d['total']} ({100 * (d['share'] or 0):.0f}%)"
 
     med = summary.get("median_s", {})
     rows = [
-        ("rules-only", cell(res["rules"]), "-", "-", cell(exact["rules"]), med.get("rules", 0)),
+        ("rules-only", cell(res["rules"]), cell(vres["rules"]), "-", "-", cell(exact["rules"]), med.get("rules", 0)),
         (
             "model-only",
             cell(res["model"]),
+            cell(vres["model"]),
             cell(summary["model_accepted"]),
             cell(val["model"]),
             cell(exact["model"]),
@@ -393,13 +414,14 @@ def table(summary: dict) -> str:
         (
             "rules+model",
             cell(res["both"]),
+            cell(vres["both"]),
             str(summary["rules_model_proposals"]),
             cell(val["both"]),
             cell(exact["both"]),
             med.get("both", 0),
         ),
     ]
-    header = ("arm", "manual resolved", "proposals", "validated", "exact", "median s/fn")
+    header = ("arm", "manual resolved", "and validated", "proposals", "validated", "exact", "median s/fn")
     lines = [f"{header[0]:<12} " + " ".join(f"{h:>16}" for h in header[1:])]
     lines += [f"{r[0]:<12} " + " ".join(f"{c:>16}" for c in r[1:]) for r in rows]
     lines.append(f"generation: {summary['generation_tokens_per_s']} tokens/s; rejections: {summary['rejections']}")

@@ -11,15 +11,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
-from .analysis.module import ModuleAnalysis, module_walk, node_depths
+from .analysis.module import ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
-from .imports import remove_imports_made_unused
+from .edits import ancestors, removal_marker, replace_nodes
+from .imports import add_imports, remove_imports_made_unused
 from .parsing import parse_both
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -243,19 +242,6 @@ def _non_overlapping(detections: list[_Detection]) -> list[_Detection]:
     return [d for d in chosen if d.rule not in waiting] or chosen[:1]
 
 
-class _Replacer(cst.CSTTransformer):
-    """Swaps reported nodes for their replacements, matched by identity."""
-
-    def __init__(self, replacements: dict[cst.CSTNode, object]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        if original_node in self.replacements:
-            return self.replacements[original_node]
-        return updated_node
-
-
 def _apply(module: cst.Module, chosen: list[_Detection]) -> cst.Module:
     replacements = {}
     imports: list[ImportSpec] = []
@@ -263,64 +249,12 @@ def _apply(module: cst.Module, chosen: list[_Detection]) -> cst.Module:
         node = d.report.target if d.report.target is not None else d.report.node
         replacement = d.report.replacement
         if replacement is cst.RemovalSentinel.REMOVE and isinstance(node, cst.BaseStatement):
-            replacement = _removal_marker(node)
+            replacement = removal_marker(node)
         replacements[node] = replacement
         imports.extend(d.report.imports)
-    new_module = module.visit(_Replacer(replacements))
-    new_module = _drop_removal_markers(new_module)
-    if imports:
-        context = CodemodContext()
-        for module_name, obj, alias in dict.fromkeys(imports):
-            AddImportsVisitor.add_needed_import(context, module_name, obj, alias)
-        new_module = new_module.visit(AddImportsVisitor(context))
-    return new_module
-
-
-_MARKER = "__xlaport_removed__"
-
-
-def _removal_marker(stmt: cst.BaseStatement) -> cst.SimpleStatementLine:
-    """A placeholder that carries the removed statement's comments until the block is rebuilt."""
-    return cst.SimpleStatementLine(body=[cst.Expr(cst.Name(_MARKER))], leading_lines=getattr(stmt, "leading_lines", ()))
-
-
-def _is_marker(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.Name)
-        and stmt.body[0].value.value == _MARKER
-    )
-
-
-class _MarkerDropper(cst.CSTTransformer):
-    def _rebuild(self, body, need_statement: bool):
-        out, pending = [], []
-        for stmt in body:
-            if _is_marker(stmt):
-                pending.extend(stmt.leading_lines)
-                continue
-            if pending:
-                stmt = stmt.with_changes(leading_lines=[*pending, *stmt.leading_lines])
-                pending = []
-            out.append(stmt)
-        if need_statement and not out:
-            out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
-        elif pending:
-            # comments at the end of a block stay as the block's trailing lines
-            out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
-        return out
-
-    def leave_IndentedBlock(self, original_node, updated_node):
-        return updated_node.with_changes(body=self._rebuild(updated_node.body, True))
-
-    def leave_Module(self, original_node, updated_node):
-        return updated_node.with_changes(body=self._rebuild(updated_node.body, False))
-
-
-def _drop_removal_markers(module: cst.Module) -> cst.Module:
-    return module.visit(_MarkerDropper())
+    on_path = ancestors(replacements, parent_map(module))
+    new_module = replace_nodes(module, replacements, on_path, drop_markers=True)
+    return add_imports(new_module, imports) if imports else new_module
 
 
 _FIX_CACHE: OrderedDict[tuple, FixResult] = OrderedDict()
@@ -353,13 +287,13 @@ def _fix_source(
     source: str, path: str, rules: list[type[Rule]], unsafe: bool, project: ProjectSteps | None
 ) -> FixResult:
     module, tree = parse_both(source)
-    original = module
+    original = tree
     applied: list[Finding] = []
     current_source = source
     remaining: list[Finding] | None = None
     for _ in range(MAX_FIX_PASSES):
         detections = _detect(module, rules, current_source, project, path, tree)
-        fixable = [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
+        fixable = _fixable(detections, unsafe)
         if not fixable:
             # the detections of the final text are what is left: no need to lint it again
             remaining = [_finding(path, d) for d in detections]
@@ -367,20 +301,40 @@ def _fix_source(
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
         candidate_source = candidate.code
-        try:
-            tree = ast.parse(candidate_source, path)
-            compile(tree, path, "exec")
-            module = cst.parse_module(candidate_source)
-        except (SyntaxError, cst.ParserSyntaxError, ValueError) as exc:
-            raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc
+        tree = _checked_tree(candidate_source, path)
+        module = cst.parse_module(candidate_source)
         if candidate_source == current_source:
             break
         applied.extend(_finding(path, d) for d in chosen)
         current_source = candidate_source
+        cleaned = remove_imports_made_unused(original, candidate, tree)
+        if cleaned is not candidate:
+            # the final text, unless a rewrite is left: then its detections are what is left, and no lint of it is
+            # needed. If one is left, the next pass works on the text with its imports (a rewrite that adds an
+            # import puts it after them), and they are removed at the end.
+            final = cleaned.code
+            final_tree = _checked_tree(final, path)
+            found = _detect(cst.parse_module(final), rules, final, project, path, final_tree)
+            if not _fixable(found, unsafe):
+                return FixResult(path, source, final, applied, [_finding(path, d) for d in found])
     if applied:
-        cleaned = remove_imports_made_unused(original, module)
+        cleaned = remove_imports_made_unused(original, module, tree)
         if cleaned is not module:
             current_source, remaining = cleaned.code, None
     if remaining is None:
         remaining = lint_source(current_source, path, rules, project)
     return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)
+
+
+def _fixable(detections: list[_Detection], unsafe: bool) -> list[_Detection]:
+    return [d for d in detections if d.report.replacement is not None and _allowed(d, unsafe)]
+
+
+def _checked_tree(text: str, path: str) -> ast.Module:
+    """CPython's AST of a rewritten text, which must compile."""
+    try:
+        tree = ast.parse(text, path)
+        compile(tree, path, "exec")
+    except (SyntaxError, ValueError) as exc:
+        raise RuntimeError(f"internal error: a rewrite produced unparsable code in {path}: {exc}") from exc
+    return tree

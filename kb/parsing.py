@@ -13,18 +13,28 @@ import tokenize
 
 import libcst as cst
 
-# Larger sources are refused at once: analysis time and memory grow with the tree (~1 s and ~50 MB per
-# 1,000 lines on a loaded core), so an unbounded file could hold a worker for many minutes.
+# Larger sources are refused at once: analysis time grows with the text. Measured on the 2-core machine at
+# load 7-10 (real corpus files joined): lint of 250 KB 15 s, 500 KB 25 s, peak ~200 MB at 250 KB; the
+# limit keeps lint within 30 s with margin while admitting nearly every real file (transformers' trainer.py
+# is 236 KB; 8 of torch's and transformers' 4,930 files are larger). Fixing costs several lint passes.
 MAX_SOURCE_CHARS_ENV = "XLAPORT_MAX_SOURCE_CHARS"
-DEFAULT_MAX_SOURCE_CHARS = 1_000_000
+DEFAULT_MAX_SOURCE_CHARS = 300_000
 
 
 class SourceError(ValueError):
     """Source that xlaport cannot analyse (syntax error, not text)."""
 
 
+# The reason given when the analysis itself hits Python's recursion limit despite the limits below: libcst's
+# import-adding rewrite recurses once per top-level statement of a module that opens with a docstring.
+RECURSION_LIMIT_HIT = (
+    "cannot parse: nested too deeply to analyse safely (Python's recursion limit was hit; a module of over "
+    "~1,000 top-level statements can hit it too)"
+)
+
+
 def max_source_chars() -> int:
-    """The size limit of one source, `$XLAPORT_MAX_SOURCE_CHARS` (characters), else 1,000,000."""
+    """The size limit of one source, `$XLAPORT_MAX_SOURCE_CHARS` (characters), else 300,000."""
     configured = os.environ.get(MAX_SOURCE_CHARS_ENV)
     try:
         return int(configured) if configured else DEFAULT_MAX_SOURCE_CHARS
@@ -36,8 +46,8 @@ def check_size(source: str) -> None:
     limit = max_source_chars()
     if len(source) > limit:
         raise SourceError(
-            f"too large to analyse: {len(source):,} characters, the limit is {limit:,} "
-            f"(set {MAX_SOURCE_CHARS_ENV} to raise it)"
+            f"too large to analyse: {len(source):,} characters, the limit is {limit:,} (analysis time grows with "
+            f"the text; set {MAX_SOURCE_CHARS_ENV} to raise it)"
         )
 
 
@@ -129,6 +139,25 @@ def check_statements_per_line(tree: ast.Module) -> None:
             blocks.extend(part.body for part in getattr(stmt, "handlers", []) + getattr(stmt, "cases", []))
 
 
+def _not_python(exc: BaseException) -> SourceError:
+    if isinstance(exc, RecursionError):  # CPython's own parser gave up (`1 + 1 + ...` of thousands of terms)
+        return SourceError(f"cannot parse: nested too deeply to analyse safely (Python's parser: {exc})")
+    line = getattr(exc, "lineno", None)
+    return SourceError(
+        f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
+    )
+
+
+def check_compiles(tree: ast.Module) -> None:
+    """Raises SourceError for what parses but is no program: `return` outside a function, a `from __future__`
+    import after other code, `nonlocal` at module level (the compiler's checks, not the parser's). Such a text
+    would otherwise reach the fix step, whose check of its own output would blame the rewrite."""
+    try:
+        compile(tree, "<source>", "exec", dont_inherit=True)  # from the tree: ~half the parse's time
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise _not_python(exc) from None
+
+
 def parse(source: str) -> cst.Module:
     """The libcst module of `source`; SourceError (with the reason) for what is not Python or too big to analyse.
 
@@ -144,12 +173,10 @@ def parse_both(source: str) -> tuple[cst.Module, ast.Module]:
     try:
         tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise SourceError(
-            f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")
-        ) from None
+        raise _not_python(exc) from None
     check_statements_per_line(tree)
     check_parse_limits(tree, source)
+    check_compiles(tree)
     try:
         return cst.parse_module(source), tree
     except cst.ParserSyntaxError as exc:

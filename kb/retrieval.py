@@ -153,6 +153,16 @@ class FixIndex:
         self.encoder = encoder
         self._symptoms = [(code, _normalise(text)) for code, kind, text in passages if kind == "symptom"]
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # query text -> embedding, most recent last
+        # ranking in numpy: the passages grouped by entry (stable, so a tie goes to the first passage)
+        codes = sorted({code for code, _, _ in passages})
+        code_of_row = np.array([codes.index(code) for code, _, _ in passages], dtype=np.int64)
+        self._codes = codes
+        self._by_code = np.argsort(code_of_row, kind="stable")  # rows, grouped by entry
+        self._group_starts = np.searchsorted(code_of_row[self._by_code], np.arange(len(codes)))
+        self._summary_row = np.full(len(codes), -1, dtype=np.int64)
+        for row, (_, kind, _) in enumerate(passages):
+            if kind == "entry" and self._summary_row[code_of_row[row]] < 0:
+                self._summary_row[code_of_row[row]] = row
 
     @classmethod
     def load_or_build(
@@ -192,13 +202,24 @@ class FixIndex:
             return [[] for _ in texts]
         parts = [query_parts(t) for t in texts]
         flat = [p for ps in parts for p in ps]
-        scores, rows = self.index.search(self._encode(flat), self.index.ntotal)
+        similarity = self._similarity(self._encode(flat))
         results, offset = [], 0
         for text, ps in zip(texts, parts, strict=True):
-            block = slice(offset, offset + len(ps))
+            results.append(self._rank(text, similarity[offset : offset + len(ps)], k))
             offset += len(ps)
-            results.append(self._rank(text, scores[block], rows[block], k))
         return results
+
+    def _similarity(self, vectors: np.ndarray) -> np.ndarray:
+        """(queries, passages) cosine similarities, passages in index order."""
+        import faiss
+
+        # a few queries against a few hundred passages: one thread answers in ~1 ms; two fight the other
+        # processes (and torch's threads) for the cores and took 20 ms
+        faiss.omp_set_num_threads(1)
+        scores, rows = self.index.search(vectors, self.index.ntotal)
+        similarity = np.full((len(vectors), self.index.ntotal), -np.inf, dtype=np.float32)
+        np.put_along_axis(similarity, np.maximum(rows, 0), np.where(rows >= 0, scores, -np.inf), axis=1)
+        return similarity
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         """The encoder's vectors, each text encoded once per process (the same findings and log lines
@@ -214,38 +235,32 @@ class FixIndex:
             self._vectors.popitem(last=False)
         return vectors
 
-    def _rank(self, text: str, scores: np.ndarray, rows: np.ndarray, k: int) -> list[FixHit]:
-        best: dict[str, tuple[float, int]] = {}  # code -> (best passage similarity, its row)
-        summary: dict[str, float] = {}  # code -> similarity of the entry's summary passage
-        for score_row, index_row in zip(scores, rows, strict=True):
-            for score, row in zip(score_row, index_row, strict=True):
-                if row < 0:
-                    continue
-                code, kind, _ = self.passages[row]
-                if code not in best or score > best[code][0]:
-                    best[code] = (float(score), int(row))
-                if kind == "entry":
-                    summary[code] = max(summary.get(code, -1.0), float(score))
+    def _rank(self, text: str, similarity: np.ndarray, k: int) -> list[FixHit]:
+        """The `k` best entries for one query, from its parts' similarities to every passage."""
+        per_row = similarity.max(axis=0)  # each passage's best similarity to any part of the query
+        grouped = per_row[self._by_code]
+        best = np.maximum.reduceat(grouped, self._group_starts)  # entry -> its best passage's similarity
+        has_summary = self._summary_row >= 0
+        summary = np.where(has_summary, per_row[np.maximum(self._summary_row, 0)].astype(np.float64), 0.0)
         query = _normalise(text)
         quoted = {code for code, symptom in self._symptoms if len(symptom) >= 12 and symptom in query}
-
-        def rank_score(code: str) -> float:
-            # many entries share a symptom; the summary (what / why) then says which one fits the query best
-            bonus = SYMPTOM_BONUS if code in quoted else 0.0
-            return best[code][0] + SUMMARY_WEIGHT * summary.get(code, 0.0) + bonus
-
-        ranked = sorted(best, key=lambda code: (-rank_score(code), code))
+        # many entries share a symptom; the summary (what / why) then says which one fits the query best
+        bonus = np.array([SYMPTOM_BONUS if code in quoted else 0.0 for code in self._codes])
+        score = best.astype(np.float64) + SUMMARY_WEIGHT * summary + bonus
         hits = []
-        for code in ranked[:k]:
+        for i in np.argsort(-score, kind="stable")[:k]:  # ties: the codes are in order
+            code = self._codes[i]
+            start = self._group_starts[i]
+            group = grouped[start : self._group_starts[i + 1] if i + 1 < len(self._codes) else len(grouped)]
+            _, kind, passage = self.passages[self._by_code[start + int(np.argmax(group))]]
             entry = self.entries[code]
-            _, kind, passage = self.passages[best[code][1]]
             hits.append(
                 FixHit(
                     code=code,
                     title=entry["title"],
                     category=entry["category"],
                     fix=entry["fix"],
-                    score=round(rank_score(code), 4),
+                    score=round(float(score[i]), 4),
                     matched=f"{kind}: {_shorten(passage)}",
                 )
             )

@@ -69,14 +69,15 @@ class Candidate:
 
 
 # --- finding and loading a model ------------------------------------------------------------------
-def find_model_dir(model_dir: Path | None = None) -> Path | None:
-    """The model to serve: `model_dir`, else `$XLAPORT_MODEL`, else the newest LoRA model in the models dir."""
+def find_model_dir(model_dir: Path | None = None, use_newest: bool = True) -> Path | None:
+    """The model to serve: `model_dir`, else `$XLAPORT_MODEL`, else (with `use_newest`) the newest LoRA model
+    in the models dir."""
     if model_dir is not None:
         return Path(model_dir)
     configured = os.environ.get(MODEL_ENV)
     if configured:
         return Path(configured).expanduser()
-    return newest("lora")
+    return newest("lora") if use_newest else None
 
 
 def base_model_of(model_dir: Path) -> Path | str:
@@ -100,13 +101,14 @@ _LOADED: dict[Path, CodeModel] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def load_proposer(model_dir: Path | None = None) -> CodeModel | None:
-    """The code model (loaded once per process and directory), or None when no model exists.
+def load_proposer(model_dir: Path | None = None, use_newest: bool = True) -> CodeModel | None:
+    """The code model (loaded once per process and directory), or None when no model exists (or, without
+    `use_newest`, none is configured: see `find_model_dir`).
 
     A model that exists but cannot be loaded raises ModelNotUsable: a broken model is not silently
     replaced by rules-only operation.
     """
-    directory = find_model_dir(model_dir)
+    directory = find_model_dir(model_dir, use_newest)
     if directory is None:
         return None
     if not directory.is_dir():
@@ -120,8 +122,7 @@ def load_proposer(model_dir: Path | None = None) -> CodeModel | None:
 
 def no_model_message() -> str:
     return (
-        f"no code model in {models_dir()} (nor ${MODEL_ENV}): running rules-only; "
-        "train one with `xlaport train base` then `xlaport train lora`"
+        f"no code model in {models_dir()} (nor ${MODEL_ENV}): running rules-only; train one with `xlaport train lora`"
     )
 
 

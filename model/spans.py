@@ -30,7 +30,7 @@ def function_spans(source: str) -> list[Span]:
                     first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
                     spans.append((name, first, child.end_lineno or child.lineno))
                 walk(child, name + ".")
-            else:
+            elif not isinstance(child, ast.expr):  # no def inside an expression: its subtree is skipped
                 walk(child, prefix)
 
     walk(tree, "")

@@ -118,6 +118,19 @@ def tiny_model(tmp_path_factory):
     return {"dir": lora_dir, "probe": probe, "logits": logits, "base_logits": base_logits}
 
 
+def test_migrate_http_and_mcp_use_the_model_only_when_configured(tiny_model, monkeypatch):
+    """A trained adapter in the models dir serves `xlaport suggest`; migrate/HTTP/MCP need $XLAPORT_MODEL."""
+    from xlaport.serve.pipeline import load_default_proposer
+
+    monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tiny_model["dir"].parent))
+    monkeypatch.delenv("XLAPORT_MODEL", raising=False)
+    assert load_default_proposer() is None
+    suggest_model = load_proposer()
+    assert suggest_model is not None and suggest_model.model_dir == tiny_model["dir"].resolve()
+    monkeypatch.setenv("XLAPORT_MODEL", str(tiny_model["dir"]))
+    assert load_default_proposer() is suggest_model  # loaded once per process
+
+
 @pytest.mark.slow
 def test_adapter_save_and_load_round_trip_gives_identical_logits(tiny_model):
     model = CodeModel(tiny_model["dir"])

@@ -410,7 +410,7 @@ def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatc
 
     monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "none.jsonl"))
-    size = TINY.with_overrides(buckets=(96, 192), lora_steps=6, base_steps=4)
+    size = TINY.with_overrides(buckets=(192, 256), lora_steps=6, base_steps=4)
     data = prepare_data(size, roots=[CORPUS])
     base, base_result = run_training(prepare_base_job(size, data=data, device="eager"))
     assert read_meta(base)["kind"] == "base" and (base / "tokenizer.json").exists()
@@ -458,3 +458,57 @@ def test_train_cli_reports_bad_input_clearly(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "corpus folder not found" in result.output
     result = runner.invoke(app, ["train", "list"])
     assert result.exit_code == 0 and "nothing in" in result.output
+
+
+# --- what the model is trained on, and how cheaply ------------------------------------------------
+def test_serving_view_is_the_text_the_pipeline_shows_the_model():
+    from xlaport.training.traces import serving_view
+
+    original = textwrap.dedent(
+        """\
+        def timed(model, x):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            y = model(x)
+            end.record()
+            torch.cuda.synchronize()
+            return y, start.elapsed_time(end)
+        """
+    )
+    target = "import time\n\ndef timed(model, x):\n    start = time.perf_counter()\n    y = model(x)\n    return y, time.perf_counter() - start\n"
+    trace = Trace("synth:event_timing", "a.py", "timed", original, target, imports="import torch", codes=["XLA411"])
+    view = serving_view(trace)
+    # the safe rule rewrote the synchronize before the model sees the function; the events are left to it
+    assert "torch.cuda.synchronize" not in view.original and "torch.cuda.Event" in view.original
+    assert "import torch_xla.core.xla_model as xm" in view.imports.splitlines()
+    assert view.codes and "XLA204" not in view.codes
+    assert split_target(view.target) == split_target(target)
+    # the rules fix it all: the pipeline would not ask the model, so no training example either
+    fixed_by_rules = Trace("injected", "a.py", "f", "def f(x):\n    return x.cuda()\n", "def f(x):\n    return x\n")
+    assert serving_view(fixed_by_rules) is None
+
+
+def test_target_loss_is_the_models_own_loss_from_fewer_logits():
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from xlaport.training.loop import target_loss, target_positions, target_width
+    from xlaport.training.workflow import lora_settings
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=4, num_attention_heads=2
+    )
+    settings = lora_settings(TINY.with_overrides(lora_layers=2, lora_targets=("q_proj",)), "llama", 4)
+    assert settings["layers_to_transform"] == [2, 3]
+    assert "layers_to_transform" not in lora_settings(TINY, "llama", config.num_hidden_layers)
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(task_type="CAUSAL_LM", **settings))
+    ids = torch.randint(0, 50, (3, 12))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, 4:9], labels[1, 1:12], labels[2, 10:12] = ids[0, 4:9], ids[1, 1:12], ids[2, 10:12]
+    width = target_width(type("B", (), {"labels": [labels, None]})())
+    assert width == 32  # 10 labelled next tokens at most, rounded up
+    positions, targets = target_positions(labels, width)
+    with torch.no_grad():
+        expected = model(input_ids=ids, labels=labels).loss
+        assert torch.allclose(target_loss(model, ids, None, positions, targets), expected, atol=1e-6)

@@ -42,6 +42,7 @@ class SizeConfig:
     pretrained: bool = False  # LoRA on the packaged SmolLM2 (model/base.py), not on a from-scratch base
     max_synth: int = 0  # synthesized manual-finding pairs (training/synth.py)
     lora_targets: tuple[str, ...] | str = "all-linear"
+    lora_layers: int | None = None  # adapt only the top N layers (None: all); backward stops below them
 
     def with_overrides(self, **changes: object) -> SizeConfig:
         """A copy with the given fields changed; None values are ignored."""
@@ -88,23 +89,25 @@ SIZES: dict[str, SizeConfig] = {
         max_synth=40,
     ),
     # LoRA on the pretrained SmolLM2-135M (model/base.py); the model fields above are unused.
-    # Sized for <= 60 min on 2 idle CPU cores through torch_xla (the loop uses one thread). Measured
-    # on the shared machine (load ~15): 4x256 steps 70 s, mixed 256/512 steps ~22 s of CPU time each;
-    # contention roughly doubles CPU time (4x256 took 4.1 s on a quieter machine), so ~11 s per step
-    # idle: 240 steps ~44 min + 3 compiles + dataset build (most examples need the 512 bucket).
+    # Sized for <= 60 min (dataset build + training + export) on this shared 2-core machine, where the
+    # loop gets about one core: 240 steps of 4x256/512 took 99 min at load 10-16 (19.3 CPU-s per step).
+    # Buckets 256/384 (61% of the post-rule examples fit) and logits only at the labelled positions
+    # (loop.target_loss) halve a step. LoRA on the top 15 layers only (110 steps: 8.7 s/step, 18.5 min
+    # in all) learned too little: its edit scripts mostly did not apply (bench/results, 2026-12-02),
+    # so every layer is adapted, for 150 steps. A smaller synthesized set keeps the dataset build short.
     "cpu": _pretrained(
         "cpu",
-        buckets=(256, 512),
+        buckets=(256, 384),
         max_files=None,
-        max_injected=300,
+        max_injected=150,
         max_rule_traces=300,
-        max_synth=1500,
-        max_function_chars=1500,
+        max_synth=600,
+        max_function_chars=1200,
         batch_size=4,
         base_steps=0,
-        lora_steps=240,
+        lora_steps=150,
         lora_lr=5e-4,
-        warmup_steps=20,
+        warmup_steps=15,
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
         checkpoint_every=10,  # a checkpoint is ~20 MB (adapter + AdamW state); an interrupted run loses <= 10 steps
         max_new_tokens=256,

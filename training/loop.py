@@ -197,6 +197,7 @@ def _train(
         log(f"step {step + 1}/{config.steps}  loss {losses[step]:.4f}")
 
     masks: dict[int, torch.Tensor] = {}  # one device tensor per length, reused by every step
+    width = target_width(batches)
     dtype = next(model.parameters()).dtype
     tokens = padded = steady_tokens = 0
     start = steady_start = time.perf_counter()
@@ -222,9 +223,13 @@ def _train(
             if length not in masks:
                 masks[length] = causal_mask(length, dtype, device)
             mask = masks[length]
-        loss = model(
-            input_ids=input_ids.to(device), labels=labels.to(device), attention_mask=mask, use_cache=False
-        ).loss
+        if width:  # fine-tuning: logits only where a label is (the prompt is most of the tokens)
+            positions, targets = target_positions(labels, width)
+            loss = target_loss(model, input_ids.to(device), mask, positions.to(device), targets.to(device))
+        else:
+            loss = model(
+                input_ids=input_ids.to(device), labels=labels.to(device), attention_mask=mask, use_cache=False
+            ).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
         optimizer.step()
@@ -262,6 +267,44 @@ def _train(
         }
     model.eval()
     return result
+
+
+def target_width(batches: Batches) -> int:
+    """How many labelled positions a row may have, rounded up to 32: one width for the whole run (fixed
+    shapes). 0 for pretraining batches (every position is a label)."""
+    counts = [int((labels[:, 1:] != IGNORE_INDEX).sum(1).max()) for labels in batches.labels if labels is not None]
+    return -(-max(counts) // 32) * 32 if counts else 0
+
+
+def target_positions(labels: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions, targets), each (batch, width), CPU: the positions whose next token is a label, and
+    that label; the rest is position 0 with target IGNORE_INDEX."""
+    positions = torch.zeros(labels.shape[0], width, dtype=torch.long)
+    targets = torch.full((labels.shape[0], width), IGNORE_INDEX, dtype=torch.long)
+    for row, row_labels in enumerate(labels):
+        kept = (row_labels[1:] != IGNORE_INDEX).nonzero().flatten()
+        positions[row, : len(kept)] = kept
+        targets[row, : len(kept)] = row_labels[1:][kept]
+    return positions, targets
+
+
+def target_loss(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    positions: torch.Tensor,
+    targets: torch.Tensor,
+) -> torch.Tensor:
+    """The causal-LM loss of `model(input_ids, labels=...)`, with the output layer applied only at `positions`.
+
+    The prompt is ~80% of a LoRA example's tokens and the output layer (49k words) plus its softmax
+    about a fifth of the model's work: computing logits where there is no label was mostly waste.
+    """
+    causal_lm = model.get_base_model() if job_is_peft(model) else model  # peft's LoRA layers live inside it
+    hidden = causal_lm.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
+    picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    logits = causal_lm.get_output_embeddings()(picked).float()
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 
 def _wait(device_kind: str) -> None:

@@ -17,7 +17,7 @@ import random
 import re
 import textwrap
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
@@ -58,6 +58,32 @@ class Trace:
 
 def module_text(imports: str, function: str) -> str:
     return f"{imports}\n{function}" if imports else function
+
+
+def serving_view(trace: Trace) -> Trace | None:
+    """The trace as the pipeline shows it to the model: after the safe rules (suggest's default) rewrote it.
+
+    At serving time the model only sees what the rules left: the function after the safe fixes, with
+    the findings still reported. Training on the raw CUDA forms taught it to undo text the rules had
+    already changed. None when the safe fixes leave no finding (the pipeline would not ask the model)
+    or the function does not survive the round trip.
+    """
+    try:
+        result = fix_source(module_text(trace.imports, trace.original), unsafe=False)
+        fixed_imports, function = split_target(result.fixed)
+        target_imports, target_function = split_target(trace.target)
+        body = ast.parse(function).body
+    except (SourceError, RuntimeError, RecursionError, SyntaxError):
+        return None
+    if not result.remaining or len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    return replace(
+        trace,
+        original=function,
+        imports="\n".join(fixed_imports),
+        target=join_target([i for i in target_imports if i not in fixed_imports], target_function),
+        codes=sorted({f.code for f in result.remaining}),
+    )
 
 
 def lint_many(modules: list[str]) -> list[list[Finding] | None]:

@@ -25,6 +25,7 @@ from .corpus import package_roots
 from .dataset import Dataset, build_dataset, load_dataset, lora_batches, pretrain_batches, save_dataset
 from .loop import CHECKPOINT, JOB_FILE, RESULT_FILE, LoopConfig, TrainResult, run_job, write_job
 from .tokenizer import train_tokenizer
+from .traces import serving_view
 
 Log = Callable[[str], None]
 JOB_DIR = "_job"
@@ -221,13 +222,17 @@ def _sample(texts: list[str], max_chars: int, seed: int) -> list[str]:
 
 
 # --- LoRA ---------------------------------------------------------------------------------------
-def lora_settings(size: SizeConfig, model_type: str) -> dict:
+def lora_settings(size: SizeConfig, model_type: str, num_layers: int | None = None) -> dict:
+    """peft LoraConfig fields; with `size.lora_layers`, only the top layers of a `num_layers` model are adapted."""
     settings = {
         "r": size.lora_r,
         "lora_alpha": size.lora_alpha,
         "lora_dropout": size.lora_dropout,
         "target_modules": list(size.lora_targets) if isinstance(size.lora_targets, tuple) else size.lora_targets,
     }
+    if size.lora_layers and num_layers and size.lora_layers < num_layers:
+        # backward then stops at the lowest adapted layer: nothing below needs a gradient
+        settings["layers_to_transform"] = list(range(num_layers - size.lora_layers, num_layers))
     if model_type == "gpt2":
         settings["fan_in_fan_out"] = True  # GPT-2 uses Conv1D layers
     return settings
@@ -267,7 +272,8 @@ def prepare_lora_job(
     config = AutoConfig.from_pretrained(str(base))
     context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
     buckets = tuple(b for b in size.buckets if b <= context) or (context,)
-    traces = dataset.split_traces("train")
+    traces = [view for trace in dataset.split_traces("train") if (view := serving_view(trace)) is not None]
+    log(f"{len(traces)} of {len(dataset.split_traces('train'))} train traces keep a finding after the safe fixes")
     batches = lora_batches(tokenizer, traces, buckets, size.batch_size, size.lora_steps, seed)
     tokenizer.save_pretrained(str(job_dir / "tokenizer"))
     meta = {
@@ -283,7 +289,7 @@ def prepare_lora_job(
         "kind": "lora",
         "base_model": str(base.resolve()),
         "tokenizer": str(job_dir / "tokenizer"),
-        "lora": lora_settings(size, config.model_type),
+        "lora": lora_settings(size, config.model_type, getattr(config, "num_hidden_layers", None)),
         "loop": _loop_config(size, size.lora_steps, size.lora_lr, device, seed, threads),
         "meta": meta,
     }

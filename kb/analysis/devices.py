@@ -370,9 +370,7 @@ class DeviceAnalysis:
     def _uses_as_test(self, keys: set[str]) -> list[cst.CSTNode]:
         """The code that `if use_cuda:` / `x if use_cuda else y` / `if not use_cuda:` protect."""
         regions: list[cst.CSTNode] = []
-        for node in self.nodes:
-            if not isinstance(node, (cst.Name, cst.Attribute)) or key_of(node) not in keys:
-                continue
+        for node in self._named(keys):
             parent = self.parents.get(node)
             if isinstance(node, cst.Name) and isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
@@ -391,6 +389,17 @@ class DeviceAnalysis:
             elif isinstance(up, cst.IfExp) and up.test is test:
                 regions.append(up.body if positive else up.orelse)
         return regions
+
+    def _named(self, keys: set[str]) -> list[cst.CSTNode]:
+        """The names and attributes held under `keys`, in walk order; indexed once per module, not scanned
+        once per guard (a module of joined scripts has many guards: that was quadratic)."""
+        if not hasattr(self, "_by_key"):
+            self._by_key: dict[str, list[tuple[int, cst.CSTNode]]] = {}
+            for i, node in enumerate(self.nodes):
+                if isinstance(node, (cst.Name, cst.Attribute)):
+                    self._by_key.setdefault(key_of(node), []).append((i, node))
+        found = [pair for key in keys for pair in self._by_key.get(key, ())]
+        return [node for _, node in sorted(found, key=lambda pair: pair[0])]
 
     def has_cuda_reference(self, region: cst.CSTNode) -> bool:
         """Does `region` touch CUDA (torch.cuda, cuDNN, torch.accelerator, `.cuda()`, `.pin_memory()`, nccl)?"""

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     c3_weight_tying,
     c4_barriers,
     c4_dynamic_shapes,
+    c4_generation,
     c4_host_sync,
     c4_recompiles,
     c5_amp,

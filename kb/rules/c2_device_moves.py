@@ -112,7 +112,7 @@ class OptimizerBeforeMove(Rule):
             return
         for block, i in levels:
             for j in range(i + 1, len(block.body)):
-                moves = [c for c in find_nodes(block.body[j], cst.Call, enter_root=False) if self._moves(c, owners)]
+                moves = [c for c, moved in self._moves_in(block.body[j]) if any(related(moved, o) for o in owners)]
                 if moves:
                     self._report(node, block, i, j, moves[0])
                     return
@@ -128,19 +128,32 @@ class OptimizerBeforeMove(Rule):
             child = anc
         return levels
 
-    def _moves(self, call: cst.Call, owners: list[str]) -> bool:
-        moved = moved_module(self, call)
-        return moved is not None and any(related(moved, o) for o in owners)
+    def _moves_in(self, stmt: cst.CSTNode) -> list[tuple[cst.Call, str]]:
+        """(call, the module it moves) for each move in `stmt`; walked once per statement, not once per
+        optimizer (a module of many scripts has many optimizers at its top level: that was quadratic)."""
+        return self._per_statement(stmt)[0]
+
+    def _per_statement(self, stmt: cst.CSTNode) -> tuple[list[tuple[cst.Call, str]], list[str]]:
+        """The moves in `stmt`, and the names it assigns a module created on the device (`model = Net().to(d)`)."""
+        cache = self.__dict__.setdefault("_statements", {})  # id -> (stmt, facts): the statement is kept alive
+        if id(stmt) not in cache:
+            calls = find_nodes(stmt, cst.Call, enter_root=False)
+            moves = [(c, moved) for c in calls if (moved := moved_module(self, c)) is not None]
+            created = [
+                n
+                for assign in find_nodes(stmt, cst.Assign, enter_root=False)
+                if self._creates_on_device(assign.value)
+                for n in (dotted(t.target) for t in assign.targets)
+                if n
+            ]
+            cache[id(stmt)] = (stmt, (moves, created))
+        return cache[id(stmt)][1]
 
     def _moved_before(self, stmt: cst.CSTNode, owners: list[str]) -> bool:
-        if any(self._moves(c, owners) for c in find_nodes(stmt, cst.Call, enter_root=False)):
-            return True
+        moves, created = self._per_statement(stmt)
         # `model = Net().to(device)`: the module is created on the device
-        for assign in find_nodes(stmt, cst.Assign, enter_root=False):
-            names = [dotted(t.target) for t in assign.targets]
-            if any(n and any(related(n, o) for o in owners) for n in names) and self._creates_on_device(assign.value):
-                return True
-        return False
+        moved = [m for _, m in moves] + created
+        return any(related(m, o) for m in moved for o in owners)
 
     def _creates_on_device(self, value: cst.BaseExpression) -> bool:
         func = value.func if isinstance(value, cst.Call) else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners
@@ -167,11 +169,12 @@ class ReloadIntoNewModel(Rule):
             return
         opt_name = self._assigned_name(node)
         built = self._end(node)
-        for assign in find_nodes(scope, cst.Assign):
+        assigns, nodes, starts = self._scope_nodes(scope)
+        for assign in assigns:
             name = next((dotted(t.target) for t in assign.targets if dotted(t.target) in owners), None)
             if name is None or self._start(assign) < built or not self._is_new_model(assign.value, name):
                 continue
-            after = [n for n in find_nodes(scope, cst.Call, cst.Name) if self._start(n) > self._end(assign)]
+            after = nodes[bisect_right(starts, self._end(assign)) :]
             calls = [n for n in after if isinstance(n, cst.Call)]
             if not (self._from_pretrained(assign.value) or self._loads_state(calls, name)):
                 continue
@@ -188,6 +191,15 @@ class ReloadIntoNewModel(Rule):
                     f"`{name} = ...` makes a new model that stays on the CPU (it is never moved to the XLA "
                     f"device): {fix}, or move it with `.to(torch_xla.device())`",
                 )
+
+    def _scope_nodes(self, scope: cst.CSTNode) -> tuple[list[cst.Assign], list[cst.CSTNode], list[tuple[int, int]]]:
+        """The scope's assignments, its calls and names in source order, and their starts (sorted): walked
+        once per scope, not once per optimizer (a module of many scripts has many; that was quadratic)."""
+        scopes = self.__dict__.setdefault("_scopes", {})  # id -> (scope, its nodes): the scope is kept alive
+        if id(scope) not in scopes:
+            nodes = find_nodes(scope, cst.Call, cst.Name)
+            scopes[id(scope)] = (scope, find_nodes(scope, cst.Assign), nodes, [self._start(n) for n in nodes])
+        return scopes[id(scope)][1:]
 
     def _start(self, node: cst.CSTNode) -> tuple[int, int]:
         pos = self.position(node).start

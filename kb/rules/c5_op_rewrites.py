@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
-from ..cst_helpers import code_of, expr, keyword_arg, method_name, positional_args, string_value
+from ..analysis.module import walk
+from ..cst_helpers import code_of, expr, keyword_arg, method_name, positional_args, string_value, with_commas
 from ..rule import IMPORT_TORCH, register
 
 
@@ -166,3 +167,97 @@ class PackedSequences(StepContextRule):
             )
         else:
             self.report(node)
+
+
+@register
+class NegativeSliceBeyondSize(StepContextRule):
+    code = "XLA518"
+    title = "A negative slice start larger than the dimension raises on XLA tensors"
+    category = "C5"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`x[:, -n:]` on a tensor, with `n` a variable (a context size, a window) and no size test around it "
+        "(`x if x.size(1) <= n else x[:, -n:]` is left alone). The fix clamps the start as CPU and CUDA do: "
+        "`x[:, -min(n, x.size(1)):]`."
+    )
+    why = (
+        "CPU and CUDA tensors clamp a slice start below `-size` to the whole dimension, and autoregressive "
+        "sampling loops rely on it (`idx_cond = idx[:, -context_size:]` while the prompt is still shorter than "
+        "the context). torch_xla 2.9 checks the bound and raises `RuntimeError: Value out of range (expected to "
+        "be in range of [-4, 3], but got -256)` at the first short input. Safe: the clamped start selects the "
+        "same elements on every device."
+    )
+    before = "import torch\n\nidx = torch.cat((idx, nxt), dim=1)\nidx_cond = idx[:, -context_size:]\n"
+    after = "import torch\n\nidx = torch.cat((idx, nxt), dim=1)\nidx_cond = idx[:, -min(context_size, idx.size(1)):]\n"
+    message = (
+        "a slice start below `-size` raises `Value out of range` on XLA tensors (CPU and CUDA clamp it); "
+        "clamp it: `-min(n, x.size(dim))`"
+    )
+    symptoms = ("RuntimeError: Value out of range (expected to be in range of",)
+    references = ("tenstorrent/tt-xla#4465 (the same strict aten.slice bound)",)
+    valid = (
+        "import torch\nidx = torch.cat((idx, nxt), dim=1)\n"
+        "idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]\n",
+        "import torch\nidx = torch.cat((idx, nxt), dim=1)\nlast = idx[:, -1:]\n",
+        "text = line[-trailing:]\n",
+        "import torch\nkeys = torch.cat((cache, new), dim=1)\nkeep = min(keys.size(1), window)\nkeys = keys[:, -keep:]\n",
+    )
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        for dim, element in enumerate(node.slice):
+            index = element.slice
+            if isinstance(index, cst.Index) and (
+                index.value.deep_equals(cst.Name("None")) or isinstance(index.value, cst.Ellipsis)
+            ):
+                return  # dims are no longer counted from the left
+            if not isinstance(index, cst.Slice) or not _variable_negative(index.lower):
+                continue
+            if self._size_tested(node) or self._clamped(index.lower.expression) or not self.is_tensor(node.value):
+                return
+            self._report(node, index, dim)
+            return
+
+    def _report(self, node: cst.Subscript, index: cst.Slice, dim: int) -> None:
+        if not isinstance(node.value, (cst.Name, cst.Attribute)):
+            self.report(node)  # the receiver has side effects or costs: clamp by hand
+            return
+        size = expr(f"{code_of(node.value)}.size({dim})")
+        bound = index.lower.expression  # type: ignore[union-attr]
+        clamped = cst.UnaryOperation(
+            cst.Minus(), cst.Call(cst.Name("min"), with_commas([cst.Arg(bound), cst.Arg(size)]))
+        )
+        self.report(node, replacement=node.deep_replace(index.lower, clamped))
+
+    def _clamped(self, bound: cst.BaseExpression) -> bool:
+        """`keep = min(keys.size(1), window + n - 1)`: the code bounds it by a size already."""
+        if not isinstance(bound, cst.Name):
+            return False
+        values = self.assigned_values(bound)
+        return bool(values) and all(
+            isinstance(v, cst.Call) and code_of(v.func) == "min" and any(_reads_size(n) for n in walk(v))
+            for v in values
+        )
+
+    def _size_tested(self, node: cst.CSTNode) -> bool:
+        """Is `node` under a test that reads a size (`if idx.size(1) > n`, `x if len(x) <= n else x[-n:]`)?"""
+        for anc in self.ancestors(node):
+            test = anc.test if isinstance(anc, (cst.If, cst.IfExp, cst.While)) else None
+            if test is not None and any(_reads_size(n) for n in walk(test)):
+                return True
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+                return False
+        return False
+
+
+def _variable_negative(bound: cst.BaseExpression | None) -> bool:
+    """`-n`, `-self.block_size`, `-cfg["ctx"]`: a negated value that is not a literal."""
+    if not (isinstance(bound, cst.UnaryOperation) and isinstance(bound.operator, cst.Minus)):
+        return False
+    return isinstance(bound.expression, (cst.Name, cst.Attribute, cst.Subscript))
+
+
+def _reads_size(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Call):
+        return method_name(node) in ("size", "dim", "numel") or code_of(node.func) == "len"
+    return isinstance(node, cst.Attribute) and node.attr.value in ("shape", "ndim")

@@ -1,0 +1,95 @@
+"""Swapping nodes of a libcst tree for others, rebuilding only the nodes above them.
+
+libcst's transformers rebuild every node of the tree they walk; here the walk enters only the nodes on a path
+to a replaced one (`on_path`), so a rewrite costs about the size of the paths, not of the module. A statement
+replaced by `removal_marker` disappears, and the comments above it move to the next statement of its block
+(or stay at the block's end as a `pass`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import libcst as cst
+
+Replacement = cst.CSTNode | cst.RemovalSentinel
+
+
+def ancestors(nodes: Iterable[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode]) -> set[cst.CSTNode]:
+    """Every node above one of `nodes` (`parents`: child -> parent of the whole tree)."""
+    above: set[cst.CSTNode] = set()
+    for node in nodes:
+        while node in parents:
+            node = parents[node]
+            if node in above:
+                break
+            above.add(node)
+    return above
+
+
+def replace_nodes(
+    root: cst.Module, replacements: Mapping[cst.CSTNode, Replacement], on_path: set, drop_markers: bool = False
+) -> cst.Module:
+    """`root` with each key of `replacements` (matched by identity) swapped for its value. `on_path`: the nodes
+    above the replaced ones (`ancestors`). `drop_markers`: remove the `removal_marker`s, and give a block that
+    lost all its statements a `pass`."""
+    return root.visit(_Replacer(replacements, on_path, drop_markers))
+
+
+_MARKER = "__xlaport_removed__"
+
+
+def removal_marker(stmt: cst.BaseStatement) -> cst.SimpleStatementLine:
+    """A placeholder that carries the removed statement's comments until its block is rebuilt."""
+    return cst.SimpleStatementLine(body=[cst.Expr(cst.Name(_MARKER))], leading_lines=getattr(stmt, "leading_lines", ()))
+
+
+class _Replacer(cst.CSTTransformer):
+    def __init__(self, replacements: Mapping[cst.CSTNode, Replacement], on_path: set, drop_markers: bool) -> None:
+        super().__init__()
+        self.replacements = replacements
+        self.on_path = on_path
+        self.drop_markers = drop_markers
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self.on_path
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        if original_node in self.replacements:
+            return self.replacements[original_node]
+        if not self.drop_markers:
+            return updated_node
+        kind = type(updated_node)
+        if kind is cst.IndentedBlock and original_node in self.on_path:
+            return updated_node.with_changes(body=_without_markers(updated_node.body, True))
+        if kind is cst.Module:
+            return updated_node.with_changes(body=_without_markers(updated_node.body, False))
+        return updated_node
+
+
+def _is_marker(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.Name)
+        and stmt.body[0].value.value == _MARKER
+    )
+
+
+def _without_markers(body, need_statement: bool) -> list:
+    out, pending = [], []
+    for stmt in body:
+        if _is_marker(stmt):
+            pending.extend(stmt.leading_lines)
+            continue
+        if pending:
+            stmt = stmt.with_changes(leading_lines=[*pending, *stmt.leading_lines])
+            pending = []
+        out.append(stmt)
+    if need_statement and not out:
+        out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
+    elif pending:
+        # comments at the end of a block stay as the block's trailing lines
+        out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
+    return out

@@ -1,0 +1,134 @@
+"""C4 — autoregressive sampling loops that feed a growing sequence back into the model."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..analysis.context import StepContextRule
+from ..analysis.module import walk
+from ..cst_helpers import positional_args
+from ..rule import register
+
+LOOPS = (cst.For, cst.While)
+
+
+@register
+class GrowingSequenceIntoModel(StepContextRule):
+    code = "XLA417"
+    title = "A sampling loop feeds a sequence that grows every token back into the model: one compile per token"
+    category = "C4"
+    fix = "manual"
+    detects = (
+        "A `for`/`while` loop that appends to a tensor with `x = torch.cat((x, new), dim=...)` and calls a model "
+        "on `x` (or on a crop of it, `x[:, -n:]`) in the same loop: nanoGPT-style `generate()`, a hand-written "
+        "greedy decoder. Hugging Face `generate()` is XLA415's."
+    )
+    why = (
+        "Every iteration hands the model an input one position longer. With a barrier or a host read per token, "
+        "XLA traces and compiles a new graph for every length: a 500-token sample costs 500 compilations "
+        "(measured with torch_xla 2.9: 10 tokens, 10 compilations). Without one, the whole loop is traced into "
+        "a single graph that holds every forward pass, and its compile time grows with the number of tokens "
+        "(measured: 5 tokens 1.7 s, 20 tokens 6.2 s, 40 tokens 15.3 s for a 2-layer toy model). No error, just a "
+        "generation that seems to hang. Keep the shape fixed: write tokens into a buffer of the final length "
+        "(`torch.full((B, T_max), pad)`, `buf[:, t] = tok` with `t` a device tensor or `index_copy_`), run the "
+        "model on the whole buffer with a causal mask and read the logits at position `t`, one barrier per "
+        "token; or sample on the CPU."
+    )
+    before = (
+        "import torch\n\n"
+        "def generate(model, idx, steps):\n"
+        "    for _ in range(steps):\n"
+        "        logits = model(idx)[:, -1, :]\n"
+        "        nxt = torch.argmax(logits, dim=-1, keepdim=True)\n"
+        "        idx = torch.cat((idx, nxt), dim=1)\n"
+        "    return idx\n"
+    )
+    message = (
+        "the sequence grows by one token per iteration and goes back into the model: XLA compiles a new graph for "
+        "every length (or, with no barrier in the loop, one graph of every forward pass); generate into a "
+        "fixed-size buffer (pad to the final length, read the logits at the current position) or sample on the CPU"
+    )
+    symptoms = ("pt-xla-profiler: CompileTime too frequent", "generation recompiles every token")
+    references = ("pytorch/xla troubleshoot.md: Known Performance Caveats",)
+    valid = (
+        "import torch\n"
+        "def collect(model, loader):\n"
+        "    preds = torch.empty(0)\n"
+        "    for x in loader:\n"
+        "        preds = torch.cat((preds, model(x)), dim=0)\n"
+        "    return preds\n",
+        "import torch\n"
+        "def generate(model, buf, steps):\n"
+        "    for t in range(steps):\n"
+        "        logits = model(buf)\n"
+        "        buf[:, t] = logits[:, t].argmax(-1)\n"
+        "    return buf\n",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reported: set[int] = set()
+
+    def visit_For(self, node: cst.For) -> None:
+        self._check(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._check(node)
+
+    def _check(self, loop: cst.For | cst.While) -> None:
+        body = list(walk(loop.body, (cst.FunctionDef, cst.Lambda, cst.ClassDef)))
+        growth = {name: assign for assign in body if (name := self._appended_name(assign)) is not None}
+        if not growth:
+            return
+        roots = self._roots(body, growth)
+        for call in body:
+            if isinstance(call, cst.Call) and self._is_model_call(call):
+                for arg in call.args:
+                    for name in _names(arg.value) & set(roots):
+                        for root in roots[name]:
+                            assign = growth[root]
+                            if id(assign) not in self.reported:  # an outer loop holds the same code
+                                self.reported.add(id(assign))
+                                self.report(assign)
+
+    def _appended_name(self, node: cst.CSTNode) -> str | None:
+        """`x` for `x = torch.cat((x, y), dim=1)` / `torch.cat([x, y], 1)`."""
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            return None
+        target = node.targets[0].target
+        if not isinstance(target, cst.Name) or not self.is_call_to(node.value, "torch.cat", "torch.concat"):
+            return None
+        args = positional_args(node.value)
+        parts = args[0].value if args else None
+        if not isinstance(parts, (cst.Tuple, cst.List)) or not parts.elements:
+            return None
+        first = parts.elements[0].value
+        return target.value if isinstance(first, cst.Name) and first.value == target.value else None
+
+    def _roots(self, body: list[cst.CSTNode], growth: dict[str, cst.Assign]) -> dict[str, set[str]]:
+        """Each growing name and each name assigned from one in the loop (`idx_cond = idx[:, -n:]`) -> the
+        growing names it holds."""
+        roots = {name: {name} for name in growth}
+        for _ in range(2):
+            for node in body:
+                if isinstance(node, cst.Assign) and len(node.targets) == 1 and not _is_cat(node.value):
+                    target = node.targets[0].target
+                    held = set().union(*(roots[n] for n in _names(node.value) & set(roots)))
+                    if isinstance(target, cst.Name) and held:
+                        roots.setdefault(target.value, set()).update(held)
+        return roots
+
+    def _is_model_call(self, call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Name) and func.value == "self":
+            return True  # `self(idx_cond)` in a model's own generate()
+        key = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+        return "model" in key.lower() or key in self.facts().nn_keys
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+
+
+def _is_cat(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cat"
