@@ -24,6 +24,8 @@ DTYPES = {
 
 def cuda_type(rule: Rule, node: cst.CSTNode) -> str | None:
     """`FloatTensor` for `torch.cuda.FloatTensor` (or the string "torch.cuda.FloatTensor"), else None."""
+    if type(node) is cst.Attribute and node.attr.value not in DTYPES:
+        return None  # an attribute's names all end with its own: no name lookup needed
     names = rule.qualified_names(node) if isinstance(node, (cst.Attribute, cst.Name)) else set()
     text = string_value(node) if isinstance(node, cst.SimpleString) else None
     for name in (*names, text or ""):
