@@ -5,7 +5,7 @@
 - kb: torch's own `torch/nn`, `torch/optim`, `torch/distributed` (471 files in torch 2.9.0, from the
   installed package: offline). libcst parse only (the floor), `lint` (all rules), `fix` (all safe rewrites),
   back to back over the same files with the same `--jobs` worker processes; files/s, lines/s, the ratio to
-  the floor and the peak RSS of a worker.
+  the floor (wall time, and the workers' CPU time: steadier on a shared machine) and the peak RSS of a worker.
 - migrate (no validation, rules only) of a tree of real code: the repositories under /work/corpus (or `--tree`).
 - service: `POST /v1/suggest` (rules only, no validation, the ~200-line file of bench/serve.py) and
   `POST /v1/search`, p50/p95 through the real ASGI app.
@@ -53,24 +53,33 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def parse_only(path: Path) -> tuple[int, int, float]:
+# Each task returns (lines, findings or fixes, peak RSS in MB, CPU seconds of the work): on a shared machine the
+# CPU-time ratio is the steadier one (wall time also counts other people's processes).
+
+
+def parse_only(path: Path) -> tuple[int, int, float, float]:
     source = path.read_text(encoding="utf-8")
+    start = time.process_time()
     cst.parse_module(source)
-    return source.count("\n"), 0, _rss_mb()
+    return source.count("\n"), 0, _rss_mb(), time.process_time() - start
 
 
-def lint(path: Path) -> tuple[int, int, float]:
+def lint(path: Path) -> tuple[int, int, float, float]:
     from xlaport.kb import lint_source
 
     source = path.read_text(encoding="utf-8")
-    return source.count("\n"), len(lint_source(source, str(path))), _rss_mb()
+    start = time.process_time()
+    found = len(lint_source(source, str(path)))
+    return source.count("\n"), found, _rss_mb(), time.process_time() - start
 
 
-def fix(path: Path) -> tuple[int, int, float]:
+def fix(path: Path) -> tuple[int, int, float, float]:
     from xlaport.kb import fix_source
 
     source = path.read_text(encoding="utf-8")
-    return source.count("\n"), len(fix_source(source, str(path)).applied), _rss_mb()
+    start = time.process_time()
+    fixed = len(fix_source(source, str(path)).applied)
+    return source.count("\n"), fixed, _rss_mb(), time.process_time() - start
 
 
 def _warm(_: int) -> None:
@@ -96,11 +105,13 @@ def kb_rows(files: list[Path], jobs: int) -> list[dict]:
                 "lines_per_s": round(lines / seconds),
                 "findings_or_fixes": sum(r[1] for r in results),
                 "peak_rss_mb": round(max(r[2] for r in results)),
+                "cpu_seconds": round(sum(r[3] for r in results), 2),
             }
         )
-    floor = rows[0]["seconds"]
+    floor, cpu_floor = rows[0]["seconds"], rows[0]["cpu_seconds"]
     for row in rows:
         row["x_floor"] = round(row["seconds"] / floor, 2)
+        row["x_floor_cpu"] = round(row["cpu_seconds"] / cpu_floor, 2)
     return rows
 
 
@@ -199,12 +210,14 @@ def main() -> None:
         c = out["kb_corpus"]
         print(f"\ntorch/{{{','.join(PACKAGE_DIRS)}}}: {c['files']} files, {c['lines']} lines")
         print(
-            f"{'mode':<20} {'seconds':>8} {'x floor':>8} {'files/s':>8} {'lines/s':>8} {'found/fixed':>11} {'peak MB':>8}"
+            f"{'mode':<20} {'seconds':>8} {'x floor':>8} {'cpu s':>8} {'x cpu':>7} {'files/s':>8} {'lines/s':>8} "
+            f"{'found/fixed':>11} {'peak MB':>8}"
         )
         for r in out["kb"]:
             print(
-                f"{r['mode']:<20} {r['seconds']:>8.1f} {r['x_floor']:>7.2f}x {r['files_per_s']:>8.1f} "
-                f"{r['lines_per_s']:>8} {r['findings_or_fixes']:>11} {r['peak_rss_mb']:>8}"
+                f"{r['mode']:<20} {r['seconds']:>8.1f} {r['x_floor']:>7.2f}x {r['cpu_seconds']:>8.1f} "
+                f"{r['x_floor_cpu']:>6.2f}x {r['files_per_s']:>8.1f} {r['lines_per_s']:>8} {r['findings_or_fixes']:>11} "
+                f"{r['peak_rss_mb']:>8}"
             )
     if "migrate" in out:
         r = out["migrate"]
