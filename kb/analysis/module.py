@@ -187,6 +187,10 @@ class ModuleAnalysis:
         """libcst's QualifiedNameProvider value for `node` (local names too); prefer `imported_names`."""
         return self.names().qualified(node)
 
+    def has_qualified_names(self, node: cst.CSTNode) -> bool:
+        """Does libcst's QualifiedNameProvider give `node` any name (an import, a builtin, a local)?"""
+        return self.names().has_names(node)
+
     def _scope_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """libcst's answer from its scope analysis of the whole module (resolved once, on first use)."""
         scope = self.wrapper.resolve(ScopeProvider).get(node)

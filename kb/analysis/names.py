@@ -307,6 +307,21 @@ class ImportNames:
         builtin = None if found else self.builtin(node)
         return found | ({QualifiedName(builtin, QualifiedNameSource.BUILTIN)} if builtin else set())
 
+    def has_names(self, node: cst.CSTNode) -> bool:
+        """`bool(self.qualified(node))` (does libcst resolve `node` to anything: an import, a builtin, a local?),
+        answered from the tables where they know (a local's qualified name needs libcst's scope analysis)."""
+        full = self._full_name(node)
+        head = full.partition(".")[0] if full else None
+        if head is None:
+            return False
+        if head not in self.bound or self._answerable(node, head):
+            return bool(self.imported(node)) or self.builtin(node) is not None
+        found = self._in_order(node, full, head)
+        if found is None:
+            return bool(self.fallback(node))
+        imports, others = found
+        return bool(imports) or others or hasattr(builtins, head)
+
     def _in_order(self, node: cst.CSTNode, full: str, head: str) -> tuple[list[ImportAssignment], bool] | None:
         """libcst's assignments for `head` at `node` where the scopes around it bind `head` both by imports and
         otherwise: (the imports among them, whether there are others). libcst takes every binding of the innermost
