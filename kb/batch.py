@@ -14,7 +14,7 @@ from .analysis.project import UNKNOWN, ModuleSteps, ProjectSteps, module_name, p
 from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
 from .engine import fix_source, lint_source, run_rules
-from .parsing import SourceError, parse
+from .parsing import SourceError, parse_both
 from .rule import Finding, Rule
 
 
@@ -182,13 +182,13 @@ def _summary_visitor(
     """The analysis of one module, made once and kept for the next rounds (its names stay resolved)."""
     if rel not in visitors:
         try:
-            module = parse(source)
+            module, tree = parse_both(source)
         except SourceError:  # a file xlaport cannot analyse exports nothing
             visitors[rel] = None
             return None
         visitor = _Summary()
         try:
-            run_rules(module, [visitor], project, str(rel))
+            run_rules(module, [visitor], project, str(rel), tree)
         except Exception:  # noqa: BLE001  (as in summarize_project)
             visitors[rel] = None
             return None

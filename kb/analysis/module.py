@@ -152,8 +152,13 @@ class ModuleAnalysis:
         if self._names is None:
             tree = self.tree if self.tree is not None else ast.parse(self.module.code)
             functions = [n for n in module_walk(self.module)[0] if type(n) is cst.FunctionDef]
-            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names, functions)
+            line_of = self._line_of if self.source is not None and self.tree is not None else None
+            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names, functions, line_of)
         return self._names
+
+    def _line_of(self, node: cst.CSTNode) -> int | None:
+        found = self.positions().get(node)
+        return found.start.line if found is not None else None
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
         """libcst's import-resolved qualified names of `node` (QualifiedNameProvider, source IMPORT)."""

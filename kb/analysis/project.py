@@ -20,6 +20,7 @@ import libcst as cst
 from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
+from .module import module_walk
 from .names import full_name
 
 if TYPE_CHECKING:
@@ -108,9 +109,13 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
             # nothing libcst would name without `<locals>` binds it: only imports can name it, and the module's
             # import table answers those (`self.x`, a local, a parameter)
             return {_absolute(n, module) for n in rule.analysis.imported_names(node)}
-        if head in bindings.module_level and head not in rule.analysis.names().imported_heads and _at_top(rule, node):
-            # module-level code naming a module-level binding (no import of it anywhere): itself
-            return {f"{module}.{name}"} if module else set()
+        if head not in rule.analysis.names().imported_heads:
+            # no import of it anywhere: a module-level binding names itself, a function's local nothing
+            scope = _binding_scope(rule, node, head, bindings)
+            if scope == "module" and head in bindings.module_level:
+                return {f"{module}.{name}"} if module else set()
+            if scope == "function":
+                return set()
     found = set()
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
@@ -128,6 +133,9 @@ class _Bindings:
     outside_functions: frozenset[str]
     # bound other than by an import (or a bare annotation) in the module's own scope, or declared `global`
     module_level: frozenset[str]
+    # each function definition (in source order): its name, what it binds in its own scope (parameters,
+    # assignments, nested definitions, imports) and the names whose binding libcst may see otherwise
+    functions: tuple[tuple[str, frozenset[str], frozenset[str]], ...]
 
 
 _BINDINGS: dict[int, tuple[object, _Bindings]] = {}  # id(analysis) -> (analysis, bindings): the last few modules
@@ -178,16 +186,103 @@ def _bindings(analysis) -> _Bindings:
             stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
         else:
             stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
-    found = _Bindings(frozenset(outside), frozenset(top))
+    found = _Bindings(frozenset(outside), frozenset(top), _function_bindings(tree))
     if len(_BINDINGS) >= 8:
         _BINDINGS.pop(next(iter(_BINDINGS)))
     _BINDINGS[id(analysis)] = (analysis, found)
     return found
 
 
-def _at_top(rule: StepContextRule, node: cst.CSTNode) -> bool:
-    """Is `node` in the module's own scope (no function, class or comprehension around it)?"""
-    return not any(isinstance(a, _CST_SCOPES) for a in rule.ancestors(node))
+def _function_bindings(tree: ast.Module) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
+    functions = sorted(
+        (n for n in ast.walk(tree) if type(n) in (ast.FunctionDef, ast.AsyncFunctionDef)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    return tuple((f.name, *_own_bindings(f)) for f in functions)
+
+
+def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+    """(what `func` binds in its own scope; names whose binding there libcst may see otherwise: declared
+    `global` or `nonlocal`, bound in a comprehension, only deleted, augmented or annotated)."""
+    args = func.args
+    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    unsure: set[str] = set()
+    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in func.body]  # (node, inside a comprehension)
+    while stack:
+        node, in_comprehension = stack.pop()
+        kind = type(node)
+        children: list[ast.AST] | None = None
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            names.add(node.name)
+            body = {id(b) for b in node.body}  # another scope; decorators, defaults, bases run in this one
+            children = [c for c in ast.iter_child_nodes(node) if id(c) not in body]
+        elif kind is ast.Lambda:
+            children = [node.args]
+        elif kind is ast.Name and type(node.ctx) is ast.Store:
+            (unsure if in_comprehension else names).add(node.id)
+        elif kind is ast.Name and type(node.ctx) is ast.Del:
+            unsure.add(node.id)
+        elif kind is ast.AugAssign or kind is ast.AnnAssign and node.value is None:
+            unsure.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
+            children = [c for c in ast.iter_child_nodes(node) if c is not node.target]
+        elif kind is ast.Global or kind is ast.Nonlocal:
+            unsure.update(node.names)
+        elif kind is ast.Import or kind is ast.ImportFrom:
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif kind is ast.MatchMapping and node.rest:
+            names.add(node.rest)
+        inner = in_comprehension or kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+        stack.extend((child, inner) for child in (children if children is not None else ast.iter_child_nodes(node)))
+    return frozenset(names), frozenset(unsure)
+
+
+def _binding_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: _Bindings) -> str | None:
+    """Where the binding of `head` that `node` sees is: "function" (the innermost function body around `node`
+    that binds it), "module" (no function body around binds it), or None: unknown here (a class body, a
+    comprehension or a lambda is in between, or the function's binding is unsure: the slow path)."""
+    functions = _functions_of(rule, bindings)
+    in_function = False  # the walk up passed through a function's body
+    child = node
+    for anc in rule.ancestors(node):
+        kind = type(anc)
+        if kind is cst.FunctionDef:
+            if child is not anc.body or functions is None or head in functions[anc][1]:
+                return None
+            if head in functions[anc][0]:
+                return "function"
+            in_function = True
+        elif kind is cst.ClassDef:
+            if not in_function:
+                return None  # in a class body: libcst names its bindings `Class.x`
+        elif kind in _CST_SCOPES:
+            return None
+        child = anc
+    return "module"
+
+
+_FUNCTION_TABLES: dict[int, tuple[object, dict | None]] = {}
+
+
+def _functions_of(
+    rule: StepContextRule, bindings: _Bindings
+) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str]]] | None:
+    """libcst's function definitions -> (what each binds, what it binds unsurely), paired in source order with
+    CPython's (by name); None when they do not pair."""
+    analysis = rule.analysis
+    cached = _FUNCTION_TABLES.get(id(analysis))
+    if cached is not None and cached[0] is analysis:
+        return cached[1]
+    defs = [n for n in module_walk(analysis.module)[0] if type(n) is cst.FunctionDef]
+    table = None
+    if len(defs) == len(bindings.functions):
+        if all(d.name.value == f[0] for d, f in zip(defs, bindings.functions, strict=True)):
+            table = {d: f[1:] for d, f in zip(defs, bindings.functions, strict=True)}
+    if len(_FUNCTION_TABLES) >= 8:
+        _FUNCTION_TABLES.pop(next(iter(_FUNCTION_TABLES)))
+    _FUNCTION_TABLES[id(analysis)] = (analysis, table)
+    return table
 
 
 def _absolute(name: str, module: str) -> str:

@@ -316,8 +316,10 @@ def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:
     receiver = func.value if isinstance(func, cst.Attribute) else func
     if classes_of(rule, receiver):
         return False  # an object of the tree's classes: the tree's summary says whether it steps
-    if rule.analysis.qualified_name_objects(root) and not _is_local_variable(rule, root):
-        return False  # an import, a builtin, a class or function of this module
+    if not _is_local_variable(rule, root) and rule.analysis.qualified_name_objects(root):
+        # an import, a builtin, a class or function of this module (a local is asked first: it needs no
+        # scope analysis of the whole module)
+        return False
     if root.value == "self":
         return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)  # self.x.method(), self.x()
     return True

@@ -201,6 +201,7 @@ class NegativeSliceBeyondSize(StepContextRule):
         "idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]\n",
         "import torch\nidx = torch.cat((idx, nxt), dim=1)\nlast = idx[:, -1:]\n",
         "text = line[-trailing:]\n",
+        "import torch\nkeys = torch.cat((cache, new), dim=1)\nkeep = min(keys.size(1), window)\nkeys = keys[:, -keep:]\n",
     )
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
@@ -212,7 +213,7 @@ class NegativeSliceBeyondSize(StepContextRule):
                 return  # dims are no longer counted from the left
             if not isinstance(index, cst.Slice) or not _variable_negative(index.lower):
                 continue
-            if self._size_tested(node) or not self.is_tensor(node.value):
+            if self._size_tested(node) or self._clamped(index.lower.expression) or not self.is_tensor(node.value):
                 return
             self._report(node, index, dim)
             return
@@ -227,6 +228,16 @@ class NegativeSliceBeyondSize(StepContextRule):
             cst.Minus(), cst.Call(cst.Name("min"), with_commas([cst.Arg(bound), cst.Arg(size)]))
         )
         self.report(node, replacement=node.deep_replace(index.lower, clamped))
+
+    def _clamped(self, bound: cst.BaseExpression) -> bool:
+        """`keep = min(keys.size(1), window + n - 1)`: the code bounds it by a size already."""
+        if not isinstance(bound, cst.Name):
+            return False
+        values = self.assigned_values(bound)
+        return bool(values) and all(
+            isinstance(v, cst.Call) and code_of(v.func) == "min" and any(_reads_size(n) for n in walk(v))
+            for v in values
+        )
 
     def _size_tested(self, node: cst.CSTNode) -> bool:
         """Is `node` under a test that reads a size (`if idx.size(1) > n`, `x if len(x) <= n else x[-n:]`)?"""

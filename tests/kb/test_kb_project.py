@@ -9,9 +9,14 @@ import ast
 from pathlib import Path
 
 import pytest
+from libcst.metadata import QualifiedNameSource
 from xlaport.kb import fix_source, lint_source
-from xlaport.kb.analysis.project import ProjectSteps, _absolute, module_name
+from xlaport.kb.analysis.context import StepContextRule
+from xlaport.kb.analysis.project import ProjectSteps, _absolute, absolute_names, module_name
 from xlaport.kb.batch import fix_file, lint_file, summarize_project
+from xlaport.kb.cst_helpers import code_of
+from xlaport.kb.engine import run_rules
+from xlaport.kb.parsing import parse_both
 
 PROJECTS = Path(__file__).parent.parent / "fixtures" / "project"
 CASES = sorted(p for p in PROJECTS.iterdir() if p.is_dir())
@@ -156,3 +161,80 @@ def test_a_caller_that_cannot_be_read_leaves_the_parameter_unknown(tmp_path):
     project = summarize_project(tmp_path, python_files(tmp_path))  # a syntax error stops nothing
     assert project.steppers == {"tools.amp_helpers.ScaledUpdate.__call__"}
     assert project.class_of_param("epoch_loop.one_epoch", "updater") is None
+
+
+# Names bound every way the fast path of `absolute_names` must tell apart: module-level definitions and
+# assignments, parameters and locals that shadow them, class bodies, comprehensions, lambdas, `global`,
+# decorators and defaults, names imported and also assigned.
+SCOPES = """\
+import os
+from .util import helper as step_fn
+import torch.nn as nn
+
+def train_step(model, batch):
+    return model(batch)
+
+class Trainer:
+    make = train_step
+    def run(self, batch, train_step=None):
+        train_step(batch)
+        self.make(batch)
+        Trainer(batch)
+        return [train_step(b) for b in batch]
+
+@train_step
+def wrapped(x=train_step(1), *rest, **named):
+    local = lambda train_step: train_step(x)
+    nn.Linear(2, 2)
+    step_fn(x)
+    return local(rest)
+
+def rebinds():
+    global counter
+    counter = train_step(0)
+    os = None
+    os.path.join("a")
+    counter(1)
+
+def late():
+    step_fn = train_step
+    step_fn(0)
+    [Trainer() for Trainer in range(2)]
+
+def comprehends(total):
+    pairs = [model(k) for model in range(2)]
+    model.run(pairs)
+    total += counter(1)
+    del Trainer
+    Trainer(total)
+
+counter = train_step(1)
+model = Trainer()
+model.run(1)
+train_step(model, None)
+squares = {k: train_step(k) for k in range(3)}
+max(1, 2)
+os = os.getcwd()
+os.path.join("b")
+"""
+
+
+class _Names(StepContextRule):
+    code = "names"
+
+
+def test_absolute_names_agree_with_libcsts_scope_analysis():
+    module, tree = parse_both(SCOPES)
+    rule = _Names()
+    run_rules(module, [rule], None, None, tree)
+    rule.analysis.module_name = "pkg.train"
+    nodes = [n for call in rule.analysis.nodes.calls for n in (call.func, *(a.value for a in call.args))]
+    assert len(nodes) > 40
+    for node in nodes:
+        expected = set()
+        for q in rule.analysis.qualified_name_objects(node):  # libcst's answer, from its scope analysis
+            if q.source is QualifiedNameSource.IMPORT:
+                expected.add(_absolute(q.name, "pkg.train"))
+            elif q.source is QualifiedNameSource.LOCAL and "<locals>" not in q.name:
+                expected.add(f"pkg.train.{q.name}")
+        assert absolute_names(rule, node) == expected, code_of(node)
