@@ -112,6 +112,7 @@ class ModuleAnalysis:
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
     source: str | None = None  # the module's text, when the caller has it (positions come cheaper)
     _positions: Positions | None = None
+    _spans: dict[int, tuple[int, int]] | None = None
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)
     _names: ImportNames | None = None
 
@@ -146,6 +147,21 @@ class ModuleAnalysis:
         if self._positions is None:
             self._positions = Positions(self.module, self.source, self.tree, self.parents, self.wrapper)
         return self._positions
+
+    def walk_span(self, node: cst.CSTNode) -> tuple[int, int]:
+        """(first, last): the indexes of `node` and of its last descendant in the module's syntax-order walk.
+        Comparing them orders nodes as their source positions do, without generating code to place them."""
+        if self._spans is None:
+            nodes, depths = module_walk(self.module)[0], node_depths(self.module)
+            spans: dict[int, tuple[int, int]] = {}
+            open_nodes: list[int] = []  # indexes of the nodes whose subtree the walk is still in
+            for index, depth in enumerate([*depths, -1]):  # the -1 closes every subtree at the end
+                while open_nodes and depths[open_nodes[-1]] >= depth:
+                    first = open_nodes.pop()
+                    spans[id(nodes[first])] = (first, index - 1)
+                open_nodes.append(index)
+            self._spans = spans
+        return self._spans[id(node)]
 
     def names(self) -> ImportNames:
         """The module's alias table (built on first use)."""
