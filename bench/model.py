@@ -194,6 +194,8 @@ def run_quality(
         if row["both_proposals"]:
             row["both_validation"] = validated(source, both.migrated, item.get("driver"))
             row["target_validation"] = validated(source, item["target_source"], item.get("driver"))
+        if item.get("driver"):  # the control on every fixture: does the validator pass the right answer?
+            row["target_validation"] = validated(source, item["target_source"], item["driver"])
         # a proposal that does not validate is not accepted: its findings count as resolved only when it did
         # (rules+model then falls back to the rules' patch, as the pipeline does)
         row["rules_validated_resolved"] = row["rules_resolved"]

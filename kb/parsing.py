@@ -25,6 +25,14 @@ class SourceError(ValueError):
     """Source that xlaport cannot analyse (syntax error, not text)."""
 
 
+# The reason given when the analysis itself hits Python's recursion limit despite the limits below: libcst's
+# import-adding rewrite recurses once per top-level statement of a module that opens with a docstring.
+RECURSION_LIMIT_HIT = (
+    "cannot parse: nested too deeply to analyse safely (Python's recursion limit was hit; a module of over "
+    "~1,000 top-level statements can hit it too)"
+)
+
+
 def max_source_chars() -> int:
     """The size limit of one source, `$XLAPORT_MAX_SOURCE_CHARS` (characters), else 300,000."""
     configured = os.environ.get(MAX_SOURCE_CHARS_ENV)
@@ -132,6 +140,8 @@ def check_statements_per_line(tree: ast.Module) -> None:
 
 
 def _not_python(exc: BaseException) -> SourceError:
+    if isinstance(exc, RecursionError):  # CPython's own parser gave up (`1 + 1 + ...` of thousands of terms)
+        return SourceError(f"cannot parse: nested too deeply to analyse safely (Python's parser: {exc})")
     line = getattr(exc, "lineno", None)
     return SourceError(
         f"cannot parse: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}" + (f" (line {line})" if line else "")

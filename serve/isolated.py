@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from xlaport.kb import FixResult, SourceError, fix_source, get_rule
+from xlaport.kb.parsing import RECURSION_LIMIT_HIT
 from xlaport.kb.rule import Rule
 
 # Every worker process of the service and of `migrate` forks from one forkserver, which imported the modules a
@@ -50,7 +51,7 @@ def _fix_in_worker(source: str, path: str, codes: list[str], unsafe: bool, memor
     try:
         return fix_source(source, path, [get_rule(c) for c in codes], unsafe=unsafe)
     except RecursionError:
-        return SourceError("cannot parse: nested too deeply to analyse safely")
+        return SourceError(RECURSION_LIMIT_HIT)
     except MemoryError:
         return SourceError(
             f"too large to analyse within the worker's memory limit ({memory_mb} MB; set {MEMORY_MB_ENV} to raise it)"

@@ -32,7 +32,7 @@ from pathlib import Path
 from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
-from xlaport.kb.parsing import parse
+from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
@@ -145,7 +145,7 @@ class Pipeline:
             else:
                 fixed = fix_source_killable(source, name, rules, options.unsafe_fixes, fix_time_limit_s)
         except RecursionError:  # kb's parse limits should prevent it; every front gets the reason if not
-            raise SourceError("cannot parse: nested too deeply to analyse safely") from None
+            raise SourceError(RECURSION_LIMIT_HIT) from None
         migrated, manual, proposals, notes = self.finish_file(fixed.fixed, name, fixed.remaining, rules, options.k)
 
         def evidence_of(text: str, left: list[ManualItem], rewrites: list[Proposal]) -> Evidence:

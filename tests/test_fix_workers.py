@@ -73,3 +73,17 @@ def test_unparsable_text_is_a_source_error_and_the_worker_stays(workers):
     with pytest.raises(SourceError, match="cannot parse"):
         workers.fix("def (:\n", "bad.py", all_rules(), unsafe=False, timeout_s=60)
     assert _pid(workers) == pid
+
+
+def test_a_long_module_is_fixed_or_refused_with_a_reason_that_names_the_recursion_limit(workers):
+    # libcst's import-adding rewrite recurses once per top-level statement after a docstring: 1,200 of them and
+    # a fix that adds `import torch_xla` hit Python's limit. Fixed, or refused with that reason (never a 500)
+    source = (
+        '"""doc."""\nimport torch\n' + "".join(f"a{i} = {i}\n" for i in range(1_200)) + "x = torch.zeros(1).cuda()\n"
+    )
+    try:
+        result = workers.fix(source, "long.py", all_rules(), unsafe=False, timeout_s=120)
+    except SourceError as exc:
+        assert "recursion limit was hit" in str(exc)
+    else:
+        assert "torch_xla" in result.fixed

@@ -18,12 +18,13 @@ AVAILABILITY = frozenset({"torch.cuda.is_available"})
 
 
 def _regions(rule: Rule, quiet_only: bool) -> set[int]:
-    guards = analyse(rule.analysis.module).facts.guards
-    found: set[int] = set()
-    for guard in guards:
-        if guard.quiet or not quiet_only:
-            found.update(id(r) for r in guard.regions)
-    return found
+    """The ids of the regions guards protect; gathered once per module (kept with its facts), not once per
+    question (a module of many guards asked about every node was quadratic)."""
+    facts = analyse(rule.analysis.module).facts
+    cache = facts.__dict__.setdefault("_guarded_regions", {})
+    if quiet_only not in cache:
+        cache[quiet_only] = {id(r) for guard in facts.guards if guard.quiet or not quiet_only for r in guard.regions}
+    return cache[quiet_only]
 
 
 def guarded_by_cuda(rule: Rule, node: cst.CSTNode, quiet_only: bool = False) -> bool:

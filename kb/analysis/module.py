@@ -112,6 +112,7 @@ class ModuleAnalysis:
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
     source: str | None = None  # the module's text, when the caller has it (positions come cheaper)
     _positions: Positions | None = None
+    _spans: dict[int, tuple[int, int]] | None = None
     _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)
     _names: ImportNames | None = None
 
@@ -147,13 +148,33 @@ class ModuleAnalysis:
             self._positions = Positions(self.module, self.source, self.tree, self.parents, self.wrapper)
         return self._positions
 
+    def walk_span(self, node: cst.CSTNode) -> tuple[int, int]:
+        """(first, last): the indexes of `node` and of its last descendant in the module's syntax-order walk.
+        Comparing them orders nodes as their source positions do, without generating code to place them."""
+        if self._spans is None:
+            nodes, depths = module_walk(self.module)[0], node_depths(self.module)
+            spans: dict[int, tuple[int, int]] = {}
+            open_nodes: list[int] = []  # indexes of the nodes whose subtree the walk is still in
+            for index, depth in enumerate([*depths, -1]):  # the -1 closes every subtree at the end
+                while open_nodes and depths[open_nodes[-1]] >= depth:
+                    first = open_nodes.pop()
+                    spans[id(nodes[first])] = (first, index - 1)
+                open_nodes.append(index)
+            self._spans = spans
+        return self._spans[id(node)]
+
     def names(self) -> ImportNames:
         """The module's alias table (built on first use)."""
         if self._names is None:
             tree = self.tree if self.tree is not None else ast.parse(self.module.code)
             functions = [n for n in module_walk(self.module)[0] if type(n) is cst.FunctionDef]
-            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names, functions)
+            line_of = self._line_of if self.source is not None and self.tree is not None else None
+            self._names = ImportNames(tree, self.nodes.imports, self.parents, self._scope_names, functions, line_of)
         return self._names
+
+    def _line_of(self, node: cst.CSTNode) -> int | None:
+        found = self.positions().get(node)
+        return found.start.line if found is not None else None
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
         """libcst's import-resolved qualified names of `node` (QualifiedNameProvider, source IMPORT)."""
@@ -165,6 +186,10 @@ class ModuleAnalysis:
     def qualified_name_objects(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """libcst's QualifiedNameProvider value for `node` (local names too); prefer `imported_names`."""
         return self.names().qualified(node)
+
+    def has_qualified_names(self, node: cst.CSTNode) -> bool:
+        """Does libcst's QualifiedNameProvider give `node` any name (an import, a builtin, a local)?"""
+        return self.names().has_names(node)
 
     def _scope_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """libcst's answer from its scope analysis of the whole module (resolved once, on first use)."""

@@ -2,12 +2,13 @@
 
 libcst's QualifiedNameProvider resolves names through a scope analysis of the whole module (about three times
 the cost of parsing it). The names rules ask about are nearly all imports (`import torch.distributed as dist`,
-`from torch.cuda.amp import autocast`, `import matplotlib.pyplot as plt` inside a function): when a name is
-bound by nothing but imports, each before every read of it, only the module and the functions around a node
-decide what the node names, and the answer is computed from their imports exactly as libcst computes it.
-Unbound names resolve to nothing (or to a builtin). A name that is also bound otherwise (an assignment, a
-parameter, an import after a read or in a class body) is answered by libcst's scope analysis, which the
-module then pays for once.
+`from torch.cuda.amp import autocast`, `import matplotlib.pyplot as plt` inside a function): when the module and
+the functions around a node bind its name by imports alone, the import tables give libcst's answer. Where they
+also bind it otherwise (`try: import numpy as np` / `except ImportError: np = None`, a parameter named like an
+import), libcst's rules are followed here: a read takes the bindings of its own scope that come before it (by
+statement lines), anything else every binding of the innermost scope that has one. What remains uncertain (a
+name bound in a class body, a lambda or a comprehension, `global`, a read inside the statement that binds it, a
+`for` target) is answered by libcst's scope analysis, which the module then pays for once.
 """
 
 from __future__ import annotations
@@ -64,6 +65,26 @@ class Bindings:
     # head -> scopes where libcst's answer depends on a read's place among the imports: a read before the first
     # import there, or one between imports that bind it differently (`import a` ... `import a.b`).
     ordered: dict[str, set[int]] = field(default_factory=dict)
+    # (scope, head) -> the lines (first, last) of each statement there that binds it other than by an import; (0, 0)
+    # for a parameter of that function (bound before its body runs); None where libcst's order of a binding and a
+    # read is not the statements' order (a `for` target, a `del`, an annotation without a value, a `match`).
+    sites: dict[tuple[int, str], list[tuple[int, int] | None]] = field(default_factory=dict)
+    # (scope, head) -> the lines of each import there that binds it, and what it imports
+    import_sites: dict[tuple[int, str], list[tuple[int, int, tuple]]] = field(default_factory=dict)
+
+
+_ORDERED_STATEMENTS = (ast.Assign, ast.AugAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With)
+
+
+def _site(stmt: ast.stmt | None, node: ast.AST) -> tuple[int, int] | None:
+    """The lines of the statement whose end binds a name stored at `node` (see Bindings.sites)."""
+    if isinstance(stmt, ast.AnnAssign) and stmt.value is not None or isinstance(stmt, _ORDERED_STATEMENTS):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
+            return None
+        decorators = getattr(stmt, "decorator_list", None)
+        first = min(d.lineno for d in decorators) if decorators else stmt.lineno
+        return (first, stmt.end_lineno or stmt.lineno)
+    return None
 
 
 def _bindings(tree: ast.Module) -> Bindings:
@@ -73,11 +94,13 @@ def _bindings(tree: ast.Module) -> Bindings:
     functions: list[ast.AST] = []
     imports: dict[tuple[int, str], list[tuple[tuple[int, int], tuple]]] = {}  # (scope, head) -> (position, import)
     first_read: dict[tuple[int, str], tuple[int, int]] = {}
-    others: list[tuple[str, int]] = []  # (head, scope id)
-    # (node, scope id, nested: in a class body, lambda or comprehension of that scope)
-    stack: list[tuple[ast.AST, int, bool]] = [(tree, 0, False)]
+    others: list[tuple[str, int, tuple[int, int] | None]] = []  # (head, scope id, site)
+    # (node, scope id, nested: in a class body, lambda or comprehension of that scope, the statement around)
+    stack: list[tuple[ast.AST, int, bool, ast.stmt | None]] = [(tree, 0, False, None)]
     while stack:
-        node, scope, nested = stack.pop()
+        node, scope, nested, stmt = stack.pop()
+        if isinstance(node, ast.stmt):
+            stmt = node
         children: list[ast.AST] = list(ast.iter_child_nodes(node))
         stored: list[str] = []
         if isinstance(node, ast.Name):
@@ -94,25 +117,27 @@ def _bindings(tree: ast.Module) -> Bindings:
                 found.bound.add(head)
                 if nested:
                     found.tangled.add(head)
-                at = (node.lineno, node.col_offset)
-                imports.setdefault((scope, head), []).append((at, (source, alias.name, alias.asname)))
+                at, what = (node.lineno, node.col_offset), (source, alias.name, alias.asname)
+                imports.setdefault((scope, head), []).append((at, what))
+                lines = (node.lineno, node.end_lineno or node.lineno, what)
+                found.import_sites.setdefault((scope, head), []).append(lines)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             stored.append(node.name)
             functions.append(node)
-            stack.extend((stmt, id(node), False) for stmt in node.body)
+            stack.extend((inner, id(node), False, inner) for inner in node.body)
             arguments = node.args
             params = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
             params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
             for param in params:
                 found.bound.add(param.arg)
-                others.append((param.arg, id(node)))
+                others.append((param.arg, id(node), (0, 0)))
             # decorators, defaults, annotations: the scope around
             children = [c for c in children if c not in node.body and c is not arguments]
             children += [d for d in [*arguments.defaults, *arguments.kw_defaults] if d is not None]
             children += [a.annotation for a in params if a.annotation is not None]
         elif isinstance(node, ast.ClassDef):
             stored.append(node.name)
-            stack.extend((stmt, scope, True) for stmt in node.body)
+            stack.extend((inner, scope, True, inner) for inner in node.body)
             children = [c for c in children if c not in node.body]
         elif isinstance(node, ast.Lambda | ast.comprehension):
             nested = True
@@ -130,12 +155,14 @@ def _bindings(tree: ast.Module) -> Bindings:
             if nested:
                 found.tangled.add(name)
             else:
-                others.append((name, scope))
-        stack.extend((child, scope, nested) for child in children)
+                others.append((name, scope, _site(stmt, node)))
+        stack.extend((child, scope, nested, stmt) for child in children)
     index = {id(f): i for i, f in enumerate(sorted(functions, key=lambda f: (f.lineno, f.col_offset)), 1)}
     index[0] = 0
-    for name, scope in others:
+    for name, scope, site in others:
         found.others.setdefault(name, set()).add(index[scope])
+        found.sites.setdefault((index[scope], name), []).append(site)
+    found.import_sites = {(index[scope], head): lines for (scope, head), lines in found.import_sites.items()}
     for (scope, head), bound in imports.items():
         read = first_read.get((scope, head))
         if read is None:
@@ -145,6 +172,47 @@ def _bindings(tree: ast.Module) -> Bindings:
         if read < min(positions) or differ and read < max(positions):
             found.ordered.setdefault(head, set()).add(index[scope])
     return found
+
+
+# Parents whose Name children are only ever read (libcst records an Access for them)
+_READING_PARENTS = {
+    cst.Call,
+    cst.Arg,
+    cst.BinaryOperation,
+    cst.UnaryOperation,
+    cst.BooleanOperation,
+    cst.Comparison,
+    cst.ComparisonTarget,
+    cst.Return,
+    cst.Expr,
+    cst.IfExp,
+    cst.If,
+    cst.While,
+    cst.Await,
+    cst.FormattedStringExpression,
+    cst.Decorator,
+    cst.Annotation,
+    cst.Index,
+    cst.Assert,
+    cst.Raise,
+}
+
+
+def _is_read(name: cst.Name, parent: cst.CSTNode | None) -> bool:
+    kind = type(parent)
+    if kind is cst.Attribute or kind is cst.Subscript:
+        return parent.value is name
+    if kind is cst.Call:
+        return parent.func is name
+    if kind is cst.Arg:
+        return parent.value is name
+    if kind is cst.Assign:
+        return parent.value is name
+    return kind in _READING_PARENTS
+
+
+_TARGETS = {cst.AssignTarget, cst.AnnAssign, cst.For}
+_COMPREHENSIONS = {cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp}
 
 
 class ImportNames:
@@ -157,10 +225,13 @@ class ImportNames:
         parents: dict,
         fallback: Resolver,
         functions: list[cst.FunctionDef],
+        line_of: Callable[[cst.CSTNode], int | None] | None = None,
     ) -> None:
-        """`functions`: the module's function definitions in source order."""
+        """`functions`: the module's function definitions in source order; `line_of`: a node's first line (None:
+        unknown), for names bound both ways around a node."""
         self.parents = parents
         self.fallback = fallback
+        self.line_of = line_of
         # scope (the module or a function) -> dotted name -> the imports there that bind it (libcst's assignments)
         self.tables: dict[cst.CSTNode, dict[str, list[ImportAssignment]]] = {}
         for stmt in imports:
@@ -202,7 +273,10 @@ class ImportNames:
         if head not in self.imported_heads:
             return frozenset()
         if not self._answerable(node, head):
-            return frozenset(q.name for q in self.fallback(node) if q.source is QualifiedNameSource.IMPORT)
+            found = self._in_order(node, full, head)
+            if found is None:
+                return frozenset(q.name for q in self.fallback(node) if q.source is QualifiedNameSource.IMPORT)
+            return frozenset(q.name for a in found[0] for q in a.get_qualified_names_for(full))
         return frozenset(q.name for a in self._assignments(node, full) for q in a.get_qualified_names_for(full))
 
     def builtin(self, node: cst.CSTNode) -> str | None:
@@ -215,6 +289,9 @@ class ImportNames:
             return f"builtins.{head}"
         if self._answerable(node, head):
             return None if self._assignments(node, head) else f"builtins.{head}"
+        found = self._in_order(node, head, head)
+        if found is not None:
+            return None if found[0] or found[1] else f"builtins.{head}"
         return next((q.name for q in self.fallback(node) if q.source is QualifiedNameSource.BUILTIN), None)
 
     def qualified(self, node: cst.CSTNode) -> Collection[QualifiedName]:
@@ -229,6 +306,99 @@ class ImportNames:
         found = {QualifiedName(name, QualifiedNameSource.IMPORT) for name in self.imported(node)}
         builtin = None if found else self.builtin(node)
         return found | ({QualifiedName(builtin, QualifiedNameSource.BUILTIN)} if builtin else set())
+
+    def has_names(self, node: cst.CSTNode) -> bool:
+        """`bool(self.qualified(node))` (does libcst resolve `node` to anything: an import, a builtin, a local?),
+        answered from the tables where they know (a local's qualified name needs libcst's scope analysis)."""
+        full = self._full_name(node)
+        head = full.partition(".")[0] if full else None
+        if head is None:
+            return False
+        if head not in self.bound or self._answerable(node, head):
+            return bool(self.imported(node)) or self.builtin(node) is not None
+        found = self._in_order(node, full, head)
+        if found is None:
+            return bool(self.fallback(node))
+        imports, others = found
+        return bool(imports) or others or hasattr(builtins, head)
+
+    def _in_order(self, node: cst.CSTNode, full: str, head: str) -> tuple[list[ImportAssignment], bool] | None:
+        """libcst's assignments for `head` at `node` where the scopes around it bind `head` both by imports and
+        otherwise: (the imports among them, whether there are others). libcst takes every binding of the innermost
+        scope that has one, or, when that is the node's own scope, those before the node (by the statements'
+        lines), else the next scope's. None where that order is not certain here: the fallback answers."""
+        b = self.bindings
+        if self.numbers is None or self.line_of is None or head in b.tangled:
+            return None
+        scopes = self._scopes(node)
+        if full != head and any(
+            full.startswith(name + ".") or full == name for s in scopes for name in self._dotted(s)
+        ):
+            return None  # a dotted import (`import a.b`) decides: not handled here
+        parent = self.parents.get(node)
+        kind = type(parent)
+        if type(node) is cst.Name and kind in _TARGETS and parent.target is node:
+            return [], True  # an assignment's own target: libcst names it by that assignment alone
+        named = (kind is cst.Param or kind is cst.FunctionDef or kind is cst.ClassDef) and parent.name is node
+        if type(node) is not cst.Name or named:
+            # not a read (libcst's Access) but an attribute, a call, a definition's name: every binding of the
+            # innermost scope that has one, whatever the order
+            for scope in scopes:
+                number = self.numbers.get(scope, 0)
+                imports = self.tables.get(scope, {}).get(head, [])
+                if imports or (number, head) in b.sites:
+                    return imports, (number, head) in b.sites
+            return [], False
+        if not _is_read(node, parent):
+            return None
+        own = self._own_scope(node, scopes[0])
+        if own is False:
+            return None
+        for scope in scopes:
+            number = self.numbers.get(scope, 0)
+            imports = self.tables.get(scope, {}).get(head, [])
+            others = b.sites.get((number, head), [])
+            if not imports and not others:
+                continue
+            if scope is not own:
+                return imports, bool(others)
+            line = self.line_of(node)
+            import_lines = b.import_sites.get((number, head), [])
+            if line is None or None in others or len(import_lines) != len(imports):
+                return None
+            lines = [site for site in others if site is not None] + [(a, z) for a, z, _ in import_lines]
+            if any(first <= line <= last for first, last in lines if (first, last) != (0, 0)):
+                return None  # the node is in a statement that binds its name
+            before = [what for first, last, what in import_lines if last < line]
+            if before and len(before) < len(imports) and len({what for *_, what in import_lines}) > 1:
+                return None  # some imports before the node, some after, importing different things
+            other_before = any(last < line for first, last in others)
+            if before or other_before:
+                return (imports if before else []), other_before
+            if number != 0 and self._in_class(scope):
+                return None  # the next scope is a class body's
+            own = None  # nothing before the node: the scopes around answer with all their bindings
+        return [], False
+
+    def _dotted(self, scope: cst.CSTNode) -> list[str]:
+        return [name for name in self.tables.get(scope, {}) if "." in name]
+
+    def _own_scope(self, node: cst.CSTNode, function: cst.CSTNode) -> cst.CSTNode | None | bool:
+        """`function` (the innermost function or module around `node`) when libcst puts `node` in that scope
+        itself; None when in a lambda's or class's body inside it; False when unsure (a comprehension)."""
+        child, parent = node, self.parents.get(node)
+        while parent is not None and parent is not function:
+            kind = type(parent)
+            if kind in _COMPREHENSIONS:
+                return False
+            if (kind is cst.Lambda or kind is cst.ClassDef) and child is parent.body:
+                return None
+            child, parent = parent, self.parents.get(parent)
+        return function
+
+    def _in_class(self, function: cst.CSTNode) -> bool:
+        block = self.parents.get(function)
+        return type(self.parents.get(block)) is cst.ClassDef
 
     def _assignments(self, node: cst.CSTNode, full: str) -> list[ImportAssignment]:
         """The imports that bind the longest dotted prefix of `full` that `node`'s scopes see, innermost first."""

@@ -316,9 +316,8 @@ def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:
     receiver = func.value if isinstance(func, cst.Attribute) else func
     if classes_of(rule, receiver):
         return False  # an object of the tree's classes: the tree's summary says whether it steps
-    if not _is_local_variable(rule, root) and rule.analysis.qualified_name_objects(root):
-        # an import, a builtin, a class or function of this module (a local is asked first: it needs no
-        # scope analysis of the whole module)
+    if not _is_local_variable(rule, root) and rule.analysis.has_qualified_names(root):
+        # an import, a builtin, a class or function of this module (a local is asked first: cheaper)
         return False
     if root.value == "self":
         return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)  # self.x.method(), self.x()

@@ -192,7 +192,7 @@ class ReloadIntoNewModel(Rule):
                     f"device): {fix}, or move it with `.to(torch_xla.device())`",
                 )
 
-    def _scope_nodes(self, scope: cst.CSTNode) -> tuple[list[cst.Assign], list[cst.CSTNode], list[tuple[int, int]]]:
+    def _scope_nodes(self, scope: cst.CSTNode) -> tuple[list[cst.Assign], list[cst.CSTNode], list[int]]:
         """The scope's assignments, its calls and names in source order, and their starts (sorted): walked
         once per scope, not once per optimizer (a module of many scripts has many; that was quadratic)."""
         scopes = self.__dict__.setdefault("_scopes", {})  # id -> (scope, its nodes): the scope is kept alive
@@ -201,13 +201,11 @@ class ReloadIntoNewModel(Rule):
             scopes[id(scope)] = (scope, find_nodes(scope, cst.Assign), nodes, [self._start(n) for n in nodes])
         return scopes[id(scope)][1:]
 
-    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
-        pos = self.position(node).start
-        return pos.line, pos.column
+    def _start(self, node: cst.CSTNode) -> int:
+        return self.analysis.walk_span(node)[0]
 
-    def _end(self, node: cst.CSTNode) -> tuple[int, int]:
-        pos = self.position(node).end
-        return pos.line, pos.column
+    def _end(self, node: cst.CSTNode) -> int:
+        return self.analysis.walk_span(node)[1]
 
     def _assigned_name(self, call: cst.Call) -> str | None:
         parent = self.parent(call)

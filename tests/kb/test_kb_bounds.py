@@ -68,3 +68,12 @@ def test_the_default_limit_admits_big_real_files_and_refuses_what_lint_cannot_fi
     parsing.check_size("#" * 236_210)  # transformers' trainer.py, one of the largest real files we migrate
     with pytest.raises(SourceError, match="the limit is 300,000"):
         parsing.check_size("#" * 500_000)  # linted in 25 s on the 2-core machine at load 7: past the margin
+
+
+def test_an_expression_of_10k_terms_is_refused_as_too_deeply_nested_before_libcst(monkeypatch):
+    def libcst_must_not_run(text: str) -> None:
+        raise AssertionError("libcst saw the text: CPython's parser must refuse it first")
+
+    monkeypatch.setattr(parsing.cst, "parse_module", libcst_must_not_run)
+    with pytest.raises(SourceError, match="cannot parse: nested too deeply to analyse safely"):
+        lint_source("x = " + " + ".join(["1"] * 10_000) + "\n")

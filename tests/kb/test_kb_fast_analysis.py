@@ -52,6 +52,7 @@ def libcst_reference(source: str) -> list[tuple]:
     analysis.parents = dict(wrapper.resolve(ParentNodeProvider))
     names = wrapper.resolve(QualifiedNameProvider)
     analysis.qualified_name_objects = lambda node: _value(names.get(node, set()))
+    analysis.has_qualified_names = lambda node: bool(_value(names.get(node, set())))
     analysis.imported_names = lambda node: frozenset(_libcst_names(names, node, QualifiedNameSource.IMPORT))
     builtins = {node: _libcst_names(names, node, QualifiedNameSource.BUILTIN) for node in analysis.parents}
     analysis.names = lambda: type(
