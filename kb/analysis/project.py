@@ -114,8 +114,8 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
             scope = _binding_scope(rule, node, head, bindings)
             if scope == "module" and head in bindings.module_level:
                 return {f"{module}.{name}"} if module else set()
-            if scope == "function":
-                return set()
+            if scope == "function" or scope == "module" and head not in bindings.module_unsure:
+                return set()  # a function's local, or bound only in a class body or a comprehension
     found = set()
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
@@ -133,6 +133,8 @@ class _Bindings:
     outside_functions: frozenset[str]
     # bound other than by an import (or a bare annotation) in the module's own scope, or declared `global`
     module_level: frozenset[str]
+    # only deleted or annotated without a value in the module's own scope: the slow path
+    module_unsure: frozenset[str]
     # each function definition (in source order): its name, what it binds in its own scope (parameters,
     # assignments, nested definitions, imports) and the names whose binding libcst may see otherwise
     functions: tuple[tuple[str, frozenset[str], frozenset[str]], ...]
@@ -151,6 +153,7 @@ def _bindings(analysis) -> _Bindings:
     tree = analysis.tree if analysis.tree is not None else ast.parse(analysis.module.code)
     outside: set[str] = set()
     top: set[str] = set()
+    top_unsure: set[str] = set()
     stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, True)]  # (node, in a function body, in module scope)
     while stack:
         node, in_function, at_top = stack.pop()
@@ -170,11 +173,14 @@ def _bindings(analysis) -> _Bindings:
             bound = node.rest
         if bound is not None and not in_function:
             outside.add(bound)
-            if at_top and not (kind is ast.Name and type(node.ctx) is ast.Del):
-                top.add(bound)
+            if at_top:
+                (top_unsure if kind is ast.Name and type(node.ctx) is ast.Del else top).add(bound)
         if kind is ast.AnnAssign and node.value is None:
             stack.append((node.annotation, in_function, at_top))  # `x: int` alone: not an assignment for libcst
-            outside.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
+            targets = [n.id for n in ast.walk(node.target) if type(n) is ast.Name]
+            outside.update(targets)
+            if at_top:
+                top_unsure.update(targets)
             continue
         if kind in _FUNCTIONS:
             # decorators, defaults and annotations run where the function is defined; the body runs inside
@@ -186,7 +192,7 @@ def _bindings(analysis) -> _Bindings:
             stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
         else:
             stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
-    found = _Bindings(frozenset(outside), frozenset(top), _function_bindings(tree))
+    found = _Bindings(frozenset(outside), frozenset(top), frozenset(top_unsure), _function_bindings(tree))
     if len(_BINDINGS) >= 8:
         _BINDINGS.pop(next(iter(_BINDINGS)))
     _BINDINGS[id(analysis)] = (analysis, found)

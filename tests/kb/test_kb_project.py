@@ -208,6 +208,17 @@ def comprehends(total):
     del Trainer
     Trainer(total)
 
+class Limits:
+    max = 3
+    def top(self, xs):
+        return max(xs) + sorted(squares)
+
+scale: float
+def scaled(x):
+    return scale(x) + gone(x)
+gone = train_step
+del gone
+
 counter = train_step(1)
 model = Trainer()
 model.run(1)
