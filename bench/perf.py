@@ -17,6 +17,7 @@ Not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import resource
@@ -143,24 +144,31 @@ def migrate_row(trees: list[Path], jobs: int) -> dict:
 
 
 def service_rows(requests: int) -> list[dict]:
-    from fastapi.testclient import TestClient
+    return asyncio.run(_service_rows(requests))
+
+
+async def _service_rows(requests: int) -> list[dict]:
+    """Through the ASGI app in one event loop, as a server drives it (bench/serve.py's way), lifespan run once."""
+    import httpx
     from xlaport.serve.http import create_app
     from xlaport.serve.pipeline import Pipeline
 
     source, lines = bench_file()
-    pipeline = Pipeline(proposer=None)  # rules only
-    with TestClient(create_app(pipeline, token=None, max_concurrency=1, timeout_s=600)) as client:
-        pipeline.warm_up()
-        timed_requests(client, "/v1/suggest", [{"source": source, "path": "bench.py"}])  # first call: imports
-        # the same text again (served from the content-hash cache) and a new text each time (a comment differs)
-        same = timed_requests(client, "/v1/suggest", [{"source": source, "path": "bench.py"}] * requests)
-        new = [{"source": f"{source}\n# request {i}\n", "path": "bench.py"} for i in range(requests)]
-        fresh = timed_requests(client, "/v1/suggest", new)
-        searches = [{"text": QUERIES[i % len(QUERIES)], "k": 5} for i in range(requests)]
-        timed_requests(client, "/v1/search", searches[: len(QUERIES)])  # each query seen once before
-        search = timed_requests(client, "/v1/search", searches)
-        unseen = [{"text": f"{QUERIES[i % len(QUERIES)]} (request {i})", "k": 5} for i in range(requests)]
-        search_new = timed_requests(client, "/v1/search", unseen)
+    app = create_app(Pipeline(proposer=None), token=None, max_concurrency=1, timeout_s=600)  # rules only
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            first = [{"source": source, "path": "bench.py"}]
+            await timed_requests(client, "/v1/suggest", first)  # first call: imports
+            # the same text again (served from the content-hash cache) and a new text each time (a comment differs)
+            same = await timed_requests(client, "/v1/suggest", first * requests)
+            new = [{"source": f"{source}\n# request {i}\n", "path": "bench.py"} for i in range(requests)]
+            fresh = await timed_requests(client, "/v1/suggest", new)
+            searches = [{"text": QUERIES[i % len(QUERIES)], "k": 5} for i in range(requests)]
+            await timed_requests(client, "/v1/search", searches[: len(QUERIES)])  # each query seen once before
+            search = await timed_requests(client, "/v1/search", searches)
+            unseen = [{"text": f"{QUERIES[i % len(QUERIES)]} (request {i})", "k": 5} for i in range(requests)]
+            search_new = await timed_requests(client, "/v1/search", unseen)
     measured = (
         (f"POST /v1/suggest ({lines} lines, rules only, same text)", same),
         (f"POST /v1/suggest ({lines} lines, rules only, new text)", fresh),
