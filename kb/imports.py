@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -212,15 +212,35 @@ class _TopImportsAdder(AddImportsVisitor):
 
     def visit_Module(self, node: cst.Module) -> None:
         # AddImportsVisitor gathers the top import block from a walk of the module it is given: give it the
-        # module's top-level lines, a placeholder for each other statement (they end the block all the same)
+        # module's head and its other top-level import lines (the rest cannot change where imports go)
+        head = _head_length(node.body)
         shell = [
             s if _is_import_line(s) or (i == 0 and type(s) is cst.SimpleStatementLine) else _PLACEHOLDER
-            for i, s in enumerate(node.body)
+            for i, s in enumerate(node.body[:head])
         ]
-        super().visit_Module(node.with_changes(body=shell))
+        super().visit_Module(node.with_changes(body=[*shell, *filter(_is_import_line, node.body[head:])]))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return super().on_visit(node) and (type(node) is cst.Module or _is_import_line(node))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        # libcst matches the module's body with a pattern that recurses once per statement (RecursionError past
+        # ~1,000 top-level statements after a docstring): it only needs the head, where the imports go
+        head = _head_length(original_node.body)
+        done = super().leave_Module(
+            original_node.with_changes(body=original_node.body[:head]),
+            updated_node.with_changes(body=updated_node.body[:head]),
+        )
+        return done.with_changes(body=[*done.body, *updated_node.body[head:]])
+
+
+def _head_length(body: Sequence[cst.BaseStatement]) -> int:
+    """How many top-level statements AddImportsVisitor looks at: a first line (a docstring), the import lines
+    after it, and the statement that ends them."""
+    end = 1 if body and type(body[0]) is cst.SimpleStatementLine else 0
+    while end < len(body) and _is_import_line(body[end]):
+        end += 1
+    return min(len(body), end + 1)
 
 
 def _is_import_line(node: cst.CSTNode) -> bool:

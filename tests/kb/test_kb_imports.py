@@ -102,3 +102,16 @@ def test_partly_used_from_import_keeps_the_used_name():
     original = "from torch.cuda.amp import GradScaler, autocast\ns = GradScaler()\nautocast()\n"
     fixed = "from torch.cuda.amp import GradScaler, autocast\nautocast()\n"
     assert remove(original, fixed).code == "from torch.cuda.amp import autocast\nautocast()\n"
+
+
+def test_an_import_is_added_to_a_module_of_thousands_of_statements_after_a_docstring():
+    # libcst's own placement matched the whole body with a pattern that recursed once per statement:
+    # RecursionError past ~1,000 top-level statements, so such a file got no fix at all
+    from xlaport.kb import fix_source
+
+    body = "\n".join(f"v{i} = {i}" for i in range(3000))
+    fixed = fix_source(f'"""Generated constants."""\nimport torch\nx = torch.zeros(3).cuda()\n{body}\n').fixed
+    assert fixed.startswith(
+        '"""Generated constants."""\nimport torch\nimport torch_xla\n\nx = torch.zeros(3).to(torch_xla.device())\n'
+    )
+    assert fixed.endswith("v2999 = 2999\n") and fixed.count("\n") == 3005
