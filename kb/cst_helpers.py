@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 # Functions, classes and lambdas: their bodies do not run where they are written.
 SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)  # string literals of every kind
 # `name=value` with no spaces, as PEP 8 writes keyword arguments.
 EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ..cst_helpers import string_value
+from ..cst_helpers import TEXT, string_value
 from .device_facts import is_cuda_value
 from .module import children_of, walk
 
@@ -24,8 +24,6 @@ DEVICE_CHOICES = frozenset(
         "torch.accelerator.device_count",
     }
 )
-
-TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
 
 
 def only_text(region: cst.CSTNode) -> bool:

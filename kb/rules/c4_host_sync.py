@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
-from ..cst_helpers import method_name, positional_args, string_value
+from ..cst_helpers import TEXT, method_name, positional_args, string_value
 from ..rule import register
 
 HOST_SYNC_FIX = (
@@ -137,7 +137,6 @@ class ScalarCastInStepLoop(StepContextRule):
             self.report(node)
 
 
-TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 FORMAT_MESSAGE = f"formatting a tensor as text in the step loop reads it on the host every step; {HOST_SYNC_FIX}"
 LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_scalars", "info", "debug", "warning"})
 
