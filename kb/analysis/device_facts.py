@@ -71,6 +71,8 @@ class Guard:
     test: cst.CSTNode
     condition: cst.BaseExpression
     regions: list[cst.CSTNode]
+    # The variables the test is assigned to (`use_amp = 'cuda' in device`): their uses are the regions.
+    keys: frozenset[str] = frozenset()
     flips: bool = False
     # Not flipped, and what it protects touches CUDA (seeds, cuDNN, pinned copies): dead code on a TPU host.
     # A guard around plain code (`if device.type == 'cuda': bs = 64`) is not quiet: that choice may matter.

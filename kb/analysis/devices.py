@@ -333,6 +333,7 @@ class DeviceAnalysis:
                 break
         parent = self.parent(node)
         regions: list[cst.CSTNode] = []
+        keys: set[str] = set()
         if isinstance(parent, cst.If) and parent.test is node:
             regions = self._branch(parent, positive)
         elif isinstance(parent, cst.IfExp) and parent.test is node:
@@ -343,21 +344,14 @@ class DeviceAnalysis:
             regions = self._uses_as_test(keys)
         else:
             return None
-        return Guard(test=test, condition=node, regions=regions)  # type: ignore[arg-type]
+        return Guard(test=test, condition=node, regions=regions, keys=frozenset(keys))  # type: ignore[arg-type]
 
     def cuda_only_switch(self, value: cst.BaseExpression) -> bool:
         """Is `value` a switch that stays False on a TPU host: a variable set from a CUDA test that no rewrite
         flips (`use_amp = 'cuda' in device`), or such a test written in place?"""
         if isinstance(value, (cst.Name, cst.Attribute)):
             key = key_of(value)
-            for guard in self.facts.guards:
-                parent = self.parent(guard.condition)
-                if guard.flips or not isinstance(parent, (cst.Assign, cst.AnnAssign)):
-                    continue
-                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-                if key in {key_of(t) for t in targets}:
-                    return True
-            return False
+            return any(not guard.flips and key in guard.keys for guard in self.facts.guards)
         tests = [n for n in walk(value) if isinstance(n, cst.Call) and self.call_name(n) in AVAILABILITY]
         tests += [n for n in walk(value) if isinstance(n, cst.Comparison) and self._cuda_test_literal(n) is not None]
         return bool(tests)
