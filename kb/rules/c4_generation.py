@@ -10,6 +10,7 @@ from ..cst_helpers import positional_args
 from ..rule import register
 
 LOOPS = (cst.For, cst.While)
+CAT = ("torch.cat", "torch.concat")
 
 
 @register
@@ -65,38 +66,32 @@ class GrowingSequenceIntoModel(StepContextRule):
         "    return buf\n",
     )
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.reported: set[int] = set()
-
-    def visit_For(self, node: cst.For) -> None:
-        self._check(node)
-
-    def visit_While(self, node: cst.While) -> None:
-        self._check(node)
-
-    def _check(self, loop: cst.For | cst.While) -> None:
-        body = list(walk(loop.body, (cst.FunctionDef, cst.Lambda, cst.ClassDef)))
-        growth = {name: assign for assign in body if (name := self._appended_name(assign)) is not None}
-        if not growth:
+    def visit_Assign(self, node: cst.Assign) -> None:
+        name = self._appended_name(node)
+        loop = self._innermost_loop(node) if name is not None else None
+        if name is None or loop is None:
             return
-        roots = self._roots(body, growth)
-        for call in body:
-            if isinstance(call, cst.Call) and self._is_model_call(call):
-                for arg in call.args:
-                    for name in _names(arg.value) & set(roots):
-                        for root in roots[name]:
-                            assign = growth[root]
-                            if id(assign) not in self.reported:  # an outer loop holds the same code
-                                self.reported.add(id(assign))
-                                self.report(assign)
+        inside = self.nodes_in(loop.body, enter_functions=False)
+        fed = self._holding(inside.assigns, name)
+        for call in inside.calls:
+            if self._is_model_call(call) and any(_names(arg.value) & fed for arg in call.args):
+                self.report(node)
+                return
+
+    def _innermost_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, LOOPS):
+                return anc
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return None
+        return None
 
     def _appended_name(self, node: cst.CSTNode) -> str | None:
         """`x` for `x = torch.cat((x, y), dim=1)` / `torch.cat([x, y], 1)`."""
         if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
             return None
         target = node.targets[0].target
-        if not isinstance(target, cst.Name) or not self.is_call_to(node.value, "torch.cat", "torch.concat"):
+        if not isinstance(target, cst.Name) or not self.is_call_to(node.value, *CAT):
             return None
         args = positional_args(node.value)
         parts = args[0].value if args else None
@@ -105,18 +100,20 @@ class GrowingSequenceIntoModel(StepContextRule):
         first = parts.elements[0].value
         return target.value if isinstance(first, cst.Name) and first.value == target.value else None
 
-    def _roots(self, body: list[cst.CSTNode], growth: dict[str, cst.Assign]) -> dict[str, set[str]]:
-        """Each growing name and each name assigned from one in the loop (`idx_cond = idx[:, -n:]`) -> the
-        growing names it holds."""
-        roots = {name: {name} for name in growth}
+    def _holding(self, assigns: list[cst.CSTNode], name: str) -> set[str]:
+        """`name` and the names assigned from it in the loop (`idx_cond = idx[:, -n:]`)."""
+        held = {name}
         for _ in range(2):
-            for node in body:
-                if isinstance(node, cst.Assign) and len(node.targets) == 1 and not _is_cat(node.value):
-                    target = node.targets[0].target
-                    held = set().union(*(roots[n] for n in _names(node.value) & set(roots)))
-                    if isinstance(target, cst.Name) and held:
-                        roots.setdefault(target.value, set()).update(held)
-        return roots
+            for node in assigns:
+                if (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0].target, cst.Name)
+                ):
+                    appended = isinstance(node.value, cst.Call) and self.is_call_to(node.value, *CAT)
+                    if not appended and _names(node.value) & held:
+                        held.add(node.targets[0].target.value)
+        return held
 
     def _is_model_call(self, call: cst.Call) -> bool:
         func = call.func
@@ -128,7 +125,3 @@ class GrowingSequenceIntoModel(StepContextRule):
 
 def _names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in walk(node) if isinstance(n, cst.Name)}
-
-
-def _is_cat(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cat"
