@@ -15,7 +15,7 @@ from libcst.metadata import MetadataWrapper
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
-from .analysis.module import ModuleAnalysis, module_walk, node_depths, parent_map
+from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
 from .imports import add_imports, remove_imports_made_unused
@@ -124,7 +124,10 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             kind, _, node_type = name.partition("_")
             if "_" in node_type:
                 raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
-            (visits if kind == "visit" else leaves).setdefault(getattr(cst, node_type), []).append(method)
+            visited = getattr(cst, node_type)
+            if issubclass(visited, LAYOUT):
+                raise NotImplementedError(f"{type(visitor).__name__}.{name}: layout nodes are not walked")
+            (visits if kind == "visit" else leaves).setdefault(visited, []).append(method)
     open_nodes: list[cst.CSTNode] = []  # the node being visited and its ancestors
     for node, depth in zip(module_walk(module)[0], node_depths(module), strict=True):
         while len(open_nodes) > depth:

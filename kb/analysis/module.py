@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args, get_origin
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
@@ -197,10 +197,42 @@ class ModuleAnalysis:
         return scope.get_qualified_names_for(node) if scope is not None else set()
 
 
+# Nodes that only hold layout and punctuation: whitespace, comments, commas, brackets, dots, operators. About two
+# thirds of a module's nodes; no analysis reaches them through the tree (an operator is read as its expression's
+# `operator` field), so the walks below leave them out, and a rule cannot visit them (see engine._visit_batched).
+LAYOUT: tuple[type[cst.CSTNode], ...] = (
+    cst.BaseParenthesizableWhitespace,
+    cst.Newline,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Comma,
+    cst.Dot,
+    cst.Colon,
+    cst.Semicolon,
+    cst.AssignEqual,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.ImportStar,
+    cst.ParamStar,
+    cst.ParamSlash,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+)
+
+
 @cache
 def _node_fields(node_type: type) -> tuple[str, ...]:
-    """The fields of a node type in the order libcst visits them (its syntax order), read once from the
-    `visit_*(self, "field", ...)` calls of the type's `_visit_and_replace_children`."""
+    """The fields of a node type that can hold a walked node (not only LAYOUT ones), in the order libcst visits
+    them (its syntax order), read once from the `visit_*(self, "field", ...)` calls of the type's
+    `_visit_and_replace_children`."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(node_type._visit_and_replace_children)))
     visits = [
         call
@@ -212,24 +244,36 @@ def _node_fields(node_type: type) -> tuple[str, ...]:
         and isinstance(call.args[1], ast.Constant)
     ]
     ordered = [c.args[1].value for c in sorted(visits, key=lambda c: (c.lineno, c.col_offset))]
-    names = [f.name for f in fields(node_type)]
+    names = [f.name for f in fields(node_type) if _may_hold_walked(f.type)]
     return tuple(dict.fromkeys([*(n for n in ordered if n in names), *names]))
 
 
+def _may_hold_walked(annotation: object) -> bool:
+    """Can a field declared as `annotation` (`Sequence[Arg]`, `Union[Comma, MaybeSentinel]`, ...) hold a node
+    that is not LAYOUT? Unknown forms (a forward reference) count as yes."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, cst.CSTNode) and not issubclass(annotation, LAYOUT)
+    if get_origin(annotation) is Literal:
+        return False
+    parts = get_args(annotation)
+    return any(_may_hold_walked(part) for part in parts) if parts else annotation is not type(None)
+
+
 @cache
-def _is_node(kind: type) -> bool:
-    return issubclass(kind, cst.CSTNode)
+def _is_walked(kind: type) -> bool:
+    return issubclass(kind, cst.CSTNode) and not issubclass(kind, LAYOUT)
 
 
 def children_of(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The children of `node` in syntax order, without LAYOUT nodes."""
     for name in _node_fields(type(node)):
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:
             for item in value:
-                if _is_node(type(item)):
+                if _is_walked(type(item)):
                     yield item
-        elif _is_node(kind):
+        elif _is_walked(kind):
             yield value
 
 
