@@ -143,6 +143,19 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             method(done)
 
 
+# A string escape that can spell a letter (`"\x63uda"` is "cuda"): then a word a rule needs may be absent from the
+# text and present in a string's value.
+_LETTER_ESCAPE = re.compile(r"\\[xuUN0-7]")
+
+
+def may_report(rules: list[type[Rule]], source: str) -> list[type[Rule]]:
+    """The rules that can report something in `source`: those whose `needs` it spells (see Rule.needs)."""
+    if _LETTER_ESCAPE.search(source):
+        return rules
+    text = source.lower()
+    return [rule for rule in rules if not rule.needs or any(word in text for word in rule.needs)]
+
+
 def _detect(
     module: cst.Module,
     rules: list[type[Rule]],
@@ -151,7 +164,7 @@ def _detect(
     path: str = "",
     tree: ast.Module | None = None,
 ) -> list[_Detection]:
-    visitors = [rule() for rule in rules]
+    visitors = [rule() for rule in may_report(rules, source)]
     analysis = run_rules(module, visitors, project, path, tree, source)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read

@@ -113,7 +113,9 @@ class ModuleAnalysis:
     source: str | None = None  # the module's text, when the caller has it (positions come cheaper)
     _positions: Positions | None = None
     _spans: dict[int, tuple[int, int]] | None = None
-    _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)
+    # id(node) -> (node, its imported names): an id key skips libcst's hash method (a Python call per lookup), and
+    # keeping the node makes a reused id (a node a rule built and dropped) a miss.
+    _qualified: dict[int, tuple[cst.CSTNode, frozenset[str]]] = field(default_factory=dict)
     _names: ImportNames | None = None
 
     @classmethod
@@ -178,9 +180,11 @@ class ModuleAnalysis:
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
         """libcst's import-resolved qualified names of `node` (QualifiedNameProvider, source IMPORT)."""
-        found = self._qualified.get(node)
-        if found is None:
-            found = self._qualified[node] = self.names().imported(node)
+        known = self._qualified.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
+        found = self.names().imported(node)
+        self._qualified[id(node)] = (node, found)
         return found
 
     def qualified_name_objects(self, node: cst.CSTNode) -> Collection[QualifiedName]:
