@@ -227,6 +227,9 @@ class CudaGuard(DeviceFlowRule):
         constant = folded.value if isinstance(folded, cst.Name) and folded.value in ("True", "False") else None
         if isinstance(parent, cst.If) and constant is not None and not _is_elif(analysis, parent):
             self.report(guard.test, target=parent, replacement=_taken_branch(parent, constant == "True"))
+        elif isinstance(parent, cst.If) and constant == "True":  # `elif <guard>:` -> `else:` (what follows is dead)
+            replacement = cst.Else(body=parent.body, leading_lines=parent.leading_lines)
+            self.report(guard.test, target=parent, replacement=replacement)
         elif isinstance(parent, cst.IfExp) and constant is not None:
             branch = parent.body if constant == "True" else parent.orelse
             self.report(guard.test, target=parent, replacement=branch.with_changes(lpar=parent.lpar, rpar=parent.rpar))
