@@ -81,6 +81,9 @@ def _span_chars(node: ast.expr) -> int:
     return 1 << 30  # several lines: count the parts
 
 
+_CONTEXTS = (ast.Load, ast.Store, ast.Del)
+
+
 def check_parse_limits(tree: ast.AST, source: str) -> None:
     """Raises SourceError when `tree` is nested deeper (as libcst nests it) or is larger than libcst handles safely.
 
@@ -110,8 +113,21 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
                     )
         if isinstance(node, ast.BoolOp):
             stack.extend((value, depth + len(node.values) - i, line) for i, value in enumerate(node.values))
-        else:
-            stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+            continue
+        for name in node._fields:  # ast.iter_child_nodes, inlined: this loop runs once per node of every file
+            value = getattr(node, name, None)
+            if type(value) is list:
+                stack.extend((item, depth + 1, line) for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, _CONTEXTS):  # a Load/Store/Del marker: a leaf, counted here, not stacked
+                nodes += 1
+                if nodes > max_nodes:
+                    raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
+                if depth + 1 > max_nesting:
+                    raise SourceError(
+                        f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
+                    )
+            elif isinstance(value, ast.AST):
+                stack.append((value, depth + 1, line))
 
 
 # `a = 1; b = 2; ...`: a line of thousands of statements (generated or minified code) costs minutes of analysis
