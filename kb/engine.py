@@ -156,7 +156,8 @@ def may_report(rules: list[type[Rule]], source: str) -> list[type[Rule]]:
     if _LETTER_ESCAPE.search(source):
         return rules
     text = source.lower()
-    return [rule for rule in rules if not rule.needs or any(word in text for word in rule.needs)]
+    spelled = {word for word in {w for rule in rules for w in rule.needs} if word in text}  # each word looked up once
+    return [rule for rule in rules if not rule.needs or not spelled.isdisjoint(rule.needs)]
 
 
 def _detect(

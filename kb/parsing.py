@@ -64,10 +64,10 @@ def _limit(name: str, default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
-def _string_parts(source: str, node: ast.expr) -> int:
-    """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain)."""
-    lines = source.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno]
-    segment = "".join(lines)
+def _string_parts(lines: list[str], node: ast.expr) -> int:
+    """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain).
+    `lines`: the source's lines, line ends kept."""
+    segment = "".join(lines[node.lineno - 1 : node.end_lineno])
     try:
         tokens = tokenize.generate_tokens(io.StringIO(segment).readline)
         return sum(tok.type == tokenize.STRING for tok in tokens)
@@ -93,6 +93,7 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
     max_nesting, max_nodes = _limit("MAX_NESTING", MAX_NESTING), _limit("MAX_NODES", MAX_NODES)
     stack: list[tuple[ast.AST, int, int]] = [(tree, 0, 1)]
     nodes = 0
+    lines: list[str] | None = None  # the source's lines, split at the first long literal (docstrings are long)
     while stack:
         node, depth, line = stack.pop()
         line = getattr(node, "lineno", line)
@@ -106,7 +107,9 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
         if isinstance(node, ast.Constant | ast.JoinedStr) and hasattr(node, "end_col_offset"):
             # a literal too long for its text alone: count its parts (tokenizing only such literals keeps this cheap)
             if _span_chars(node) > 2 * (max_nesting - depth):
-                depth += _string_parts(source, node)
+                if lines is None:
+                    lines = source.splitlines(keepends=True)
+                depth += _string_parts(lines, node)
                 if depth > max_nesting:
                     raise SourceError(
                         f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
