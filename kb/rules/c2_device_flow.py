@@ -288,6 +288,7 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
 @register
 class TensorPinMemory(Rule):
     code = "XLA231"
+    needs = ("pin_memory",)
     title = "`tensor.pin_memory()` needs a CUDA driver"
     category = "C2"
     fix = "safe"
