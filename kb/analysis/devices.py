@@ -265,8 +265,10 @@ class DeviceAnalysis:
             if isinstance(parent, cst.IfExp) and parent.test is test and self.is_cuda_fallback(parent):
                 continue  # `'cuda' if torch.cuda.is_available() else 'cpu'` as a whole is XLA203's
             if guard is not None:
-                guard.flips = self._has_device_path(guard.condition) or any(
-                    self._has_device_path(r) for r in guard.regions
+                guard.flips = (
+                    self._has_device_path(guard.condition)
+                    or any(self._has_device_path(r) for r in guard.regions)
+                    or self._gives_up_otherwise(guard)
                 )
                 guard.quiet = not guard.flips and (
                     any(self.has_cuda_reference(r) for r in guard.regions)
@@ -409,9 +411,47 @@ class DeviceAnalysis:
         )
         return test_is_probe and body_is_device
 
+    def _gives_up_otherwise(self, guard: Guard) -> bool:
+        """`if torch.cuda.is_available(): ... else: print('needs a GPU'); sys.exit(1)`: without the accelerator
+        the program stops, so the guard asks for the accelerator, and a TPU is one."""
+        node = self.parent(guard.condition)
+        if not isinstance(node, cst.If) or node.test is not guard.condition or guard.regions != [node.body]:
+            return False  # a negative test (`if not ...: raise`) is an early exit: XLA203 leaves it alone
+        orelse = node.orelse
+        if not isinstance(orelse, cst.Else) or not isinstance(orelse.body, cst.IndentedBlock):
+            return False
+        lines = orelse.body.body
+        return bool(lines) and all(_reports_or_stops(line) for line in lines) and _stops(lines[-1])
+
     def _has_device_path(self, region: cst.CSTNode) -> bool:
         """Does `region` select the device (what a TPU must run), not just CUDA housekeeping?"""
         return device_path(self, region)
+
+
+STOPS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def _stops(line: cst.BaseStatement) -> bool:
+    """`raise ...` or `sys.exit(...)` on a line of its own."""
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return False
+    small = line.body[0]
+    if isinstance(small, cst.Raise):
+        return True
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and dotted(small.value.func) in STOPS
+
+
+def _reports_or_stops(line: cst.BaseStatement) -> bool:
+    """A line of a give-up branch: a message (`print`, `logger.error(...)`, `warnings.warn`) or the stop."""
+    if _stops(line):
+        return True
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return False
+    small = line.body[0]
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        return False
+    name = dotted(small.value.func) or ""
+    return name == "print" or name.rpartition(".")[2] in ("error", "warning", "warn", "critical", "info")
 
 
 def imports_torch_xla(module: cst.Module) -> bool:

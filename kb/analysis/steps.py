@@ -203,15 +203,47 @@ def barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
 
 def _find_barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
     found, _ = _climb(rule)
-    last: dict[int, BarrierSite] = {}
+    per_loop: dict[int, list[BarrierSite]] = {}
     for call, loop, helper in found:
         site = _site(rule, call, loop, helper)
-        if site is None:
-            continue
-        kept = last.get(id(loop))
-        if kept is None or _start(rule, kept.after) < _start(rule, site.after):
-            last[id(loop)] = site
-    return sorted(last.values(), key=lambda s: _start(rule, s.after))
+        if site is not None:
+            per_loop.setdefault(id(loop), []).append(site)
+    last = []
+    for sites in per_loop.values():
+        site = max(sites, key=lambda s: _start(rule, s.after))
+        after = _holding_all(rule, [s.after for s in sites], site.after)
+        if after is not site.after:
+            site = BarrierSite(site.call, _after_scaler_update(rule, after), site.loop, site.helper)
+        last.append(site)
+    return sorted(last, key=lambda s: _start(rule, s.after))
+
+
+def _holding_all(rule: StepContextRule, statements: list[cst.BaseStatement], last: cst.BaseStatement) -> cst.CSTNode:
+    """The statement, on `last`'s path, that holds every update of one loop iteration: the barrier goes after it,
+    so that it runs whenever any of them ran. Updates under different conditions (`if enc_opt is not None:
+    enc_opt.step()` after `dec_opt.step()`; `scaler.step(opt)` / `else: opt.step()`) get it after the `if`;
+    a single update under a condition (gradient accumulation) keeps it right after the update."""
+    path = [last, *rule.ancestors(last)]
+    holders = {id(n) for n in path}
+    for stmt in statements:
+        holders &= {id(stmt), *(id(a) for a in rule.ancestors(stmt))}
+    common = next(n for n in path if id(n) in holders)
+    # up to the statement on the path that lives in the common block (or is the common compound statement)
+    for node in path:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and (
+            node is common or rule.parent(node) is common
+        ):
+            return node
+        if node is common:
+            break
+    return _statement_holding(rule, common)
+
+
+def _statement_holding(rule: StepContextRule, node: cst.CSTNode) -> cst.CSTNode:
+    """`node` when it is a statement, else the statement that holds it (an `if`'s `else:` -> the `if`)."""
+    while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        node = rule.parent(node)
+    return node
 
 
 def _climb(rule: StepContextRule) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:

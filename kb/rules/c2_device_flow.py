@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.devices import DeviceAnalysis, Guard, analyse
-from ..cst_helpers import expr
+from ..analysis.device_facts import argparse_dest
+from ..analysis.devices import DEVICE_NAME, DeviceAnalysis, Guard, analyse
+from ..cst_helpers import code_of, expr, is_cuda_string, keyword_arg, method_name, string_value
 from ..rule import IMPORT_TORCH_XLA, IMPORT_XM, REMOVE, Rule, register
 
 XLA_BACKEND: tuple[str, None, None] = ("torch_xla.distributed.xla_backend", None, None)
@@ -226,6 +227,9 @@ class CudaGuard(DeviceFlowRule):
         constant = folded.value if isinstance(folded, cst.Name) and folded.value in ("True", "False") else None
         if isinstance(parent, cst.If) and constant is not None and not _is_elif(analysis, parent):
             self.report(guard.test, target=parent, replacement=_taken_branch(parent, constant == "True"))
+        elif isinstance(parent, cst.If) and constant == "True":  # `elif <guard>:` -> `else:` (what follows is dead)
+            replacement = cst.Else(body=parent.body, leading_lines=parent.leading_lines)
+            self.report(guard.test, target=parent, replacement=replacement)
         elif isinstance(parent, cst.IfExp) and constant is not None:
             branch = parent.body if constant == "True" else parent.orelse
             self.report(guard.test, target=parent, replacement=branch.with_changes(lpar=parent.lpar, rpar=parent.rpar))
@@ -306,3 +310,64 @@ class TensorPinMemory(Rule):
         if self.qualified_names(func):  # a module function, not the tensor method
             return
         self.report(node, replacement=func.value)
+
+
+CUDA_FLAG = ("cuda", "use_cuda", "gpu", "use_gpu")  # `--cuda` store_true: CUDA only when asked for
+CPU_DEVICES = ("cpu", "mps")  # defaults that run on the host when the flag is not given
+
+
+@register
+class CommandLineCpuDevice(Rule):
+    code = "XLA233"
+    title = "The device is picked on the command line, and the default is the CPU"
+    category = "C2"
+    fix = "manual"
+    autofix = False
+    detects = (
+        "An argparse flag that picks the device and defaults to the CPU while the program is meant for CUDA: "
+        "`--device` with a default such as `'cpu'` and CUDA named in its help or choices, or a `--cuda` / "
+        "`--use-gpu` switch (`store_true`, off unless given)."
+    )
+    why = (
+        "The GPU run passed `--device cuda` (or `--cuda`); the migrated program, run the same way, asks for a CUDA "
+        "device a TPU host does not have, and run without it, trains on the CPU with exit code 0. Nothing in the "
+        "code is wrong, so nothing is rewritten: the run needs `--device xla` (or the switch), and the report "
+        "says so."
+    )
+    before = "parser.add_argument('--device', default='cpu', help='cpu|cuda')\n"
+    after = "parser.add_argument('--device', default='cpu', help='cpu|cuda')  # run with --device xla\n"
+    message = "the device comes from the command line and defaults to the CPU: run the migrated program with `{how}`"
+    symptoms = ("params off the XLA device", "ran on the CPU, not on the XLA device")
+    valid = (
+        "parser.add_argument('--device', default='cuda')\n",
+        "parser.add_argument('--device', default='cpu', help='where the eval runs')\n",
+        "parser.add_argument('--no-cuda', action='store_true')\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if method_name(node) != "add_argument":
+            return
+        dest = argparse_dest(node) or ""
+        default = getattr(keyword_arg(node, "default"), "value", None)
+        if _keyword_string(node, "action") == "store_true" and dest.lower() in CUDA_FLAG:
+            if default is None or code_of(default) != "True":
+                self.report(node, self.message.format(how=_long_flag(node, dest)))
+            return
+        if not DEVICE_NAME.match(dest) or string_value(default) not in CPU_DEVICES:
+            return
+        choices = getattr(keyword_arg(node, "choices"), "value", None)
+        named = [e.value for e in getattr(choices, "elements", ())]
+        if "cuda" in (_keyword_string(node, "help") or "").lower() or any(
+            is_cuda_string(v) or string_value(v) == "xla" for v in named
+        ):
+            self.report(node, self.message.format(how=f"{_long_flag(node, dest)} xla"))
+
+
+def _keyword_string(call: cst.Call, keyword: str) -> str | None:
+    return string_value(getattr(keyword_arg(call, keyword), "value", None))
+
+
+def _long_flag(call: cst.Call, dest: str) -> str:
+    """`--device` of `add_argument('-d', '--device', ...)`."""
+    flags = [string_value(a.value) or "" for a in call.args if a.keyword is None]
+    return next((f for f in flags if f.startswith("--")), "--" + dest.replace("_", "-"))

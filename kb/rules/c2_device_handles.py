@@ -118,6 +118,12 @@ class CudaDeviceString(Rule):
 TENSOR_METHODS_WITH_DEVICE = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 
 
+ASSERT_MESSAGE = (
+    "`assert torch.cuda.is_available()` fails on TPU: the program asks for an accelerator, and the XLA device is "
+    "one; the assert goes"
+)
+
+
 @register
 class CudaIsAvailableFallback(Rule):
     code = "XLA203"
@@ -133,7 +139,8 @@ class CudaIsAvailableFallback(Rule):
         "On a TPU host `torch.cuda.is_available()` is False, so the fallback picks the CPU and the whole "
         "run trains on the host CPU, slowly, with exit code 0 — a silent failure. A string stays a string "
         "(`'cuda' if ... else 'cpu'` becomes `'xla'`, so `'xla' in device` still works); a `torch.device(...)` "
-        "becomes `torch_xla.device()`. Guards whose protected code picks the device are XLA230's; guards around "
+        'becomes `torch_xla.device()`. `assert torch.cuda.is_available()` ("needs a GPU") is removed: the TPU is '
+        "the accelerator it asks for. Guards whose protected code picks the device are XLA230's; guards around "
         "CUDA-only housekeeping are code a TPU never runs and are not reported."
     )
     before = "import torch\n\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
@@ -152,6 +159,11 @@ class CudaIsAvailableFallback(Rule):
             parent = self.parent(node)
             if isinstance(parent, cst.IfExp) and self._is_fallback(parent):
                 return  # reported on the IfExp / torch.device call
+            if isinstance(parent, cst.Assert) and parent.test is node:
+                line = self.parent(parent)
+                target = line if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else parent
+                self.report(node, ASSERT_MESSAGE, replacement=REMOVE, target=target)
+                return
             guards = analyse_devices(self.analysis.module).facts.guards
             if any(g.test is node and (g.flips or g.quiet) for g in guards):
                 return  # a guard around the device choice (XLA230 rewrites it) or around CUDA-only housekeeping

@@ -233,7 +233,7 @@ class CudaGradScaler(_AmpRule):
                 continue
             edit = self._rewrite(use)
             if edit is None:
-                reason = reason or f"`{code_of(self.statement_of(use) or use).strip()}` is not a known scaler use"
+                reason = reason or f"`{self._first_line(use)}` is not a known scaler use"
                 continue
             edits.append(edit)
         if reason is not None:
@@ -242,6 +242,13 @@ class CudaGradScaler(_AmpRule):
             return
         for node, replacement in edits:
             self.report(node, replacement=replacement)
+
+    def _first_line(self, use: cst.CSTNode) -> str:
+        """The first line of the statement holding `use`, without the comments above it (one line of message)."""
+        stmt = self.statement_of(use) or use
+        if hasattr(stmt, "leading_lines"):
+            stmt = stmt.with_changes(leading_lines=())
+        return code_of(stmt).strip().splitlines()[0]
 
     def _uses(self, key: str, found: Nodes) -> list[cst.CSTNode]:
         uses = []

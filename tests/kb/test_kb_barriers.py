@@ -50,6 +50,38 @@ def test_two_optimizer_steps_in_one_iteration_get_one_barrier():
     assert fixed.splitlines()[-1] == "    torch_xla.sync()"
 
 
+def test_barrier_runs_whenever_any_update_ran():
+    # the last update is optional: a barrier inside its `if` would leave the iterations without it unbounded
+    source = (
+        "import torch\n"
+        "for images, captions in loader:\n"
+        "    loss = decoder(encoder(images), captions)\n"
+        "    loss.backward()\n"
+        "    dec_optimizer.step()\n"
+        "    if enc_optimizer is not None:\n"
+        "        enc_optimizer.step()\n"
+        "    meter.update(loss.item())\n"
+    )
+    lines = fix_source(source).fixed.splitlines()
+    assert lines[lines.index("        enc_optimizer.step()") + 1] == "    torch_xla.sync()"
+    # a scaled step or a plain one, whichever branch runs: one barrier after the `if`
+    source = (
+        "import torch\n"
+        "for x, y in loader:\n"
+        "    model(x, y).backward()\n"
+        "    if scaler is not None:\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+        "    else:\n"
+        "        optimizer.step()\n"
+        "    optimizer.zero_grad()\n"
+    )
+    fixed = fix_source(source).fixed
+    assert fixed.count("torch_xla.sync()") == 1
+    lines = fixed.splitlines()
+    assert lines[lines.index("        optimizer.step()") + 1] == "    torch_xla.sync()"
+
+
 def test_no_barrier_for_code_that_never_trains():
     # a helper that steps but is never called from a loop; a scheduler step; an RL environment step
     source = (
@@ -124,3 +156,20 @@ def test_default_fix_keeps_loss_scaling_and_says_why():
     assert "host every step" in left[0].message and "--unsafe-fixes" in left[0].message
     unsafe = fix_source(source, "train.py", unsafe=True).fixed
     assert "GradScaler" not in unsafe and 'torch.autocast("xla", dtype=torch.bfloat16)' in unsafe
+
+
+def test_scaler_left_by_hand_names_one_line_of_code():
+    # an optional scaler (None unless fp16 is asked for): the message quotes the line, not the comment above it
+    source = (
+        "import torch\n"
+        "# loss scaling for fp16 runs\n"
+        "scaler = None\n"
+        "if use_fp16:\n"
+        "    scaler = torch.cuda.amp.GradScaler()\n"
+        "if scaler is None:\n"
+        "    loss.backward()\n"
+        "else:\n"
+        "    scaler.scale(loss).backward()\n"
+    )
+    messages = [f.message for f in lint_source(source) if f.code == "XLA502"]
+    assert messages and all("\n" not in m and "#" not in m for m in messages), messages
