@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 from xlaport.kb import all_rules
@@ -70,6 +71,25 @@ def test_fingerprint_follows_the_kb_content():
     assert kb_fingerprint(entries) != kb_fingerprint(entries[1:])
     kinds = [kind for kind, _ in entry_passages(entries[0])]
     assert kinds[0] == "entry" and "before" in kinds
+
+
+@pytest.mark.slow
+def test_encoder_gives_the_vectors_of_sentence_transformers():
+    """encode() runs the BERT forward itself: its vectors must be sentence-transformers' own (batched with
+    padding, truncated past 256 tokens, stripped), or the cached index and the queries would disagree."""
+    texts = [
+        "x = x.cuda()",
+        "  RuntimeError: Found no NVIDIA driver on your system  ",
+        "torch.cuda.synchronize() " * 200,  # past the model's 256 tokens
+        "scaler = torch.cuda.amp.GradScaler()",
+        "",
+    ]
+    encoder = default_encoder()
+    ours = encoder.encode(texts)
+    theirs = encoder._load().encode(texts, normalize_embeddings=True, show_progress_bar=False)
+    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, atol=1e-6)
+    np.testing.assert_allclose(encoder.encode(texts[:1])[0], ours[0], atol=1e-6)  # alone, no padding
 
 
 @pytest.mark.slow

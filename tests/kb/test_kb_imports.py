@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 import libcst as cst
+import pytest
 from xlaport.kb.imports import import_references, remove_imports_made_unused
 
 
@@ -115,3 +116,57 @@ def test_an_import_is_added_to_a_module_of_thousands_of_statements_after_a_docst
         '"""Generated constants."""\nimport torch\nimport torch_xla\n\nx = torch.zeros(3).to(torch_xla.device())\n'
     )
     assert fixed.endswith("v2999 = 2999\n") and fixed.count("\n") == 3005
+
+
+HEADS = [
+    "",
+    "x = 1\n",
+    '"""Doc."""\nimport torch\n\nx = 1\n',
+    '"""Doc."""\n# a comment\nx = 1\n',
+    "__strict__ = True\nimport os\n",
+    "from __future__ import annotations\nimport torch\nfrom torch_xla import runtime\n# c\ndef f():\n    pass\n",
+    "import torch_xla\nimport torch_xla.core.xla_model as xm\nx = 1\n",
+    "import torch_xla.core.xla_model as other\nx = 1\n",
+    "from torch_xla.amp import autocast\nx = 1\n",
+    "from torch_xla.amp import *\nfrom torch_xla.amp import autocast\nx = 1\n",
+    "from torch_xla.amp import syncfree as s, autocast\nfrom torch_xla.amp import GradScaler\nx = 1\n",
+    "import os; import sys\nx = 1\n",
+    "from . import local\nimport os\nx = 1\n",
+    "if True:\n    import torch_xla\nx = 1\n",
+    "import a as x\nimport a as y\nz = 1\n",
+    '"doc"\n\n\n# comment\n\nimport os\n# comment 2\nclass A:\n    pass\n',
+    'f"not a docstring"\nimport os\n',
+    "import torch\nimport torch_xla  # registers the device\n",
+]
+IMPORT_LISTS = [
+    [("torch_xla", None, None)],
+    [("torch_xla.core.xla_model", None, "xm")],
+    [("torch_xla.amp", "autocast", None), ("torch_xla.amp", "syncfree", None)],
+    [("torch_xla.amp", "syncfree", "s")],
+    [("a", None, "x"), ("a", None, "y")],
+    [("__future__", "annotations", None), ("os", None, None)],
+    [
+        ("torch_xla", None, None),
+        ("torch_xla.core.xla_model", None, "xm"),
+        ("torch_xla.amp", "autocast", None),
+        ("torch_xla.amp", "syncfree", "s"),
+        ("torch_xla.runtime", "world_size", None),
+        ("torch_xla", None, None),
+    ],
+]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_imports_are_added_exactly_where_libcst_adds_them(head):
+    """add_imports decides from the module's top lines what libcst's AddImportsVisitor decides from a walk."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+    from xlaport.kb.imports import add_imports
+
+    module = cst.parse_module(head)
+    for imports in IMPORT_LISTS:
+        context = CodemodContext()
+        for name, obj, alias in dict.fromkeys(imports):
+            AddImportsVisitor.add_needed_import(context, name, obj, alias)
+        expected = module.visit(AddImportsVisitor(context)).code
+        assert add_imports(module, imports).code == expected, (head, imports)
