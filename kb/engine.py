@@ -131,18 +131,22 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             if issubclass(visited, LAYOUT):
                 raise NotImplementedError(f"{type(visitor).__name__}.{name}: layout nodes are not walked")
             (visits if kind == "visit" else leaves).setdefault(visited, []).append(method)
-    open_nodes: list[cst.CSTNode] = []  # the node being visited and its ancestors
+    # (depth, node, its leave methods) of the nodes entered and not left yet that some rule leaves: only those
+    # need remembering (a node is left when the walk comes to one that is not deeper)
+    entered: list[tuple[int, cst.CSTNode, list]] = []
     for node, depth in zip(module_walk(module)[0], node_depths(module), strict=True):
-        while len(open_nodes) > depth:
-            done = open_nodes.pop()
-            for method in leaves.get(type(done), ()):
+        while entered and entered[-1][0] >= depth:
+            _, done, methods = entered.pop()
+            for method in methods:
                 method(done)
-        for method in visits.get(type(node), ()):
+        kind = type(node)
+        for method in visits.get(kind, ()):
             method(node)
-        open_nodes.append(node)
-    while open_nodes:
-        done = open_nodes.pop()
-        for method in leaves.get(type(done), ()):
+        if kind in leaves:
+            entered.append((depth, node, leaves[kind]))
+    while entered:
+        _, done, methods = entered.pop()
+        for method in methods:
             method(done)
 
 
