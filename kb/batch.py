@@ -10,7 +10,7 @@ from pathlib import Path
 from xlaport.files import UnreadableSource, read_source
 
 from .analysis.context import StepContextRule
-from .analysis.project import UNKNOWN, ModuleSteps, ProjectSteps, module_name, passes
+from .analysis.project import UNKNOWN, ModuleSteps, ProjectSteps, module_name, passes, star_exports
 from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
 from .engine import fix_source, lint_source, run_rules
@@ -109,7 +109,8 @@ def summarize_project(root: Path, rels: list[Path], named_from: Path | None = No
     sources = {rel: text for rel in rels if (text := _read(root / rel)[0]) is not None}
     may_step = {rel for rel, text in sources.items() if "step" in text or "backward" in text}
     classes = {name for rel in may_step for name in CLASS_DEF.findall(sources[rel])}
-    project = ProjectSteps(modules=frozenset(module_name(rel) for rel in rels))
+    exports = star_exports({module_name(rel): text for rel, text in sources.items()})
+    project = ProjectSteps(modules=frozenset(module_name(rel) for rel in rels), exports=exports)
     visitors: dict[Path, _Summary | None] = {}
     summaries: dict[Path, ModuleSteps] = {}
     linked: set[Path] = set()
@@ -135,7 +136,7 @@ def summarize_project(root: Path, rels: list[Path], named_from: Path | None = No
         unread = _link_all_callers(summaries, linked, visitors, sources)
         combined = ProjectSteps.combine(list(summaries.values()))
         bound = frozenset(b for b in combined.param_classes if b[0].rsplit(".", 1)[-1] not in unread)
-        found = ProjectSteps(project.modules, combined.steppers, bound)
+        found = ProjectSteps(project.modules, combined.steppers, bound, exports=exports)
         if found == project:
             break
         words = {part for name in found.steppers - project.steppers for part in name.split(".")[-2:]}

@@ -15,7 +15,7 @@ from libcst.metadata import MetadataWrapper
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
-from .analysis.module import ModuleAnalysis, module_walk, node_depths, parent_map
+from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
 from .imports import add_imports, remove_imports_made_unused
@@ -124,7 +124,10 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             kind, _, node_type = name.partition("_")
             if "_" in node_type:
                 raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
-            (visits if kind == "visit" else leaves).setdefault(getattr(cst, node_type), []).append(method)
+            visited = getattr(cst, node_type)
+            if issubclass(visited, LAYOUT):
+                raise NotImplementedError(f"{type(visitor).__name__}.{name}: layout nodes are not walked")
+            (visits if kind == "visit" else leaves).setdefault(visited, []).append(method)
     open_nodes: list[cst.CSTNode] = []  # the node being visited and its ancestors
     for node, depth in zip(module_walk(module)[0], node_depths(module), strict=True):
         while len(open_nodes) > depth:
@@ -140,6 +143,19 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
             method(done)
 
 
+# A string escape that can spell a letter (`"\x63uda"` is "cuda"): then a word a rule needs may be absent from the
+# text and present in a string's value.
+_LETTER_ESCAPE = re.compile(r"\\[xuUN0-7]")
+
+
+def may_report(rules: list[type[Rule]], source: str) -> list[type[Rule]]:
+    """The rules that can report something in `source`: those whose `needs` it spells (see Rule.needs)."""
+    if _LETTER_ESCAPE.search(source):
+        return rules
+    text = source.lower()
+    return [rule for rule in rules if not rule.needs or any(word in text for word in rule.needs)]
+
+
 def _detect(
     module: cst.Module,
     rules: list[type[Rule]],
@@ -148,7 +164,7 @@ def _detect(
     path: str = "",
     tree: ast.Module | None = None,
 ) -> list[_Detection]:
-    visitors = [rule() for rule in rules]
+    visitors = [rule() for rule in may_report(rules, source)]
     analysis = run_rules(module, visitors, project, path, tree, source)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read

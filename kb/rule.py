@@ -119,6 +119,11 @@ class Rule(cst.BatchableCSTVisitor):
     valid: ClassVar[tuple[str, ...]] = ()
     # Does the rule rewrite code (for the occurrences it can handle)?
     autofix: ClassVar[bool] = False
+    # Words (lower case) of which the source must contain one, in any case, for the rule to report anything there;
+    # the engine does not run the rule on other sources (most rules on most files). Every part of an import-resolved
+    # name is spelled in the text, by its import or its attribute chain (`from torch import cuda as c; c.synchronize()`
+    # spells "cuda" and "synchronize"), so a rule about `torch.cuda.*` may need "cuda". Empty: the rule always runs.
+    needs: ClassVar[tuple[str, ...]] = ()
 
     # Set by the engine before the visit: the facts about the module that its rules share.
     analysis: ModuleAnalysis

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args, get_origin
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
@@ -113,7 +113,9 @@ class ModuleAnalysis:
     source: str | None = None  # the module's text, when the caller has it (positions come cheaper)
     _positions: Positions | None = None
     _spans: dict[int, tuple[int, int]] | None = None
-    _qualified: dict[cst.CSTNode, frozenset[str]] = field(default_factory=dict)
+    # id(node) -> (node, its imported names): an id key skips libcst's hash method (a Python call per lookup), and
+    # keeping the node makes a reused id (a node a rule built and dropped) a miss.
+    _qualified: dict[int, tuple[cst.CSTNode, frozenset[str]]] = field(default_factory=dict)
     _names: ImportNames | None = None
 
     @classmethod
@@ -178,9 +180,11 @@ class ModuleAnalysis:
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:
         """libcst's import-resolved qualified names of `node` (QualifiedNameProvider, source IMPORT)."""
-        found = self._qualified.get(node)
-        if found is None:
-            found = self._qualified[node] = self.names().imported(node)
+        known = self._qualified.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
+        found = self.names().imported(node)
+        self._qualified[id(node)] = (node, found)
         return found
 
     def qualified_name_objects(self, node: cst.CSTNode) -> Collection[QualifiedName]:
@@ -197,10 +201,42 @@ class ModuleAnalysis:
         return scope.get_qualified_names_for(node) if scope is not None else set()
 
 
+# Nodes that only hold layout and punctuation: whitespace, comments, commas, brackets, dots, operators. About two
+# thirds of a module's nodes; no analysis reaches them through the tree (an operator is read as its expression's
+# `operator` field), so the walks below leave them out, and a rule cannot visit them (see engine._visit_batched).
+LAYOUT: tuple[type[cst.CSTNode], ...] = (
+    cst.BaseParenthesizableWhitespace,
+    cst.Newline,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Comma,
+    cst.Dot,
+    cst.Colon,
+    cst.Semicolon,
+    cst.AssignEqual,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.ImportStar,
+    cst.ParamStar,
+    cst.ParamSlash,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+)
+
+
 @cache
 def _node_fields(node_type: type) -> tuple[str, ...]:
-    """The fields of a node type in the order libcst visits them (its syntax order), read once from the
-    `visit_*(self, "field", ...)` calls of the type's `_visit_and_replace_children`."""
+    """The fields of a node type that can hold a walked node (not only LAYOUT ones), in the order libcst visits
+    them (its syntax order), read once from the `visit_*(self, "field", ...)` calls of the type's
+    `_visit_and_replace_children`."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(node_type._visit_and_replace_children)))
     visits = [
         call
@@ -212,24 +248,36 @@ def _node_fields(node_type: type) -> tuple[str, ...]:
         and isinstance(call.args[1], ast.Constant)
     ]
     ordered = [c.args[1].value for c in sorted(visits, key=lambda c: (c.lineno, c.col_offset))]
-    names = [f.name for f in fields(node_type)]
+    names = [f.name for f in fields(node_type) if _may_hold_walked(f.type)]
     return tuple(dict.fromkeys([*(n for n in ordered if n in names), *names]))
 
 
+def _may_hold_walked(annotation: object) -> bool:
+    """Can a field declared as `annotation` (`Sequence[Arg]`, `Union[Comma, MaybeSentinel]`, ...) hold a node
+    that is not LAYOUT? Unknown forms (a forward reference) count as yes."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, cst.CSTNode) and not issubclass(annotation, LAYOUT)
+    if get_origin(annotation) is Literal:
+        return False
+    parts = get_args(annotation)
+    return any(_may_hold_walked(part) for part in parts) if parts else annotation is not type(None)
+
+
 @cache
-def _is_node(kind: type) -> bool:
-    return issubclass(kind, cst.CSTNode)
+def _is_walked(kind: type) -> bool:
+    return issubclass(kind, cst.CSTNode) and not issubclass(kind, LAYOUT)
 
 
 def children_of(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The children of `node` in syntax order, without LAYOUT nodes."""
     for name in _node_fields(type(node)):
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:
             for item in value:
-                if _is_node(type(item)):
+                if _is_walked(type(item)):
                     yield item
-        elif _is_node(kind):
+        elif _is_walked(kind):
             yield value
 
 

@@ -44,6 +44,25 @@ def full_name(node: cst.CSTNode) -> str | None:
     return None
 
 
+def head_name(node: cst.CSTNode) -> str | None:
+    """The first part of `full_name(node)` when it is a name (`torch` for `torch.cuda.is_available()`), else None;
+    without building the dotted name."""
+    while True:
+        kind = type(node)
+        if kind is cst.Name:
+            return node.value
+        if kind is cst.Attribute or kind is cst.Subscript:
+            node = node.value
+        elif kind is cst.Call:
+            node = node.func
+        elif kind is cst.FunctionDef or kind is cst.ClassDef:
+            node = node.name
+        elif kind is cst.Decorator:
+            node = node.decorator
+        else:
+            return None
+
+
 def _dotted_names(node: cst.BaseExpression) -> list[str]:
     """`a.b.c` -> ["a.b.c", "a.b", "a"]: the names an `import a.b.c` binds, as libcst records them."""
     name = get_full_name_for_node(node) or ""
@@ -268,6 +287,8 @@ class ImportNames:
 
     def imported(self, node: cst.CSTNode) -> frozenset[str]:
         """The import-resolved names of `node` (`dist.init_process_group` -> torch.distributed.init_process_group)."""
+        if head_name(node) not in self.imported_heads:
+            return frozenset()  # most names: no import binds their head (checked before any parent is looked up)
         full = self._full_name(node)
         head = full.partition(".")[0] if full else None
         if head not in self.imported_heads:

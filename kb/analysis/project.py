@@ -12,6 +12,7 @@ paths (`util/misc.py` -> `util.misc`) followed by the definition's path: `util.m
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING
@@ -56,6 +57,9 @@ class ProjectSteps:
     # (path, module) where a caller names a module's file by another path than its path from the root
     # (`xlaport lint DIR` names them `DIR/engine.py`)
     paths: frozenset[tuple[str, str]] = frozenset()
+    # (module, name): the top-level names of the tree's modules that another module star-imports
+    # (`from utils import *` in train.py: `save_checkpoint` there is `utils.save_checkpoint`)
+    exports: frozenset[tuple[str, str]] = frozenset()
 
     def module_of(self, path: str) -> str:
         """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
@@ -107,8 +111,10 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
         bindings = _bindings(rule.analysis)
         if head not in bindings.outside_functions:
             # nothing libcst would name without `<locals>` binds it: only imports can name it, and the module's
-            # import table answers those (`self.x`, a local, a parameter)
-            return {_absolute(n, module) for n in rule.analysis.imported_names(node)}
+            # import table answers those (`self.x`, a local, a parameter), or a star import of the tree's module
+            found = {_absolute(n, module) for n in rule.analysis.imported_names(node)}
+            star = None if found else star_imported(rule, name)
+            return {star} if star else found
         if head not in rule.analysis.names().imported_heads:
             # no import of it anywhere: a module-level binding names itself, a function's local nothing
             scope = _binding_scope(rule, node, head, bindings)
@@ -117,6 +123,8 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
             if scope == "function" or scope == "module" and head not in bindings.module_unsure:
                 return set()  # a function's local, or bound only in a class body or a comprehension
     found = set()
+    if name is not None and (star := star_imported(rule, name)) is not None:
+        return {star}
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
             found.add(_absolute(q.name, module))
@@ -289,6 +297,60 @@ def _functions_of(
         _FUNCTION_TABLES.pop(next(iter(_FUNCTION_TABLES)))
     _FUNCTION_TABLES[id(analysis)] = (analysis, table)
     return table
+
+
+STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+\*", re.MULTILINE)
+
+
+def star_exports(sources: dict[str, str]) -> frozenset[tuple[str, str]]:
+    """(module, name) for each top-level definition of the modules (module name -> text) that some module
+    star-imports. Relative star imports are resolved against the importing module."""
+    wanted = set()
+    for importer, text in sources.items():
+        for target in STAR_IMPORT.findall(text):
+            wanted.add(_absolute(target, importer))
+    found = set()
+    for module in wanted & sources.keys():
+        try:
+            tree = ast.parse(sources[module])
+        except (SyntaxError, ValueError):
+            continue
+        found.update((module, name) for name in _top_level_names(tree))
+    return frozenset(found)
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """What `from module import *` binds: `__all__` when it is a literal list, else the top-level definitions."""
+    names = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
+            if isinstance(stmt.value, (ast.List, ast.Tuple)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in stmt.value.elts
+            ):
+                return {e.value for e in stmt.value.elts}
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            names.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    return {n for n in names if not n.startswith("_")}
+
+
+def star_imported(rule: StepContextRule, name: str) -> str | None:
+    """`utils.save_checkpoint` for `save_checkpoint` when nothing in this module binds it and the module
+    star-imports a module of the tree that defines it (`from utils import *`); else None."""
+    project = rule.analysis.project
+    head = name.partition(".")[0]
+    if project is None or not project.exports or head in rule.analysis.names().bound:
+        return None
+    module = rule.analysis.module_name or ""
+    for imp in rule.analysis.nodes.imports:
+        if not (isinstance(imp, cst.ImportFrom) and isinstance(imp.names, cst.ImportStar)):
+            continue
+        target = "." * len(imp.relative) + (full_name(imp.module) if imp.module is not None else "")
+        source = _absolute(target, module)
+        if (source, head) in project.exports:
+            return f"{source}.{name}"
+    return None
 
 
 def _absolute(name: str, module: str) -> str:

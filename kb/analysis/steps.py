@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ..cst_helpers import SCOPES, code_of, identifier, is_literal, keyword_arg, method_name, positional_args
-from .project import ModuleSteps, classes_of, definition_name, passes, project_step
+from .project import ModuleSteps, classes_of, definition_name, passes, project_step, star_imported
 
 if TYPE_CHECKING:
     from ..rule import Rule
@@ -351,6 +351,8 @@ def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:
     if not _is_local_variable(rule, root) and rule.analysis.has_qualified_names(root):
         # an import, a builtin, a class or function of this module (a local is asked first: cheaper)
         return False
+    if star_imported(rule, root.value) is not None:
+        return False  # a function of the tree's module that this one star-imports: the tree's summary has it
     if root.value == "self":
         return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)  # self.x.method(), self.x()
     return True

@@ -36,6 +36,7 @@ def is_xla_string(node: cst.CSTNode | None) -> bool:
 @register
 class XlaDeviceWithoutImport(Rule):
     code = "XLA109"
+    needs = ("xla",)
     title = "`'xla'` device used in a module that never imports torch_xla"
     category = "C1"
     fix = "safe"
@@ -119,6 +120,7 @@ class _CudaSourceFinder(cst.CSTVisitor):
 @register
 class CudaExtensionBuild(Rule):
     code = "XLA110"
+    needs = ("cpp_extension",)
     title = "Custom CUDA kernel built with `torch.utils.cpp_extension`"
     category = "C1"
     fix = "manual"
@@ -182,6 +184,7 @@ CUDA_ONLY_PACKAGES = {
 @register
 class CudaOnlyPackage(Rule):
     code = "XLA111"
+    needs = ("apex", "flash_attn", "xformers", "bitsandbytes", "triton", "cupy", "pycuda")
     title = "CUDA-only package imported (apex, flash_attn, xformers, bitsandbytes, triton, cupy)"
     category = "C1"
     fix = "manual"
@@ -234,6 +237,7 @@ SDP_FLAG_SETTERS = {
 @register
 class SdpaBackendSelection(Rule):
     code = "XLA112"
+    needs = ("sdp",)
     title = "CUDA attention-backend selection (`sdpa_kernel`, `enable_flash_sdp`) does nothing on XLA"
     category = "C1"
     fix = "safe"
@@ -269,6 +273,7 @@ class SdpaBackendSelection(Rule):
 @register
 class CudaBf16SupportProbe(Rule):
     code = "XLA114"
+    needs = ("is_bf16_supported",)
     title = "`torch.cuda.is_bf16_supported()` is False on TPU"
     category = "C1"
     fix = "safe"

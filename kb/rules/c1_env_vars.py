@@ -15,6 +15,7 @@ BF16_ENV_VARS = {"XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16", "XLA_DOWNC
 @register
 class EnvVarBf16(EnvWriteRule):
     code = "XLA106"
+    needs = ("xla_",)
     title = "`XLA_USE_BF16` / `XLA_DOWNCAST_BF16` env vars: cast explicitly instead"
     category = "C1"
     fix = "manual"
@@ -54,6 +55,7 @@ class EnvVarBf16(EnvWriteRule):
 @register
 class PjrtDeviceGpu(EnvWriteRule):
     code = "XLA107"
+    needs = ("pjrt_device", "gpu_num_devices", "set_device_type")
     title = "`PJRT_DEVICE=CUDA` / `GPU`: XLA:GPU was removed in 2.9"
     category = "C1"
     fix = "unsafe"
@@ -105,6 +107,7 @@ class PjrtDeviceGpu(EnvWriteRule):
 @register
 class CudaVisibleDevicesInCode(EnvWriteRule):
     code = "XLA108"
+    needs = ("cuda_visible_devices",)
     title = "`CUDA_VISIBLE_DEVICES` set in code does not limit TPU chips"
     category = "C1"
     fix = "manual"

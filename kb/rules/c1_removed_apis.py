@@ -27,6 +27,7 @@ IMPORT_XLA_BACKEND = ("torch_xla.distributed.xla_backend", None, None)
 @register
 class XlaDeviceDeprecated(Rule):
     code = "XLA101"
+    needs = ("xla_device",)
     title = "`xm.xla_device()` is deprecated: use `torch_xla.device()`"
     category = "C1"
     fix = "safe"
@@ -61,6 +62,7 @@ class XlaDeviceDeprecated(Rule):
 @register
 class MarkStepDeprecated(Rule):
     code = "XLA102"
+    needs = ("mark_step",)
     title = "`xm.mark_step()` is deprecated: use `torch_xla.sync()`"
     category = "C1"
     fix = "safe"
@@ -93,6 +95,7 @@ REMOVED_GETTERS = {
 @register
 class RemovedRuntimeGetters(Rule):
     code = "XLA103"
+    needs = ("torch_xla",)
     title = "`xm.xrt_world_size()` / `xm.get_ordinal()` were removed in 2.7"
     category = "C1"
     fix = "safe"
@@ -151,6 +154,7 @@ class RemovedRuntimeGetters(Rule):
 @register
 class XmpSpawn(Rule):
     code = "XLA104"
+    needs = ("xla_multiprocessing",)
     title = "`xmp.spawn(fn, nprocs=N)`: use `torch_xla.launch(fn, args=...)`"
     category = "C1"
     fix = "safe"
@@ -208,6 +212,7 @@ class XmpSpawn(Rule):
 @register
 class XlaGradScalerRemoved(Rule):
     code = "XLA105"
+    needs = ("torch_xla",)
     title = "`torch_xla.amp.GradScaler` was removed in 2.9"
     category = "C1"
     fix = "manual"
@@ -255,6 +260,7 @@ class XlaGradScalerRemoved(Rule):
 @register
 class PjrtInitMethod(Rule):
     code = "XLA113"
+    needs = ("pjrt",)
     title = "`init_method='pjrt://'` and `torch_xla.experimental.pjrt` are the pre-2.1 names"
     category = "C1"
     fix = "safe"

@@ -28,6 +28,7 @@ from ..rule import IMPORT_TORCH_XLA, Rule, register
 @register
 class TorchCompileInductor(Rule):
     code = "XLA216"
+    needs = ("compile",)
     title = "`torch.compile` with the default (inductor) backend fails on XLA tensors"
     category = "C2"
     fix = "safe"
@@ -71,6 +72,7 @@ class TorchCompileInductor(Rule):
 @register
 class FusedOptimizer(Rule):
     code = "XLA217"
+    needs = ("fused",)
     title = "`fused=True` optimizers do not run on XLA tensors"
     category = "C2"
     fix = "safe"
@@ -109,6 +111,7 @@ CLIP_FUNCTIONS = frozenset(
 @register
 class ForeachClip(Rule):
     code = "XLA218"
+    needs = ("foreach",)
     title = "`clip_grad_norm_(..., foreach=True)` raises on XLA"
     category = "C2"
     fix = "safe"
@@ -143,6 +146,7 @@ class ForeachClip(Rule):
 @register
 class TorchCheckpoint(Rule):
     code = "XLA219"
+    needs = ("checkpoint",)
     title = "`torch.utils.checkpoint` fails (or saves nothing) on XLA"
     category = "C2"
     fix = "safe"
@@ -241,6 +245,7 @@ def launches_one_process_per_chip(rule: Rule) -> bool:
 @register
 class NcclProcessGroup(Rule):
     code = "XLA223"
+    needs = ("nccl",)
     title = '`init_process_group("nccl")` needs GPUs'
     category = "C2"
     fix = "unsafe"
@@ -299,6 +304,7 @@ DDP_NAMES = frozenset(
 @register
 class DdpDeviceIds(Rule):
     code = "XLA224"
+    needs = ("distributeddataparallel",)
     title = "`DistributedDataParallel(device_ids=[rank])` names GPU indices"
     category = "C2"
     fix = "safe"
@@ -336,6 +342,7 @@ class DdpDeviceIds(Rule):
 @register
 class MpSpawn(ScopedRule):
     code = "XLA225"
+    needs = ("spawn",)
     title = "`torch.multiprocessing.spawn(fn, nprocs=N)`: launch with `torch_xla.launch`"
     category = "C2"
     fix = "unsafe"

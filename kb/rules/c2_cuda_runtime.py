@@ -12,6 +12,7 @@ from ..rule import IMPORT_XLA_BACKENDS, IMPORT_XM, MATMUL_PRECISIONS, REMOVE, SE
 @register
 class CudaSynchronize(Rule):
     code = "XLA204"
+    needs = ("cuda",)
     title = "`torch.cuda.synchronize()` has no driver to wait on"
     category = "C2"
     fix = "safe"
@@ -35,6 +36,7 @@ class CudaSynchronize(Rule):
 @register
 class CudnnFlags(Rule):
     code = "XLA205"
+    needs = ("cudnn",)
     title = "cuDNN flags do nothing on TPU"
     category = "C2"
     fix = "safe"
@@ -79,6 +81,7 @@ CUDA_TIMING = {
 @register
 class CudaEventsAndStreams(Rule):
     code = "XLA208"
+    needs = ("cuda",)
     title = "CUDA events, streams and graphs have no XLA counterpart"
     category = "C2"
     fix = "manual"
@@ -142,6 +145,7 @@ def _program_of(node: cst.CSTNode) -> str | None:
 @register
 class NvidiaSmi(Rule):
     code = "XLA209"
+    needs = ("nvidia-smi",)
     title = "`nvidia-smi` does not exist on a TPU host"
     category = "C2"
     fix = "manual"
@@ -182,6 +186,7 @@ TF32_FLAGS = frozenset({TF32_MATMUL, TF32_CUDNN})
 @register
 class Tf32Flags(Rule):
     code = "XLA210"
+    needs = ("allow_tf32",)
     title = "TF32 switches do not set TPU matmul precision"
     category = "C2"
     fix = "unsafe"

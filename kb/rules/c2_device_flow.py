@@ -288,6 +288,7 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
 @register
 class TensorPinMemory(Rule):
     code = "XLA231"
+    needs = ("pin_memory",)
     title = "`tensor.pin_memory()` needs a CUDA driver"
     category = "C2"
     fix = "safe"
@@ -337,6 +338,7 @@ class CommandLineCpuDevice(Rule):
     before = "parser.add_argument('--device', default='cpu', help='cpu|cuda')\n"
     after = "parser.add_argument('--device', default='cpu', help='cpu|cuda')  # run with --device xla\n"
     message = "the device comes from the command line and defaults to the CPU: run the migrated program with `{how}`"
+    needs = ("add_argument",)
     symptoms = ("params off the XLA device", "ran on the CPU, not on the XLA device")
     valid = (
         "parser.add_argument('--device', default='cuda')\n",

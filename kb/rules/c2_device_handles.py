@@ -26,6 +26,7 @@ from .c2_tensor_types import is_rewritten_use
 @register
 class CudaMethod(Rule):
     code = "XLA201"
+    needs = ("cuda",)
     title = "`.cuda()` moves to a GPU that a TPU host does not have"
     category = "C2"
     fix = "safe"
@@ -57,6 +58,7 @@ class CudaMethod(Rule):
 @register
 class CudaDeviceString(Rule):
     code = "XLA202"
+    needs = ("cuda",)
     title = 'Device given as the string `"cuda"`'
     category = "C2"
     fix = "safe"
@@ -127,6 +129,7 @@ ASSERT_MESSAGE = (
 @register
 class CudaIsAvailableFallback(Rule):
     code = "XLA203"
+    needs = ("cuda",)
     title = "`torch.cuda.is_available()` fallback trains on the CPU"
     category = "C2"
     fix = "safe"
@@ -228,6 +231,7 @@ COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"}
 @register
 class CudaDeviceCount(Rule):
     code = "XLA211"
+    needs = ("device_count",)
     title = "`torch.cuda.device_count()` is 0 on TPU"
     category = "C2"
     fix = "unsafe"
@@ -314,6 +318,7 @@ class CudaDeviceCount(Rule):
 @register
 class CudaSetDevice(Rule):
     code = "XLA212"
+    needs = ("cuda",)
     title = "`torch.cuda.set_device()` is not needed on TPU"
     category = "C2"
     fix = "safe"
@@ -340,6 +345,7 @@ class CudaSetDevice(Rule):
 @register
 class CudaCurrentDevice(Rule):
     code = "XLA213"
+    needs = ("cuda",)
     title = "`torch.cuda.current_device()` / `torch.cuda.device(i)` select a GPU index"
     category = "C2"
     fix = "manual"
@@ -390,6 +396,7 @@ def _is_type_probe(node: cst.CSTNode) -> bool:
 @register
 class CudaTypeCheck(Rule):
     code = "XLA220"
+    needs = ("cuda",)
     title = "Device-type checks for CUDA are False for XLA tensors"
     category = "C2"
     fix = "manual"

@@ -30,6 +30,7 @@ from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
 @register
 class PinMemory(Rule):
     code = "XLA214"
+    needs = ("pin_memory",)
     title = "`DataLoader(pin_memory=True)` pins for a GPU that is not there"
     category = "C2"
     fix = "safe"
@@ -60,6 +61,7 @@ class PinMemory(Rule):
 @register
 class OptimizerBeforeMove(Rule):
     code = "XLA215"
+    needs = ("optim", "syncfree", "adamw", "adafactor")
     title = "Optimizer built before the model moves to the XLA device trains nothing"
     category = "C2"
     fix = "safe"
@@ -210,6 +212,7 @@ class OptimizerBeforeMove(Rule):
 @register
 class NumpyOfDeviceTensor(ScopedRule):
     code = "XLA221"
+    needs = ("numpy",)
     title = "`.numpy()` on a tensor of the training loop fails once it lives on XLA"
     category = "C2"
     fix = "safe"
@@ -273,6 +276,7 @@ FACTORIES = frozenset(
 @register
 class HostTensorMovedInLoop(Rule):
     code = "XLA222"
+    needs = ("rand", "normal", "zeros", "ones", "empty", "full", "arange", "linspace", "eye")
     title = "Tensor built on the host then moved, every step"
     category = "C2"
     fix = "unsafe"

@@ -66,6 +66,7 @@ class AddXlaSeed(ScopedRule):
 @register
 class TorchSeedOnly(AddXlaSeed):
     code = "XLA206"
+    needs = ("manual_seed",)
     title = "`torch.manual_seed()` does not seed the XLA generator"
     category = "C2"
     fix = "safe"
@@ -95,6 +96,7 @@ class TorchSeedOnly(AddXlaSeed):
 @register
 class CudaSeed(Rule):
     code = "XLA207"
+    needs = ("cuda",)
     title = "`torch.cuda.manual_seed(_all)()` is a silent no-op on TPU"
     category = "C2"
     fix = "safe"

@@ -86,6 +86,7 @@ def is_rewritten_use(rule: Rule, node: cst.CSTNode) -> bool:
 @register
 class LegacyCudaTensorType(Rule):
     code = "XLA232"
+    needs = ("cuda",)
     title = "Legacy CUDA tensor types (`torch.cuda.FloatTensor`) build tensors on a GPU"
     category = "C2"
     fix = "safe"

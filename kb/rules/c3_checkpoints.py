@@ -18,6 +18,7 @@ from .c3_hf_trainer import is_on, is_training_args
 @register
 class TorchLoadWithoutMapLocation(ScopedRule):
     code = "XLA307"
+    needs = ("load",)
     title = "`torch.load` without `map_location` restores tensors where they were saved"
     category = "C3"
     fix = "safe"
@@ -75,6 +76,7 @@ NOT_MODELS = ("token", "processor", "config", "extractor", "feature", "scheduler
 @register
 class SavePretrainedXla(Rule):
     code = "XLA308"
+    needs = ("save_pretrained",)
     title = "`save_pretrained()` of a model on XLA fails: pass a CPU state dict"
     category = "C3"
     fix = "unsafe"
@@ -122,6 +124,7 @@ class SavePretrainedXla(Rule):
 @register
 class ReloadIntoNewModel(Rule):
     code = "XLA309"
+    needs = ("optim", "syncfree", "adamw", "adafactor")
     title = "Best-checkpoint reload builds a new model the optimizer does not own"
     category = "C3"
     fix = "manual"
@@ -247,6 +250,7 @@ def _names(node: cst.CSTNode) -> set[str]:
 @register
 class BestModelWithPeft(Rule):
     code = "XLA310"
+    needs = ("load_best_model_at_end",)
     title = "`load_best_model_at_end=True` with PEFT on TPU may restore no adapter"
     category = "C3"
     fix = "manual"

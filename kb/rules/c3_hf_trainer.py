@@ -50,6 +50,7 @@ def is_on(arg: cst.Arg | None) -> bool:
 @register
 class HfFp16(Rule):
     code = "XLA301"
+    needs = ("transformers", "trl")
     title = "HF `TrainingArguments(fp16=True)`: TPUs train in bf16"
     category = "C3"
     fix = "unsafe"
@@ -103,6 +104,7 @@ ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Acce
 @register
 class AcceleratorFp16(Rule):
     code = "XLA302"
+    needs = ("mixed_precision",)
     title = '`Accelerator(mixed_precision="fp16")`: TPUs train in bf16'
     category = "C3"
     fix = "unsafe"
@@ -148,6 +150,7 @@ CUDA_ONLY_OPTIMS = frozenset(
 @register
 class TrainerFusedOptimizer(Rule):
     code = "XLA303"
+    needs = ("transformers", "trl")
     title = "HF Trainer's default optimizer (`adamw_torch_fused`) fails on XLA"
     category = "C3"
     fix = "safe"
@@ -202,6 +205,7 @@ class TrainerFusedOptimizer(Rule):
 @register
 class HfTf32(Rule):
     code = "XLA304"
+    needs = ("tf32",)
     title = "HF `TrainingArguments(tf32=True)` raises without an Ampere GPU"
     category = "C3"
     fix = "safe"
@@ -240,6 +244,7 @@ class HfTf32(Rule):
 @register
 class HfGradientCheckpointing(Rule):
     code = "XLA305"
+    needs = ("checkpointing",)
     title = "HF gradient checkpointing calls `torch.utils.checkpoint`, which fails on XLA"
     category = "C3"
     fix = "manual"
@@ -287,6 +292,7 @@ class HfGradientCheckpointing(Rule):
 @register
 class HfSetSeed(AddXlaSeed):
     code = "XLA306"
+    needs = ("set_seed",)
     title = "`transformers.set_seed()` does not seed the XLA generator"
     category = "C3"
     fix = "safe"
@@ -320,6 +326,7 @@ CLIP_NORM = frozenset(
 @register
 class ClipBeforeReduce(Rule):
     code = "XLA311"
+    needs = ("clip_grad",)
     title = "Gradient clipping before `xm.optimizer_step` clips each replica's own gradients"
     category = "C3"
     fix = "manual"

@@ -15,6 +15,7 @@ QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit")
 @register
 class BitsAndBytesQuantization(Rule):
     code = "XLA312"
+    needs = ("bitsandbytes", "kbit", "from_pretrained")
     title = "bitsandbytes quantisation (QLoRA, 8-bit loading) is CUDA-only"
     category = "C3"
     fix = "manual"
@@ -57,6 +58,7 @@ class BitsAndBytesQuantization(Rule):
 @register
 class DeviceMapDispatch(Rule):
     code = "XLA313"
+    needs = ("pipeline", "from_pretrained")
     title = '`device_map="auto"` puts the model on the CPU of a TPU host'
     category = "C3"
     fix = "manual"

@@ -89,6 +89,7 @@ def reapply_method(ties: list[tuple[str, str]]) -> cst.FunctionDef:
 @register
 class WeightTyingLostOnMove(Rule):
     code = "XLA314"
+    needs = ("weight", "bias", "transformers")
     title = "Tied weights come apart when the model moves to the XLA device"
     category = "C3"
     fix = "safe"

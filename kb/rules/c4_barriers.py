@@ -145,6 +145,7 @@ class MissingStepBarrier(StepContextRule):
 @register
 class MultiProcessOptimizerStep(StepContextRule):
     code = "XLA407"
+    needs = ("step",)
     title = "`optimizer.step()` in multi-process training skips the gradient all-reduce"
     category = "C4"
     fix = "unsafe"
@@ -223,6 +224,7 @@ class MultiProcessOptimizerStep(StepContextRule):
 @register
 class PlainDataLoaderInStepLoop(StepContextRule):
     code = "XLA408"
+    needs = ("step", "backward", "sync")
     title = "Training loop iterates a plain DataLoader instead of `pl.MpDeviceLoader`"
     category = "C4"
     fix = "unsafe"
@@ -300,6 +302,7 @@ WAIT_CALLS = frozenset({"torch_xla.core.xla_model.wait_device_ops", "torch.cuda.
 @register
 class UnsyncedTiming(StepContextRule):
     code = "XLA416"
+    needs = ("time",)
     title = "Timing training steps without waiting for the device measures tracing, not execution"
     category = "C4"
     fix = "manual"

@@ -205,6 +205,7 @@ DYNAMIC_SHAPE_METHODS = {
 @register
 class DataDependentShapeOp(StepContextRule):
     code = "XLA411"
+    needs = ("nonzero", "argwhere", "masked_select", "unique", "where")
     title = "`nonzero` / `masked_select` / `unique` / one-argument `torch.where` have data-dependent shapes"
     category = "C4"
     fix = "manual"

@@ -16,6 +16,7 @@ CAT = ("torch.cat", "torch.concat")
 @register
 class GrowingSequenceIntoModel(StepContextRule):
     code = "XLA417"
+    needs = ("cat",)
     title = "A sampling loop feeds a sequence that grows every token back into the model: one compile per token"
     category = "C4"
     fix = "manual"

@@ -20,6 +20,7 @@ HOST_SYNC_FIX = (
 @register
 class ItemInStepLoop(StepContextRule):
     code = "XLA401"
+    needs = ("item",)
     title = "`.item()` inside the training loop syncs with the host every step"
     category = "C4"
     fix = "manual"
@@ -94,6 +95,7 @@ class ItemInStepLoop(StepContextRule):
 @register
 class ScalarCastInStepLoop(StepContextRule):
     code = "XLA402"
+    needs = ("step", "backward", "sync")
     title = "`float(t)` / `int(t)` / `bool(t)` on a tensor in the training loop syncs every step"
     category = "C4"
     fix = "manual"
@@ -144,6 +146,7 @@ LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_sc
 @register
 class TensorLoggedInStepLoop(StepContextRule):
     code = "XLA403"
+    needs = ("step", "backward", "sync")
     title = "Printing or logging a tensor in the training loop syncs every step"
     category = "C4"
     fix = "manual"
@@ -246,6 +249,7 @@ HOST_COPY_METHODS = frozenset({"cpu", "tolist", "numpy"})
 @register
 class HostCopyInStepLoop(StepContextRule):
     code = "XLA404"
+    needs = ("step", "backward", "sync")
     title = "`.cpu()` / `.tolist()` / `.numpy()` in the training loop copies to the host every step"
     category = "C4"
     fix = "manual"
@@ -291,6 +295,7 @@ class HostCopyInStepLoop(StepContextRule):
 @register
 class TensorControlFlow(StepContextRule):
     code = "XLA405"
+    needs = ("step", "backward", "sync", "forward")
     title = "Python `if` / `while` on a tensor value syncs and splits the graph"
     category = "C4"
     fix = "manual"

@@ -39,6 +39,7 @@ def _is_collator(names: set[str]) -> bool:
 @register
 class PadToLongest(StepContextRule):
     code = "XLA412"
+    needs = ("padding",)
     title = "Tokenizer pads to the longest sequence: a new input shape per batch"
     category = "C4"
     fix = "unsafe"
@@ -135,6 +136,7 @@ class CollatorPadsToLongest(StepContextRule):
 @register
 class DataLoaderWithoutDropLast(StepContextRule):
     code = "XLA414"
+    needs = ("dataloader",)
     title = "Training DataLoader without `drop_last=True`: the last partial batch compiles a new graph"
     category = "C4"
     fix = "unsafe"
@@ -254,6 +256,7 @@ GENERATE_KWARGS = frozenset(
 @register
 class GenerateWithDynamicCache(StepContextRule):
     code = "XLA415"
+    needs = ("generate",)
     title = "HF `generate()` with the default dynamic KV cache recompiles every token"
     category = "C4"
     fix = "manual"

@@ -60,6 +60,7 @@ class _AmpRule(StepContextRule):
 @register
 class CudaAutocast(_AmpRule):
     code = "XLA501"
+    needs = ("autocast",)
     title = "CUDA autocast does nothing on XLA tensors"
     category = "C5"
     fix = "unsafe"
@@ -109,6 +110,7 @@ class CudaAutocast(_AmpRule):
 @register
 class CudaGradScaler(_AmpRule):
     code = "XLA502"
+    needs = ("gradscaler",)
     title = "GradScaler is not needed with bfloat16 and syncs with the host every step"
     category = "C5"
     fix = "unsafe"
@@ -299,6 +301,7 @@ class CudaGradScaler(_AmpRule):
 @register
 class Float16(_AmpRule):
     code = "XLA503"
+    needs = ("half", "float16", "fp16")
     title = "float16 on TPU: use bfloat16"
     category = "C5"
     fix = "unsafe"

@@ -42,6 +42,7 @@ class _FallbackOp(StepContextRule):
 @register
 class GridSample(_FallbackOp):
     code = "XLA508"
+    needs = ("grid_sample",)
     title = "`grid_sample` runs on the CPU (forward and backward)"
     detects = "`F.grid_sample(...)` in device code (spatial transformers, deformable sampling, optical flow warps)."
     why = (
@@ -73,6 +74,7 @@ class GridSample(_FallbackOp):
 @register
 class RepeatInterleaveTensor(_FallbackOp):
     code = "XLA509"
+    needs = ("repeat_interleave",)
     title = "`repeat_interleave` with a tensor of repeats runs on the CPU"
     detects = (
         "`torch.repeat_interleave(x, repeats)` / `x.repeat_interleave(repeats)` where `repeats` is a tensor, and "
@@ -122,6 +124,7 @@ class RepeatInterleaveTensor(_FallbackOp):
 @register
 class CountingOps(_FallbackOp):
     code = "XLA510"
+    needs = ("bincount", "bucketize", "histc", "searchsorted")
     title = "`bincount` / `histc` / `searchsorted` / `bucketize` run on the CPU"
     detects = "`torch.bincount`, `torch.histc`, `torch.searchsorted`, `torch.bucketize` and `.bincount()` / `.histc()` in device code."
     why = (
@@ -160,6 +163,7 @@ class CountingOps(_FallbackOp):
 @register
 class CtcLoss(_FallbackOp):
     code = "XLA511"
+    needs = ("ctcloss", "ctc_loss")
     title = "CTC loss runs on the CPU"
     detects = "`F.ctc_loss(...)` and `nn.CTCLoss()` in device code (speech / OCR models)."
     why = (
@@ -199,6 +203,7 @@ FFT_FUNCTIONS = (
 @register
 class Fft(_FallbackOp):
     code = "XLA512"
+    needs = ("fft", "stft")
     title = "FFTs (`torch.fft.*`, `torch.stft`) run on the CPU"
     detects = "`torch.fft.fft/rfft/irfft/fft2/...`, `torch.stft`, `torch.istft` and `.stft()` in device code."
     why = (
@@ -236,6 +241,7 @@ class Fft(_FallbackOp):
 @register
 class EmbeddingBag(_FallbackOp):
     code = "XLA513"
+    needs = ("embeddingbag", "embedding_bag")
     title = "`EmbeddingBag` runs on the CPU"
     detects = "`nn.EmbeddingBag(...)` and `F.embedding_bag(...)` in device code (recommenders, fastText-style models)."
     why = (
@@ -270,6 +276,7 @@ class EmbeddingBag(_FallbackOp):
 @register
 class Median(_FallbackOp):
     code = "XLA514"
+    needs = ("median",)
     title = "`median` / `nanmedian` run on the CPU"
     detects = "`torch.median`, `torch.nanmedian` and `.median()` / `.nanmedian()` on tensors in device code."
     why = (

@@ -15,6 +15,7 @@ SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.spec
 @register
 class Float32MatmulPrecision(StepContextRule):
     code = "XLA504"
+    needs = ("set_float32_matmul_precision",)
     title = "`torch.set_float32_matmul_precision` does not reach XLA"
     category = "C5"
     fix = "unsafe"
@@ -54,6 +55,7 @@ class Float32MatmulPrecision(StepContextRule):
 @register
 class BceOnSigmoid(StepContextRule):
     code = "XLA505"
+    needs = ("binary_cross_entropy", "bceloss", "log")
     title = "BCE on sigmoid outputs saturates in bfloat16: use the logits form"
     category = "C5"
     fix = "unsafe"
@@ -171,6 +173,7 @@ CLOSE_CALLS = frozenset(
 @register
 class TightTolerance(StepContextRule):
     code = "XLA515"
+    needs = ("close",)
     title = "float32 parity check with a tight tolerance will fail on TPU"
     category = "C5"
     fix = "manual"
@@ -220,6 +223,7 @@ def _is_tight(value: cst.CSTNode) -> bool:
 @register
 class Bfloat16Accumulator(StepContextRule):
     code = "XLA516"
+    needs = ("bf16", "bfloat16")
     title = "Running sums of bfloat16 tensors stop growing"
     category = "C5"
     fix = "manual"

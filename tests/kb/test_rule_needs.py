@@ -1,0 +1,67 @@
+"""`Rule.needs`: the engine skips a rule on a source that spells none of its words. Skipping must never lose a
+finding: a rule left out of a file would have reported nothing there."""
+
+from __future__ import annotations
+
+import pytest
+from test_findings_snapshot import TORCH_VERSION, repo_sample, torch_sample
+from xlaport.kb import engine, lint_source
+from xlaport.kb.engine import all_rules, get_rule, may_report
+from xlaport.kb.parsing import SourceError, parse
+
+
+def _sample() -> list[tuple[str, str]]:
+    """(name, source): every rule's examples, the fixtures and examples, and the torch sample of the snapshot."""
+    import torch
+
+    torch_files = torch_sample() if torch.__version__.startswith(TORCH_VERSION) else []
+    examples = [(f"{r.code} example", text) for r in all_rules() for text in (r.before, r.after, *r.valid) if text]
+    texts = [(name, text) for name, text in examples if _parses(text)]  # some rules' examples are config files
+    return texts + [(str(p), p.read_text(encoding="utf-8")) for p in repo_sample() + torch_files]
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse(text)
+    except SourceError:
+        return False
+    return True
+
+
+def test_rules_left_out_by_their_needs_report_nothing_there(monkeypatch):
+    rules = all_rules()
+    left_out_somewhere = 0
+    checks = []
+    for path, source in _sample():
+        kept = set(may_report(rules, source))
+        left_out = [r for r in rules if r not in kept]
+        left_out_somewhere += bool(left_out)
+        checks.append((path, source, left_out))
+    monkeypatch.setattr(engine, "may_report", lambda rules, source: rules)  # run them anyway
+    for path, source, left_out in checks:
+        found = lint_source(source, path, left_out)
+        assert not found, f"{path}: {[(f.code, f.line) for f in found]} were skipped by their `needs`"
+    assert left_out_somewhere > len(checks) / 2  # the check had rules to run
+
+
+def test_every_rule_needs_lower_case_words():
+    for rule in all_rules():
+        assert all(word and word == word.lower() for word in rule.needs), rule.code
+
+
+@pytest.mark.parametrize(
+    ("source", "code"),
+    [
+        ("from torch import cuda as c\nc.synchronize()\n", "XLA204"),  # the alias spells "cuda" in its import
+        ("import torch\nd = torch.device('\\x63uda')\n", "XLA202"),  # an escape spells "cuda" in the value only
+        ("import torch\nd = torch.device('CUDA'.lower())\nx = torch.ones(2, device='cuda')\n", "XLA202"),
+    ],
+)
+def test_a_rule_runs_where_its_words_are_spelled_some_other_way(source: str, code: str):
+    assert get_rule(code) in may_report([get_rule(code)], source)
+    assert code in {f.code for f in lint_source(source)}
+
+
+def test_a_source_without_the_words_skips_the_rule():
+    source = "import torch\nx = torch.ones(2)\n"
+    assert get_rule("XLA204") not in may_report(all_rules(), source)
