@@ -329,42 +329,41 @@ def _fix_source(
 ) -> FixResult:
     module, tree = parse_both(source)
     original = tree
+    text = source
     applied: list[Finding] = []
-    current_source = source
-    remaining: list[Finding] | None = None
+    detections = _detect(module, rules, text, project, path, tree)
+    imports_checked = True  # `text` was checked for imports the rewrites left unused (nothing to check before any)
     for _ in range(MAX_FIX_PASSES):
-        detections = _detect(module, rules, current_source, project, path, tree)
         fixable = _fixable(detections, unsafe)
         if not fixable:
-            # the detections of the final text are what is left: no need to lint it again
-            remaining = [_finding(path, d) for d in detections]
             break
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
-        candidate_source = candidate.code
-        tree = _checked_tree(candidate_source, path)
-        module = cst.parse_module(candidate_source)
-        if candidate_source == current_source:
+        candidate_text = candidate.code
+        if candidate_text == text:
             break
         applied.extend(_finding(path, d) for d in chosen)
-        current_source = candidate_source
+        tree = _checked_tree(candidate_text, path)
         cleaned = remove_imports_made_unused(original, candidate, tree)
         if cleaned is not candidate:
-            # the final text, unless a rewrite is left: then its detections are what is left, and no lint of it is
-            # needed. If one is left, the next pass works on the text with its imports (a rewrite that adds an
-            # import puts it after them), and they are removed at the end.
+            # the final text, unless a rewrite is left: then its detections are what is left. If one is left, the
+            # next pass works on the text with its imports (a rewrite that adds an import puts it after them), and
+            # they are removed at the end.
             final = cleaned.code
             final_tree = _checked_tree(final, path)
             found = _detect(cst.parse_module(final), rules, final, project, path, final_tree)
             if not _fixable(found, unsafe):
                 return FixResult(path, source, final, applied, [_finding(path, d) for d in found])
-    if applied:
+        text, module, imports_checked = candidate_text, cst.parse_module(candidate_text), cleaned is candidate
+        # the new text's detections: what the next pass rewrites, or what is left (no lint of the result at the end)
+        detections = _detect(module, rules, text, project, path, tree)
+    remaining = [_finding(path, d) for d in detections]
+    if not imports_checked:
         cleaned = remove_imports_made_unused(original, module, tree)
         if cleaned is not module:
-            current_source, remaining = cleaned.code, None
-    if remaining is None:
-        remaining = lint_source(current_source, path, rules, project)
-    return FixResult(path=path, source=source, fixed=current_source, applied=applied, remaining=remaining)
+            text = cleaned.code
+            remaining = lint_source(text, path, rules, project)
+    return FixResult(path=path, source=source, fixed=text, applied=applied, remaining=remaining)
 
 
 def _fixable(detections: list[_Detection], unsafe: bool) -> list[_Detection]:
