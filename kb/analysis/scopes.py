@@ -10,7 +10,7 @@ import libcst as cst
 from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
 from ..rule import Rule
 from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, walk
-from .names import full_name, head_name
+from .names import full_name
 
 DEVICE_LOADERS = frozenset(
     {
@@ -92,9 +92,8 @@ class ScopedRule(Rule):
 
     def _scan_module(self, found: Nodes) -> ModuleFacts:
         facts = ModuleFacts()
-        imported = self.analysis.names().imported_heads  # a name whose head no import binds resolves to nothing
         for name in found.names:
-            if head_name(name) in imported and not isinstance(self.parent(name), cst.Attribute):  # outermost only
+            if not isinstance(self.parent(name), cst.Attribute):  # outermost names only
                 facts.qnames |= self.qualified_names(name)
         for assign in found.assigns:
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
