@@ -109,7 +109,7 @@ def find_nodes(root: cst.CSTNode, *types: type, enter_root: bool = True) -> list
             found.append(node)
         if type(node) in SCOPES and (node is not root or not enter_root):
             continue
-        stack.extend(reversed(list(children_of(node))))
+        stack.extend(reversed(children_of(node)))
     return found
 
 

@@ -64,10 +64,10 @@ def _limit(name: str, default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
-def _string_parts(source: str, node: ast.expr) -> int:
-    """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain)."""
-    lines = source.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno]
-    segment = "".join(lines)
+def _string_parts(lines: list[str], node: ast.expr) -> int:
+    """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain).
+    `lines`: the source's lines, line ends kept."""
+    segment = "".join(lines[node.lineno - 1 : node.end_lineno])
     try:
         tokens = tokenize.generate_tokens(io.StringIO(segment).readline)
         return sum(tok.type == tokenize.STRING for tok in tokens)
@@ -81,6 +81,9 @@ def _span_chars(node: ast.expr) -> int:
     return 1 << 30  # several lines: count the parts
 
 
+_CONTEXTS = (ast.Load, ast.Store, ast.Del)
+
+
 def check_parse_limits(tree: ast.AST, source: str) -> None:
     """Raises SourceError when `tree` is nested deeper (as libcst nests it) or is larger than libcst handles safely.
 
@@ -90,6 +93,7 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
     max_nesting, max_nodes = _limit("MAX_NESTING", MAX_NESTING), _limit("MAX_NODES", MAX_NODES)
     stack: list[tuple[ast.AST, int, int]] = [(tree, 0, 1)]
     nodes = 0
+    lines: list[str] | None = None  # the source's lines, split at the first long literal (docstrings are long)
     while stack:
         node, depth, line = stack.pop()
         line = getattr(node, "lineno", line)
@@ -103,15 +107,30 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
         if isinstance(node, ast.Constant | ast.JoinedStr) and hasattr(node, "end_col_offset"):
             # a literal too long for its text alone: count its parts (tokenizing only such literals keeps this cheap)
             if _span_chars(node) > 2 * (max_nesting - depth):
-                depth += _string_parts(source, node)
+                if lines is None:
+                    lines = source.splitlines(keepends=True)
+                depth += _string_parts(lines, node)
                 if depth > max_nesting:
                     raise SourceError(
                         f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
                     )
         if isinstance(node, ast.BoolOp):
             stack.extend((value, depth + len(node.values) - i, line) for i, value in enumerate(node.values))
-        else:
-            stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+            continue
+        for name in node._fields:  # ast.iter_child_nodes, inlined: this loop runs once per node of every file
+            value = getattr(node, name, None)
+            if type(value) is list:
+                stack.extend((item, depth + 1, line) for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, _CONTEXTS):  # a Load/Store/Del marker: a leaf, counted here, not stacked
+                nodes += 1
+                if nodes > max_nodes:
+                    raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
+                if depth + 1 > max_nesting:
+                    raise SourceError(
+                        f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
+                    )
+            elif isinstance(value, ast.AST):
+                stack.append((value, depth + 1, line))
 
 
 # `a = 1; b = 2; ...`: a line of thousands of statements (generated or minified code) costs minutes of analysis

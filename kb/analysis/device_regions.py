@@ -109,7 +109,7 @@ def cuda_reference_list(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tup
             if is_cuda_value(node):
                 found.append((node, "f'cuda:...'"))
             continue
-        stack.extend(reversed(list(children_of(node))))
+        stack.extend(reversed(children_of(node)))
     return found
 
 

@@ -90,6 +90,7 @@ class Bindings:
     sites: dict[tuple[int, str], list[tuple[int, int] | None]] = field(default_factory=dict)
     # (scope, head) -> the lines of each import there that binds it, and what it imports
     import_sites: dict[tuple[int, str], list[tuple[int, int, tuple]]] = field(default_factory=dict)
+    functions: int = 0  # how many functions (def and async def) the module defines
 
 
 _ORDERED_STATEMENTS = (ast.Assign, ast.AugAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With)
@@ -106,6 +107,41 @@ def _site(stmt: ast.stmt | None, node: ast.AST) -> tuple[int, int] | None:
     return None
 
 
+# The node types `_bindings` looks at (a name, an import, a scope, a parameter, ...); it only walks through others.
+_BINDING_NODES = frozenset(
+    {
+        ast.Name,
+        ast.Import,
+        ast.ImportFrom,
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.Lambda,
+        ast.comprehension,
+        ast.arg,
+        ast.Global,
+        ast.Nonlocal,
+        ast.ExceptHandler,
+        ast.MatchAs,
+        ast.MatchStar,
+        ast.MatchMapping,
+    }
+)
+_CONTEXTS = (ast.Load, ast.Store, ast.Del)
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing)."""
+    found: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            found.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST) and not isinstance(value, _CONTEXTS):
+            found.append(value)
+    return found
+
+
 def _bindings(tree: ast.Module) -> Bindings:
     """The Bindings of a module. Reads in lambdas, comprehensions and class bodies count for the function around
     them: that can only send a name to the fallback, never answer it wrongly."""
@@ -120,7 +156,10 @@ def _bindings(tree: ast.Module) -> Bindings:
         node, scope, nested, stmt = stack.pop()
         if isinstance(node, ast.stmt):
             stmt = node
-        children: list[ast.AST] = list(ast.iter_child_nodes(node))
+        children = _children(node)
+        if type(node) not in _BINDING_NODES:  # most nodes bind nothing themselves
+            stack.extend((child, scope, nested, stmt) for child in children)
+            continue
         stored: list[str] = []
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Load):
@@ -177,6 +216,7 @@ def _bindings(tree: ast.Module) -> Bindings:
                 others.append((name, scope, _site(stmt, node)))
         stack.extend((child, scope, nested, stmt) for child in children)
     index = {id(f): i for i, f in enumerate(sorted(functions, key=lambda f: (f.lineno, f.col_offset)), 1)}
+    found.functions = len(functions)
     index[0] = 0
     for name, scope, site in others:
         found.others.setdefault(name, set()).add(index[scope])
@@ -265,7 +305,7 @@ class ImportNames:
         self.bindings = _bindings(tree)
         self.imported_heads = self.bindings.imported
         self.bound = self.bindings.bound
-        numbered = sum(1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+        numbered = self.bindings.functions
         # libcst's functions -> their numbers in Bindings (None when the two trees disagree: every scope counts)
         self.numbers: dict[cst.CSTNode, int] | None = (
             {f: i for i, f in enumerate(functions, 1)} if numbered == len(functions) else None

@@ -99,12 +99,12 @@ class ScopedRule(Rule):
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
                 continue
             target = assign.targets[0].target
-            key = code_of(target)
             if isinstance(target, cst.Attribute) and target.attr.value == "cache_implementation":
                 facts.sets_static_cache = True
             if not isinstance(assign.value, cst.Call):
                 continue
             call = assign.value
+            key = code_of(target)
             for q in self.qualified_names(call.func):
                 last = q.rsplit(".", 1)[-1]
                 if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional") and last[:1].isupper():
@@ -125,8 +125,9 @@ class ScopedRule(Rule):
             and self._is_script()
             and not any(_names_device(n) for n in (*found.names, *found.strings))
         )
+        # a name resolved to torch.bfloat16 is, or is inside, an outermost name resolved to it or below it
         facts.uses_bf16 = (
-            any(self._casts_to_bf16(name) for name in found.names)
+            (facts.uses("torch.bfloat16") and any(self._casts_to_bf16(name) for name in found.names))
             or any(method_name(c) == "bfloat16" for c in found.calls)
             or any(string_value(s) in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "bfloat16") for s in found.strings)
         )

@@ -334,7 +334,8 @@ def uncertain_steps(rule: StepContextRule) -> list[cst.Call]:
 def _is_optimizer_value(rule: StepContextRule, node: cst.CSTNode) -> bool:
     if is_optimizer_name(node):
         return True
-    return isinstance(node, (cst.Name, cst.Attribute)) and code_of(node) in rule.facts().optimizer_keys
+    keys = rule.facts().optimizer_keys  # most modules have none: then no code is generated to compare
+    return bool(keys) and isinstance(node, (cst.Name, cst.Attribute)) and code_of(node) in keys
 
 
 def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:

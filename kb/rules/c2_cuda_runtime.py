@@ -51,11 +51,11 @@ class CudnnFlags(Rule):
     message = "cuDNN flag has no effect on XLA; remove it"
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if guarded_by_cuda(self, node):
-            return  # CUDA-only tuning behind a CUDA guard: nothing to carry to the TPU
         for target in node.targets:
             names = self.qualified_names(target.target) - TF32_FLAGS  # allow_tf32 is XLA210's
             if any(n.startswith("torch.backends.cudnn.") for n in names):
+                if guarded_by_cuda(self, node):
+                    return  # CUDA-only tuning behind a CUDA guard: nothing to carry to the TPU
                 stmt = self.parent(node)
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
                     self.report(stmt, replacement=REMOVE)

@@ -132,6 +132,8 @@ class OptimizerBeforeCalleeMove(Rule):
     # --- functions that move a parameter ------------------------------------------------------------
     def _movers(self) -> dict[str, Mover]:
         movers: dict[str, Mover] = {}
+        # what the module moves anywhere: a function none of whose parameters is among it moves no parameter
+        moved_anywhere = {moved_module(self, call) for call in self.analysis.nodes.calls} - {None}
         for function in self.analysis.nodes.functions:
             if not isinstance(function, cst.FunctionDef):
                 continue
@@ -140,6 +142,8 @@ class OptimizerBeforeCalleeMove(Rule):
                 continue
             params = [p.name.value for p in function.params.params]
             keyword_only = [p.name.value for p in function.params.kwonly_params]
+            if moved_anywhere.isdisjoint(params[offset:]) and moved_anywhere.isdisjoint(keyword_only):
+                continue
             takes_optimizer = any(
                 OPTIMIZER_PARAM.match(p.name.value)
                 or (p.annotation is not None and "Optimizer" in code_of(p.annotation.annotation))

@@ -40,14 +40,14 @@ class _MaskRule(StepContextRule):
         return False
 
     def mask_index(self, node: cst.Subscript) -> cst.BaseExpression | None:
-        if not self.facts().uses("torch"):
+        # the index first: most subscripts have no mask, and it is the cheapest question
+        indexes = [e.slice.value for e in node.slice if isinstance(e.slice, cst.Index)]
+        mask = next((index for index in indexes if self.is_mask(index)), None)
+        if mask is None or not self.facts().uses("torch"):
             return None
         if self.is_host_value(node.value) or not self.in_device_context(node):
             return None
-        for element in node.slice:
-            if isinstance(element.slice, cst.Index) and self.is_mask(element.slice.value):
-                return element.slice.value
-        return None
+        return mask
 
     def is_store(self, node: cst.Subscript) -> bool:
         parent = self.parent(node)

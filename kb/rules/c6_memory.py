@@ -36,6 +36,7 @@ MEMORY_READERS = {
     "_record_memory_history": "`PT_XLA_DEBUG_LEVEL=1` (post-compilation memory analysis) or the TPU profiler",
     "_dump_snapshot": "`PT_XLA_DEBUG_LEVEL=1` (post-compilation memory analysis) or the TPU profiler",
 }
+MEMORY_READER_NAMES = frozenset(cuda_names(*MEMORY_READERS))
 
 
 @register
@@ -79,10 +80,11 @@ class CudaMemoryStats(Rule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if guarded_by_cuda(self, node, quiet_only=True):
-            return  # CUDA memory logging that a TPU host never runs
+        names = self.qualified_names(node.func)
+        if not names & MEMORY_READER_NAMES or guarded_by_cuda(self, node, quiet_only=True):
+            return  # (guarded: CUDA memory logging that a TPU host never runs)
         for short, advice in MEMORY_READERS.items():
-            if self.qualified_names(node.func) & cuda_names(short):
+            if names & cuda_names(short):
                 self.report(
                     node, f"`torch.cuda.{short}()` reads the CUDA allocator (0 or an error on TPU); use {advice}"
                 )
@@ -203,18 +205,17 @@ class CudaCapacityCheck(Rule):
     valid = ("import torch\nname = torch.cuda.is_available()\n",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if guarded_by_cuda(self, node, quiet_only=True):
-            return  # CUDA-only setup that a TPU host never reaches
-        if self.is_call_to(node, "torch.cuda.get_device_properties"):
-            parent = self.parent(node)
-            if isinstance(parent, cst.Attribute) and parent.attr.value == "total_memory":
-                self.report(
-                    node,
-                    "GPU memory size check: raises on TPU, and a v5e chip has 16 GB HBM; size per chip "
-                    "(`xm.get_memory_info(dev)['bytes_limit']` on TPU)",
-                )
-            else:
-                self.report(node)
+        if not self.is_call_to(node, "torch.cuda.get_device_properties") or guarded_by_cuda(self, node, True):
+            return  # (guarded: CUDA-only setup that a TPU host never reaches)
+        parent = self.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "total_memory":
+            self.report(
+                node,
+                "GPU memory size check: raises on TPU, and a v5e chip has 16 GB HBM; size per chip "
+                "(`xm.get_memory_info(dev)['bytes_limit']` on TPU)",
+            )
+        else:
+            self.report(node)
 
 
 OOM_ERRORS = {"torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError"}

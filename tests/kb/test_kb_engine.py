@@ -64,3 +64,28 @@ def test_select_by_category_and_prefix():
     assert all(r.code.startswith("XLA2") for r in select_rules(["XLA2"]))
     with pytest.raises(KeyError):
         select_rules(["NOPE1"])
+
+
+def test_lint_pauses_the_cycle_collector_and_restores_it():
+    import gc
+
+    from xlaport.kb.engine import without_cycle_collection
+
+    assert gc.isenabled()
+    with without_cycle_collection():
+        assert not gc.isenabled()
+        with without_cycle_collection():  # nested (or another thread's): the outer one restores it
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    lint_source("import torch\nx = torch.ones(2).cuda()\n")
+    assert gc.isenabled()
+    with pytest.raises(SourceError):
+        lint_source("def f(:\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        lint_source("import torch\n")
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
