@@ -116,6 +116,19 @@ def test_compare_values_is_dtype_aware_and_says_what_differs():
     assert compare_values(x, x * (1 + 1e-3), TOLERANCES, precision="bfloat16") is None
 
 
+def test_compare_values_holds_small_values_to_the_tensors_scale():
+    # a gradient summed over a batch: a near-zero entry carries the rounding of the large terms it came from
+    x = torch.tensor([54.3354, -12.0, 0.004])
+    assert compare_values(x, x + torch.tensor([3e-5, 1e-5, 3e-5]), TOLERANCES) is None
+    # a value off by about its own size still fails, and the message points at it, not at the largest diff
+    wrong = x + torch.tensor([3e-4, 0.0, 0.9])
+    message = compare_values(x, wrong, TOLERANCES)
+    assert "1 of 3 values" in message and "worst at (2,)" in message, message
+    # NaN and infinities in the same places agree
+    special = torch.tensor([float("nan"), float("inf"), 1.0])
+    assert compare_values(special, special.clone(), TOLERANCES) is None
+
+
 def test_differential_result_names_each_differing_value():
     original = {
         "outputs": {"output[0]": torch.ones(3), "output[1]": 2.0},

@@ -16,7 +16,8 @@ def run_generated_tests(
     out: Path, timeout_s: float = 1800.0, trees: list[Path] | tuple[Path, ...] = ()
 ) -> TestRunResult:
     """Runs pytest on the generated folder in a sandboxed child; counts and failure messages.
-    `trees`: the original and migrated roots the tests read (with the folders beside them)."""
+    `trees`: the original and migrated roots the tests read: a folder itself, a single file's folder (not
+    the folder above a tree: when that is /tmp, the sandbox's private /tmp would hide the trees)."""
     out = Path(out).resolve()
     if not out.is_dir():
         raise TestgenError(f"no such folder: {out}")
@@ -37,7 +38,7 @@ def run_generated_tests(
             cwd=out,
             timeout_s=timeout_s,
             writable=[Path(tmp)],
-            readable=[Path(t).resolve().parent for t in trees],
+            readable=[root if root.is_dir() else root.parent for root in (Path(t).resolve() for t in trees)],
         )
         counts, failures = _read_junit(junit)
     tail = (run.stdout + run.stderr)[-4000:]

@@ -155,15 +155,7 @@ class SamplingLoopWithoutBarrier(GrowingSequenceIntoModel):
         "7 GB; with the barrier the same 40 tokens took 120 s, one small graph per token). Safe: a barrier only "
         "says where a graph ends; every token is the same. It does not remove the compile per length (XLA417)."
     )
-    before = (
-        "import torch\n\n"
-        "def generate(model, idx, steps):\n"
-        "    for _ in range(steps):\n"
-        "        logits = model(idx)[:, -1, :]\n"
-        "        nxt = torch.argmax(logits, dim=-1, keepdim=True)\n"
-        "        idx = torch.cat((idx, nxt), dim=1)\n"
-        "    return idx\n"
-    )
+    # `before` is XLA417's sampling loop
     after = (
         "import torch\n"
         "import torch_xla\n\n"
