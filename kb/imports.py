@@ -134,24 +134,100 @@ def remove_imports_made_unused(original: ast.Module, fixed: cst.Module, fixed_tr
     dead = [key for key, uses in import_references(fixed_tree).items() if uses == 0 and before.get(key, 0) > 0]
     if not dead:
         return fixed
-    context = CodemodContext()
-    for module, name, asname in dead:
-        RemoveImportsVisitor.remove_unused_import(context, module, name, asname)
     lines, on_path = _import_lines(fixed, set(dead))
     if any(type(line) is not cst.SimpleStatementLine for line in lines):
+        context = CodemodContext()
+        for module, name, asname in dead:
+            RemoveImportsVisitor.remove_unused_import(context, module, name, asname)
         cleaned = RemoveImportsVisitor(context).transform_module(fixed)  # `if x: import y`: rare, the slow way
     else:
-        # each line alone: RemoveImportsVisitor's own scope analysis then sees one line, not the module
-        replacements: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel] = {}
-        for line in lines:
-            alone = RemoveImportsVisitor(context).transform_module(cst.Module(body=[line]))
-            replacements[line] = alone.body[0] if alone.body else cst.RemoveFromParent()
-        cleaned = replace_nodes(fixed, replacements, on_path)
+        cleaned = replace_nodes(fixed, {line: without_imports(line, dead) for line in lines}, on_path)
     try:
         compile(cleaned.code, "<cleaned>", "exec")
     except SyntaxError:  # e.g. a `try:` whose only statement was the import: keep it
         return fixed
     return cleaned
+
+
+def without_imports(
+    line: cst.SimpleStatementLine, keys: list[ImportKey]
+) -> cst.SimpleStatementLine | cst.RemovalSentinel:
+    """`line` without the imports of `keys`: what libcst's RemoveImportsVisitor makes of the line alone, where
+    nothing uses any of its imports (a `from __future__` import stays). Written out rather than calling the
+    visitor: its set-up (matcher visitors inspecting their methods) and scope analysis were ~15 ms a line.
+    tests/kb/test_kb_imports.py compares the two on many import lines."""
+    # as the visitor reads its list: one alias per plain module (the last given), a set of names per module
+    modules = {module: alias for module, name, alias in keys if name is None}
+    names: dict[str, set[tuple[str, str | None]]] = {}
+    for module, name, alias in keys:
+        if name is not None:
+            names.setdefault(module, set()).add((name, alias))
+    body = []
+    for statement in line.body:
+        if type(statement) is cst.Import:
+            statement = _without_modules(statement, modules)
+        elif type(statement) is cst.ImportFrom:
+            statement = _without_names(statement, names)
+        if statement is not None:
+            body.append(statement)
+    return line.with_changes(body=body) if body else cst.RemoveFromParent()
+
+
+def _without_modules(statement: cst.Import, modules: dict[str, str | None]) -> cst.Import | None:
+    keep = [
+        a for a in statement.names if a.evaluated_name not in modules or a.evaluated_alias != modules[a.evaluated_name]
+    ]
+    return _with_names(statement, keep)
+
+
+def _without_names(statement: cst.ImportFrom, names: dict[str, set[tuple[str, str | None]]]) -> cst.ImportFrom | None:
+    module = None if type(statement.names) is cst.ImportStar else _from_module(statement)
+    if module is None or module == "__future__" or module not in names:
+        return statement
+    keep: list[cst.ImportAlias] = []
+    lpar = statement.lpar
+    for a in statement.names:
+        if (a.evaluated_name, a.evaluated_alias) not in names[module]:
+            keep.append(a)
+            continue
+        # a comment after a removed name's comma moves to the name before it (or after the opening parenthesis)
+        comma = a.comma
+        if type(comma) is not cst.Comma:
+            continue
+        if keep:
+            before = keep[-1]
+            if type(before.comma) is cst.Comma:
+                merged = _merge_whitespace_after(before.comma.whitespace_after, comma.whitespace_after)
+                keep[-1] = before.with_deep_changes(before.comma, whitespace_after=merged)
+            else:
+                keep[-1] = before.with_changes(comma=comma)
+        elif type(statement.lpar) is cst.LeftParen:
+            merged = _merge_whitespace_after(statement.lpar.whitespace_after, comma.whitespace_after)
+            lpar = statement.lpar.with_changes(whitespace_after=merged)
+    kept = _with_names(statement, keep)
+    return kept if kept is None or kept is statement else kept.with_changes(lpar=lpar)
+
+
+def _with_names(statement, keep: list[cst.ImportAlias]):
+    """`statement` importing only `keep` (None when that is nothing); the last name loses its comma."""
+    if len(keep) == len(statement.names):
+        return statement
+    if not keep:
+        return None
+    if keep[-1] is not statement.names[-1]:
+        keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return statement.with_changes(names=keep)
+
+
+def _merge_whitespace_after(
+    left: cst.BaseParenthesizableWhitespace, right: cst.BaseParenthesizableWhitespace
+) -> cst.BaseParenthesizableWhitespace:
+    """libcst's: the comment lines of `right` kept after `left`."""
+    if type(right) is not cst.ParenthesizedWhitespace:
+        return left
+    if type(left) is not cst.ParenthesizedWhitespace:
+        return right
+    return left.with_changes(empty_lines=tuple(line for line in right.empty_lines if line.comment is not None))
 
 
 _BLOCKS = (

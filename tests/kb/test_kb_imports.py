@@ -170,3 +170,66 @@ def test_imports_are_added_exactly_where_libcst_adds_them(head):
             AddImportsVisitor.add_needed_import(context, name, obj, alias)
         expected = module.visit(AddImportsVisitor(context)).code
         assert add_imports(module, imports).code == expected, (head, imports)
+
+
+IMPORT_LINES = [
+    "import os\n",
+    "import os, sys\n",
+    "import os as o, sys\n",
+    "import sys, os as o\n",
+    "import a.b as ab, c\n",
+    "from m import x\n",
+    "from m import x, y\n",
+    "from m import y, x\n",
+    "from m import (x, y)\n",
+    "from m import (\n    x,  # about x\n    y,  # about y\n)\n",
+    "from m import (\n    x,  # about x\n    y\n)\n",
+    "from m import (  # head\n    x,  # about x\n    y,\n    w,\n)\n",
+    "from m import (\n    x,\n    # about y\n    y,\n    w,\n)\n",  # a removed name's comment lines move up
+    "from m import (\n    v,\n    x,\n    # about y\n    y,\n)\n",
+    "from m import (v, x,\n    # after x\n    y)\n",
+    "from m import x as z, y\n",
+    "from m import *\n",
+    "from . import x\n",
+    "from __future__ import annotations\n",
+    "import os; x = 1\n",
+    "x = 1; import os\n",
+    "import os; import sys\n",
+    "x = 1\nimport os  # trailing\n",
+    "from torch.cuda.amp import GradScaler, autocast\n",
+]
+REMOVALS = [
+    [("os", None, None)],
+    [("os", None, "o")],
+    [("sys", None, None), ("os", None, "o")],
+    [("os", None, None), ("os", None, "o")],  # one alias per module: the last one
+    [("a.b", None, "ab")],
+    [("m", "x", None)],
+    [("m", "y", None)],
+    [("m", "x", None), ("m", "y", None)],
+    [("m", "x", None), ("m", "w", None)],
+    [("m", "x", "z")],
+    [("__future__", "annotations", None)],
+    [("torch.cuda.amp", "GradScaler", None)],
+    [("torch.cuda.amp", "GradScaler", None), ("torch.cuda.amp", "autocast", None)],
+]
+
+
+@pytest.mark.parametrize("text", IMPORT_LINES)
+def test_imports_are_removed_from_a_line_exactly_as_libcst_removes_them(text):
+    """without_imports makes of one line what libcst's RemoveImportsVisitor makes of it alone."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+    from xlaport.kb.imports import without_imports
+
+    line = cst.parse_module(text).body[-1]
+    for keys in REMOVALS:
+        context = CodemodContext()
+        for module, name, alias in keys:
+            RemoveImportsVisitor.remove_unused_import(context, module, name, alias)
+        alone = RemoveImportsVisitor(context).transform_module(cst.Module(body=[line]))
+        ours = without_imports(line, keys)
+        if not alone.body:
+            assert isinstance(ours, cst.RemovalSentinel), (text, keys)
+        else:
+            assert cst.Module(body=[ours]).code == alone.code, (text, keys)
