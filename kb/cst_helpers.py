@@ -66,7 +66,8 @@ def has_star_args(call: cst.Call) -> bool:
 
 def method_name(call: cst.Call) -> str | None:
     """`x.item()` -> "item"; None for plain function calls."""
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    func = call.func
+    return func.attr.value if type(func) is cst.Attribute else None  # exact type: cheaper than isinstance
 
 
 def identifier(node: cst.CSTNode) -> str | None:

@@ -168,7 +168,8 @@ class Rule(cst.BatchableCSTVisitor):
         return min(names) if names else None
 
     def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
-        return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & set(names))
+        # by exact type: isinstance on libcst's classes goes through ABCMeta (this runs for every call and rule)
+        return type(node) is cst.Call and not self.qualified_names(node.func).isdisjoint(names)
 
     # --- tree context ----------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:

@@ -326,8 +326,9 @@ def _walk(module: cst.Module) -> tuple[cst.Module, list[cst.CSTNode], dict[cst.C
             nodes.append(node)
             depths.append(depth)
             kids = children_of(node)
-            stack.append((node, kids, depth))
-            stack.extend((kid, None, depth + 1) for kid in reversed(kids))
+            if kids:  # a leaf (half the nodes) has no children to give a parent when the walk leaves it
+                stack.append((node, kids, depth))
+                stack.extend([(kid, None, depth + 1) for kid in reversed(kids)])
         else:
             for kid in kids:
                 parents[kid] = node

@@ -77,9 +77,12 @@ class Bindings:
 
     imported: set[str] = field(default_factory=set)  # heads some import binds (anywhere)
     bound: set[str] = field(default_factory=set)  # heads bound any way (anywhere)
-    # Bound where a scope is neither a function nor the module (a class body, a lambda, a comprehension) or
-    # declared global/nonlocal: only libcst's scope analysis answers these.
+    # Bound where a scope is neither a function nor the module (a lambda, a comprehension), imported in a class
+    # body, or declared global/nonlocal: only libcst's scope analysis answers these.
     tangled: set[str] = field(default_factory=set)
+    # Bound in a class body otherwise (a method `def replicate(...)`, a class attribute): libcst's scope analysis
+    # answers reads in that scope; no other scope sees a class body's names (not even its methods).
+    class_bound: set[str] = field(default_factory=set)
     others: dict[str, set[int]] = field(default_factory=dict)  # head -> scopes binding it other than by import
     # head -> scopes where libcst's answer depends on a read's place among the imports: a read before the first
     # import there, or one between imports that bind it differently (`import a` ... `import a.b`).
@@ -150,15 +153,16 @@ def _bindings(tree: ast.Module) -> Bindings:
     imports: dict[tuple[int, str], list[tuple[tuple[int, int], tuple]]] = {}  # (scope, head) -> (position, import)
     first_read: dict[tuple[int, str], tuple[int, int]] = {}
     others: list[tuple[str, int, tuple[int, int] | None]] = []  # (head, scope id, site)
-    # (node, scope id, nested: in a class body, lambda or comprehension of that scope, the statement around)
-    stack: list[tuple[ast.AST, int, bool, ast.stmt | None]] = [(tree, 0, False, None)]
+    # (node, scope id, nested: in a lambda or comprehension of that scope, in a class body of it, the statement
+    # around)
+    stack: list[tuple[ast.AST, int, bool, bool, ast.stmt | None]] = [(tree, 0, False, False, None)]
     while stack:
-        node, scope, nested, stmt = stack.pop()
+        node, scope, nested, in_class, stmt = stack.pop()
         if isinstance(node, ast.stmt):
             stmt = node
         children = _children(node)
         if type(node) not in _BINDING_NODES:  # most nodes bind nothing themselves
-            stack.extend((child, scope, nested, stmt) for child in children)
+            stack.extend((child, scope, nested, in_class, stmt) for child in children)
             continue
         stored: list[str] = []
         if isinstance(node, ast.Name):
@@ -173,7 +177,7 @@ def _bindings(tree: ast.Module) -> Bindings:
                 head = (alias.asname or alias.name).split(".")[0]
                 found.imported.add(head)
                 found.bound.add(head)
-                if nested:
+                if nested or in_class:
                     found.tangled.add(head)
                 at, what = (node.lineno, node.col_offset), (source, alias.name, alias.asname)
                 imports.setdefault((scope, head), []).append((at, what))
@@ -182,7 +186,7 @@ def _bindings(tree: ast.Module) -> Bindings:
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             stored.append(node.name)
             functions.append(node)
-            stack.extend((inner, id(node), False, inner) for inner in node.body)
+            stack.extend((inner, id(node), False, False, inner) for inner in node.body)
             arguments = node.args
             params = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
             params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
@@ -195,7 +199,7 @@ def _bindings(tree: ast.Module) -> Bindings:
             children += [a.annotation for a in params if a.annotation is not None]
         elif isinstance(node, ast.ClassDef):
             stored.append(node.name)
-            stack.extend((inner, scope, True, inner) for inner in node.body)
+            stack.extend((inner, scope, nested, True, inner) for inner in node.body)
             children = [c for c in children if c not in node.body]
         elif isinstance(node, ast.Lambda | ast.comprehension):
             nested = True
@@ -212,9 +216,11 @@ def _bindings(tree: ast.Module) -> Bindings:
             found.bound.add(name)
             if nested:
                 found.tangled.add(name)
+            elif in_class:
+                found.class_bound.add(name)
             else:
                 others.append((name, scope, _site(stmt, node)))
-        stack.extend((child, scope, nested, stmt) for child in children)
+        stack.extend((child, scope, nested, in_class, stmt) for child in children)
     index = {id(f): i for i, f in enumerate(sorted(functions, key=lambda f: (f.lineno, f.col_offset)), 1)}
     found.functions = len(functions)
     index[0] = 0
@@ -316,7 +322,7 @@ class ImportNames:
         around `node` bind `head` other than by imports (a parameter, an assignment), or order matters there
         (a read before its import), or a class body, lambda or comprehension binds it."""
         b = self.bindings
-        if head in b.tangled:
+        if head in b.tangled or head in b.class_bound and self._in_class_scope(node):
             return False
         scopes = b.others.get(head, set()) | b.ordered.get(head, set())
         if not scopes:
@@ -440,6 +446,24 @@ class ImportNames:
                 return None  # the next scope is a class body's
             own = None  # nothing before the node: the scopes around answer with all their bindings
         return [], False
+
+    def _in_class_scope(self, node: cst.CSTNode) -> bool:
+        """May `node` be read in a class body's own scope (where the class's names are seen)? False only where the
+        scope around it is certainly a function's, a lambda's or the module's."""
+        outside = False  # the walk came up through a parameter's default or annotation
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            kind = type(parent)
+            if kind is cst.ClassDef and child is parent.body or kind in _COMPREHENSIONS:
+                return True  # (a comprehension's first iterable is read in the scope around it)
+            if kind is cst.Param and child is not parent.name:
+                outside = True
+            elif kind is cst.FunctionDef or kind is cst.Lambda:
+                if child is parent.body or child is parent.params and not outside:
+                    return False
+                outside = False
+            child, parent = parent, self.parents.get(parent)
+        return type(child) is not cst.Module  # a node outside the module's tree: unsure
 
     def _dotted(self, scope: cst.CSTNode) -> list[str]:
         return [name for name in self.tables.get(scope, {}) if "." in name]

@@ -2,7 +2,8 @@
 
 PositionProvider generates the code of the whole module to place every node (as costly as parsing it); a lint
 pass needs the positions of its few findings. Here only the statement around a node is generated: the innermost
-statement of the module or of a class or function body, whose first line CPython's AST of the same source gives.
+statement of the module or of a block body (a class, function, loop, `if`, `with`, `try`), whose first line CPython's
+AST of the same source gives.
 The generated text is checked against the source at that line; when it differs (a decorator split over lines,
 anything unexpected), the whole module's positions come from PositionProvider as before.
 """
@@ -17,6 +18,10 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# Statements whose first block is the `body` of both the libcst node and the AST node: a node in it is placed by
+# generating the statement of that block that holds it, not the whole compound statement (a finding in a long
+# loop generates one line of it).
+_BLOCK_STATEMENTS = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.With, cst.If, cst.Try, cst.TryStar)
 
 
 class _Computed:
@@ -56,8 +61,8 @@ class Positions:
         return self.known._computed.get(node)
 
     def _generate_around(self, node: cst.CSTNode) -> bool:
-        """Generates the innermost statement of a module, class or function body that holds `node`, placed at
-        the line where the AST says it starts. False when that cannot be done or the text does not match."""
+        """Generates the innermost statement of the module or of a block (_BLOCK_STATEMENTS) that holds `node`,
+        placed at the line where the AST says it starts. False when that cannot be done or the text does not match."""
         path = [node]
         while (parent := self.parents.get(path[-1])) is not None:
             path.append(parent)
@@ -75,7 +80,7 @@ class Positions:
             inner = path[depth + 2] if depth + 2 < len(path) else None
             if (
                 inner is not None
-                and type(statement) in (cst.FunctionDef, cst.ClassDef)
+                and type(statement) in _BLOCK_STATEMENTS
                 and type(block) is cst.IndentedBlock
                 and path[depth + 1] is block
                 and inner in block.body

@@ -57,3 +57,14 @@ def test_a_statement_is_generated_not_the_module():
     assert analysis.position(last_call).start.line > 140
     positions = analysis.positions()
     assert positions.whole is None and len(positions.known._computed) < 30
+
+
+def test_a_node_in_a_loop_generates_its_line_not_the_loop():
+    body = "".join(f"            y{i} = torch.ones({i})\n" for i in range(40))
+    source = f"import torch\n\n\ndef f(xs):\n    for x in xs:\n        if x:\n{body}            z = x.cuda()\n"
+    module, tree = parse_both(source)
+    analysis = ModuleAnalysis.of(module, MetadataWrapper(module, unsafe_skip_copy=True), tree, source)
+    call = [n for n in module_walk(module)[0] if isinstance(n, cst.Call)][-1]
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)[call]
+    assert analysis.position(call) == expected
+    assert analysis.positions().whole is None and len(analysis.positions().known._computed) < 20
