@@ -5,7 +5,9 @@ Prints, from one run:
 - `POST /v1/suggest` p50/p95 (rules only, no validation) for a ~200-line file through the ASGI app (driven by
   httpx in one event loop, as a server drives it; lifespan run once, index and a fix worker warm), with new text each request (a changed
   comment: no cache hit) and with the same text again (the kb's result cache); next to it the engine alone
-  (`fix_source` in this process on the same new texts), so the service's own cost is the difference;
+  (`fix_source` in this process on the same new texts), so the service's own cost is the difference; and a
+  different real file each request (150-300 lines of the real tree: findings whose queries the index has not
+  embedded yet, so retrieval's encoding is in it too);
 - `POST /v1/search` p50/p95 (code snippets and error messages);
 - `migrate` (no validation) on a tree of real code (default: the pytorch/examples checkout, else examples/):
   files, lines, wall time and lines/s, with 1 and `--jobs` worker processes;
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import gc
 import json
 import multiprocessing
 import os
@@ -87,17 +90,27 @@ def service(requests: int) -> dict:
 
     source, lines = bench_file()
     new_texts = [f"{source}\n# request {i}\n" for i in range(requests)]
-    report = asyncio.run(_requests(source, new_texts))
+    report = asyncio.run(_requests(source, new_texts, real_files(requests)))
     rules = select_rules()
     engine = []
     for text in new_texts:  # the same new texts, in this process: the kb engine's own cost
+        gc.disable()  # as the service's fix worker runs a request (serve/isolated.py): collections come after it
         begin = time.perf_counter()
         fix_source(text + "# engine\n", "bench.py", rules)
         engine.append(time.perf_counter() - begin)
+        gc.enable()
+        gc.collect()
     return {"file_lines": lines, **report, "engine_fix_source": latency(engine)}
 
 
-async def _requests(source: str, new_texts: list[str]) -> dict:
+def real_files(count: int) -> list[str]:
+    """Up to `count` files of 150-300 lines from the real tree (examples/ without it), in a stable order."""
+    tree = REAL_TREE if REAL_TREE.is_dir() else EXAMPLES
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(tree.rglob("*.py")) if p.is_file()]
+    return [t for t in texts if 150 <= t.count("\n") <= 300][:count]
+
+
+async def _requests(source: str, new_texts: list[str], files: list[str]) -> dict:
     import httpx
     from xlaport.serve.http import create_app
     from xlaport.serve.pipeline import Pipeline
@@ -115,10 +128,12 @@ async def _requests(source: str, new_texts: list[str]) -> dict:
             )
             searches = [{"text": QUERIES[i % len(QUERIES)], "k": 5} for i in range(len(new_texts))]
             search = await timed_requests(client, "/v1/search", searches)
+            other = await timed_requests(client, "/v1/suggest", [{"source": t, "path": "real.py"} for t in files])
     return {
         "startup_s": round(startup, 2),
         "suggest_new_text": latency(new),
         "suggest_same_text": latency(same),
+        "suggest_real_files": latency(other),
         "search": latency(search),
     }
 
@@ -261,6 +276,7 @@ def print_table(report: dict) -> None:
         ("suggest_new_text", f"POST /v1/suggest, {s['file_lines']}-line file, new text each request"),
         ("suggest_same_text", "POST /v1/suggest, the same text again (result cache)"),
         ("engine_fix_source", "  kb fix_source alone, in-process, new text (the engine's share)"),
+        ("suggest_real_files", "POST /v1/suggest, a different real 150-300-line file each request"),
         ("search", "POST /v1/search"),
     ):
         m = s[key]

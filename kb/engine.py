@@ -315,7 +315,8 @@ def fix_source(
     key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
-        cached = _fix_source(source, path, rules, unsafe, project)
+        with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
+            cached = _fix_source(source, path, rules, unsafe, project)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:
             _FIX_CACHE.popitem(last=False)

@@ -266,6 +266,11 @@ def test_config_from_pyproject_and_xlaport_toml(tmp_path):
     (other / "xlaport.toml").write_text('[verify]\nclaim = "accuracy high"\n')
     with pytest.raises(VerifyUsageError, match="cannot read the claim"):
         load_config(other)
+    (other / "xlaport.toml").write_text('[verify]\nmigrated-args = ["--device", "xla"]\n')
+    assert load_config(other)[0].migrated_args == ["--device", "xla"]
+    (other / "xlaport.toml").write_text('[verify]\nmigrated_args = "--device xla"\n')
+    with pytest.raises(VerifyUsageError, match="migrated_args must be list"):
+        load_config(other)
 
 
 def test_split_command():
@@ -538,3 +543,19 @@ def test_cli_reference_log_decides_and_the_cpu_run_is_the_fallback(spike_reports
     assert any("L4: not assessable here: the migrated run used XLA on the CPU" in r for r in data["reasons"])
     page = (tmp_path / "v.html").read_text()
     assert "recorded GPU run (log)" in page and "noise band" in page and "Why this verdict" in page
+
+
+@pytest.mark.slow
+def test_arguments_for_the_migrated_run_only(tmp_path):
+    # the device comes from `--device` (kb XLA233): the shared command says cuda (the original runs it on the
+    # CPU under the CUDA mapping), the migrated run alone gets `--device xla`, which argparse takes as the last value
+    program = PROGRAMS / "verify_device_flag"
+    command = ["python", "train.py", "--device", "cuda", "--steps", "24"]
+    config = VerifyConfig(require="L2", min_steps=20, migrated_args=["--device", "xla"])
+    report = verify(program / "original", program / "migrated", command, config)
+    assert report.check["level"] == "L2", report.check["reasons"]
+    assert report.migrated_run.argv[-2:] == ["--device", "xla"]
+    assert report.status == "pass", report.reasons
+    # without it the migrated run asks for CUDA on a host that has none, and nothing passes
+    bare = verify(program / "original", program / "migrated", command, VerifyConfig(require="L2", min_steps=20))
+    assert bare.check["level"] != "L2" and bare.status == "fail"

@@ -43,7 +43,7 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         report.config = asdict(config)
     with tempfile.TemporaryDirectory(prefix="xlaport-verify-") as tmp:
         scratch = Path(tmp)
-        mig, check = run_migrated(migrated, script, args, config, scratch)
+        mig, check = run_migrated(migrated, script, [*args, *config.migrated_args], config, scratch)
         report.migrated_run, report.check = mig, check.to_dict()
         gates = absolute_gates(mig, check, config) if mig.ok else []
         ran = None

@@ -94,6 +94,13 @@ def register(app: typer.Typer) -> None:
         ] = None,
         reference_cache: Annotated[Path | None, typer.Option(help="Folder to keep and reuse reference runs.")] = None,
         timeout: Annotated[float | None, typer.Option(help="Seconds per run (600).")] = None,
+        migrated_arg: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="An argument added to the migrated run only (repeat it), e.g. --migrated-arg=--device "
+                "--migrated-arg=xla where the device comes from the command line (kb XLA233)."
+            ),
+        ] = None,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
         html_out: Annotated[Path | None, typer.Option("--html", help="Write the HTML report here.")] = None,
         plots: Annotated[Path | None, typer.Option(help="Also save the plots as PNG files in this folder.")] = None,
@@ -128,6 +135,7 @@ def register(app: typer.Typer) -> None:
                 reference_log=str(reference_log) if reference_log else None,
                 reference_cache=str(reference_cache) if reference_cache else None,
                 timeout_s=timeout,
+                migrated_args=[*config.migrated_args, *migrated_arg] if migrated_arg else None,
             )
             report = verify(original, migrated, command, config)
         except (VerifyUsageError, FileNotFoundError) as exc:

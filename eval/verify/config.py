@@ -45,6 +45,9 @@ class VerifyConfig:
     timeout_s: float = 600.0  # per run
     memory_mb: int = 8192  # per run
     env: dict[str, str] = field(default_factory=dict)  # extra environment for both runs
+    # appended to the migrated run's arguments only: `--device xla` where the device comes from the command line
+    # (kb XLA233; argparse keeps the last value, so it overrides a `--device cuda` of the shared command)
+    migrated_args: list[str] = field(default_factory=list)
 
     def thresholds(self) -> cv.Thresholds:
         return cv.Thresholds(
@@ -109,6 +112,8 @@ def _has_type(value: Any, annotation: str) -> bool:
         return "None" in annotation
     if isinstance(value, bool):
         return False  # no setting is a boolean; `true` for a number is a mistake
+    if annotation.startswith("list"):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
     checks = {"float": (int, float), "int": (int,), "str": (str,), "dict": (dict,)}
     return any(kind in annotation and isinstance(value, types) for kind, types in checks.items())
 

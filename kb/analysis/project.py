@@ -21,7 +21,7 @@ import libcst as cst
 from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
-from .module import module_walk
+from .module import module_walk, walk
 from .names import full_name
 
 if TYPE_CHECKING:
@@ -271,9 +271,30 @@ def _binding_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings
             if not in_function:
                 return None  # in a class body: libcst names its bindings `Class.x`
         elif kind in _CST_SCOPES:
-            return None
+            if _binds(anc, head):
+                return None
+            # a comprehension or lambda that does not bind `head` sees the binding of the scope around it
         child = anc
     return "module"
+
+
+def _binds(scope: cst.CSTNode, head: str) -> bool:
+    """Might a comprehension or lambda bind `head` itself (a `for` target, a parameter, a `:=`)?"""
+    if isinstance(scope, cst.Lambda):
+        params = scope.params
+        every = [*params.posonly_params, *params.params, *params.kwonly_params]
+        every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+        return any(p.name.value == head for p in every) or _has_walrus(scope)
+    for_in = getattr(scope, "for_in", None)
+    while for_in is not None:
+        if any(isinstance(n, cst.Name) and n.value == head for n in walk(for_in.target)):
+            return True
+        for_in = for_in.inner_for_in
+    return _has_walrus(scope)
+
+
+def _has_walrus(node: cst.CSTNode) -> bool:
+    return any(isinstance(n, cst.NamedExpr) for n in walk(node))
 
 
 _FUNCTION_TABLES: dict[int, tuple[object, dict | None]] = {}

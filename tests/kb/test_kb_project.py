@@ -227,6 +227,13 @@ squares = {k: train_step(k) for k in range(3)}
 max(1, 2)
 os = os.getcwd()
 os.path.join("b")
+blocks = [Trainer(i) for i in range(2)]
+made = lambda n: Trainer(n)
+walrus = [(Trainer := x) for x in range(2)]
+
+
+def inside(n):
+    return [train_step(Trainer(i)) for i in range(n)], (lambda: train_step(n))(), {Trainer: 1 for Trainer in "ab"}
 """
 
 
