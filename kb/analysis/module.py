@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache, partial
 from typing import TYPE_CHECKING, Literal, get_args, get_origin
@@ -66,6 +66,14 @@ class Nodes:
         kind = _KINDS.get(type(node))  # by exact type: isinstance on libcst's abstract classes is slow
         if kind is not None:
             getattr(self, kind).append(node)
+
+    def add_all(self, nodes: Iterable[cst.CSTNode]) -> None:
+        """`add` for each of `nodes` (one lookup per node: this runs over every node of a module)."""
+        lists = {node_type: getattr(self, kind) for node_type, kind in _KINDS.items()}
+        for node in nodes:
+            found = lists.get(type(node))
+            if found is not None:
+                found.append(node)
 
 
 _KINDS = {
@@ -131,8 +139,7 @@ class ModuleAnalysis:
         wrapper = wrapper or MetadataWrapper(module, unsafe_skip_copy=True)
         parents = parent_map(module)
         nodes = Nodes()
-        for node in parents:
-            nodes.add(node)
+        nodes.add_all(parents)
         return cls(module, nodes, parents, wrapper, tree=tree, source=source)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:

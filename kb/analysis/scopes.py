@@ -32,7 +32,9 @@ AUTOCASTS = frozenset(
 # Device words at the start of a word (`use_cuda`, `ngpu`-style names aside): `output` names no TPU.
 DEVICE_WORDS = re.compile(r"(?<![a-z])n?(cuda|xla|mps|tpu|gpu|device|accelerator|dev)s?(?![a-z])", re.IGNORECASE)
 # What `nodes_in` collects.
-SUBTREE_KINDS = (cst.Call, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Name, cst.Attribute, cst.SimpleString)
+SUBTREE_KINDS = frozenset(
+    {cst.Call, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Name, cst.Attribute, cst.SimpleString}
+)
 FLAG_PREFIXES = ("return_", "output_", "use_", "is_", "do_", "num_", "n_", "enable_", "skip_")
 
 
@@ -78,9 +80,8 @@ class ScopedRule(Rule):
         key = (id(root), enter_functions)
         if key not in index.subtrees:
             found = Nodes()
-            for node in walk(root, () if enter_functions else (cst.FunctionDef, cst.Lambda)):
-                if isinstance(node, SUBTREE_KINDS):
-                    found.add(node)
+            inside = walk(root, () if enter_functions else (cst.FunctionDef, cst.Lambda))
+            found.add_all(node for node in inside if type(node) in SUBTREE_KINDS)  # exact types: no subclasses
             index.subtrees[key] = found
         return index.subtrees[key]
 

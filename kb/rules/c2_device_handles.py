@@ -85,6 +85,8 @@ class CudaDeviceString(Rule):
     valid = ("print('cuda')\n", "# runs on cuda\nx = 1\n", "name = 'cuda'\n")
 
     def visit_Call(self, node: cst.Call) -> None:
+        if not any(is_cuda_string(arg.value) for arg in node.args):
+            return  # each report below is of a CUDA string among the call's arguments
         if after_cuda_early_return(self, node):
             return  # the function returned already on hosts without CUDA
         if self.is_call_to(node, "torch.device"):

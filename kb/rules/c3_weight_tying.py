@@ -156,13 +156,28 @@ class WeightTyingLostOnMove(Rule):
         "import torch\nself.weight = other.weight\n",
     )
 
+    _self_parameters: bool | None = None  # see _assigns_self_parameters (answered once per lint)
+
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if not self._assigns_self_parameters():
+            return  # every tie of a class assigns `self.<module>.<weight>`: none in this module
         methods = {m.name.value for m in node.body.body if isinstance(m, cst.FunctionDef)}
         ties = class_ties(node)
         if not ties or "_apply" in methods:
             return
         body = node.body.with_changes(body=[*node.body.body, reapply_method(ties)])
         self.report(node, replacement=node.with_changes(body=body))
+
+    def _assigns_self_parameters(self) -> bool:
+        """Does some assignment of the module target a parameter path of `self` (`self.head.weight = ...`)?"""
+        if self._self_parameters is None:
+            self._self_parameters = any(
+                is_parameter_path(dotted(target.target), "self")
+                for assign in self.analysis.nodes.assigns
+                if isinstance(assign, cst.Assign)
+                for target in assign.targets
+            )
+        return self._self_parameters
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         if not isinstance(self.parent(node), cst.ClassDef):
