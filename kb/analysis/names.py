@@ -16,11 +16,13 @@ from __future__ import annotations
 import ast
 import builtins
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from functools import cached_property
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment, QualifiedName, QualifiedNameSource
+
+from .bindings import TopLevelBindings, module_bindings, top_level_bindings
 
 Resolver = Callable[[cst.CSTNode], Collection[QualifiedName]]
 
@@ -68,175 +70,6 @@ def _dotted_names(node: cst.BaseExpression) -> list[str]:
     name = get_full_name_for_node(node) or ""
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)] if name else []
-
-
-@dataclass
-class Bindings:
-    """What binds each head, per scope. Scopes are numbered as the module (0) and its functions in source order
-    (1, 2, ...), the same order in libcst's tree and CPython's."""
-
-    imported: set[str] = field(default_factory=set)  # heads some import binds (anywhere)
-    bound: set[str] = field(default_factory=set)  # heads bound any way (anywhere)
-    # Bound where a scope is neither a function nor the module (a lambda, a comprehension), imported in a class
-    # body, or declared global/nonlocal: only libcst's scope analysis answers these.
-    tangled: set[str] = field(default_factory=set)
-    # Bound in a class body otherwise (a method `def replicate(...)`, a class attribute): libcst's scope analysis
-    # answers reads in that scope; no other scope sees a class body's names (not even its methods).
-    class_bound: set[str] = field(default_factory=set)
-    others: dict[str, set[int]] = field(default_factory=dict)  # head -> scopes binding it other than by import
-    # head -> scopes where libcst's answer depends on a read's place among the imports: a read before the first
-    # import there, or one between imports that bind it differently (`import a` ... `import a.b`).
-    ordered: dict[str, set[int]] = field(default_factory=dict)
-    # (scope, head) -> the lines (first, last) of each statement there that binds it other than by an import; (0, 0)
-    # for a parameter of that function (bound before its body runs); None where libcst's order of a binding and a
-    # read is not the statements' order (a `for` target, a `del`, an annotation without a value, a `match`).
-    sites: dict[tuple[int, str], list[tuple[int, int] | None]] = field(default_factory=dict)
-    # (scope, head) -> the lines of each import there that binds it, and what it imports
-    import_sites: dict[tuple[int, str], list[tuple[int, int, tuple]]] = field(default_factory=dict)
-    functions: int = 0  # how many functions (def and async def) the module defines
-
-
-_ORDERED_STATEMENTS = (ast.Assign, ast.AugAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With)
-
-
-def _site(stmt: ast.stmt | None, node: ast.AST) -> tuple[int, int] | None:
-    """The lines of the statement whose end binds a name stored at `node` (see Bindings.sites)."""
-    if isinstance(stmt, ast.AnnAssign) and stmt.value is not None or isinstance(stmt, _ORDERED_STATEMENTS):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
-            return None
-        decorators = getattr(stmt, "decorator_list", None)
-        first = min(d.lineno for d in decorators) if decorators else stmt.lineno
-        return (first, stmt.end_lineno or stmt.lineno)
-    return None
-
-
-# The node types `_bindings` looks at (a name, an import, a scope, a parameter, ...); it only walks through others.
-_BINDING_NODES = frozenset(
-    {
-        ast.Name,
-        ast.Import,
-        ast.ImportFrom,
-        ast.FunctionDef,
-        ast.AsyncFunctionDef,
-        ast.ClassDef,
-        ast.Lambda,
-        ast.comprehension,
-        ast.arg,
-        ast.Global,
-        ast.Nonlocal,
-        ast.ExceptHandler,
-        ast.MatchAs,
-        ast.MatchStar,
-        ast.MatchMapping,
-    }
-)
-_CONTEXTS = (ast.Load, ast.Store, ast.Del)
-
-
-def _children(node: ast.AST) -> list[ast.AST]:
-    """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing)."""
-    found: list[ast.AST] = []
-    for name in node._fields:
-        value = getattr(node, name, None)
-        if type(value) is list:
-            found.extend(item for item in value if isinstance(item, ast.AST))
-        elif isinstance(value, ast.AST) and not isinstance(value, _CONTEXTS):
-            found.append(value)
-    return found
-
-
-def _bindings(tree: ast.Module) -> Bindings:
-    """The Bindings of a module. Reads in lambdas, comprehensions and class bodies count for the function around
-    them: that can only send a name to the fallback, never answer it wrongly."""
-    found = Bindings()
-    functions: list[ast.AST] = []
-    imports: dict[tuple[int, str], list[tuple[tuple[int, int], tuple]]] = {}  # (scope, head) -> (position, import)
-    first_read: dict[tuple[int, str], tuple[int, int]] = {}
-    others: list[tuple[str, int, tuple[int, int] | None]] = []  # (head, scope id, site)
-    # (node, scope id, nested: in a lambda or comprehension of that scope, in a class body of it, the statement
-    # around)
-    stack: list[tuple[ast.AST, int, bool, bool, ast.stmt | None]] = [(tree, 0, False, False, None)]
-    while stack:
-        node, scope, nested, in_class, stmt = stack.pop()
-        if isinstance(node, ast.stmt):
-            stmt = node
-        children = _children(node)
-        if type(node) not in _BINDING_NODES:  # most nodes bind nothing themselves
-            stack.extend((child, scope, nested, in_class, stmt) for child in children)
-            continue
-        stored: list[str] = []
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                key, at = (scope, node.id), (node.lineno, node.col_offset)
-                first_read[key] = min(first_read.get(key, at), at)
-            else:
-                stored.append(node.id)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            source = (node.module, node.level) if isinstance(node, ast.ImportFrom) else None
-            for alias in node.names:
-                head = (alias.asname or alias.name).split(".")[0]
-                found.imported.add(head)
-                found.bound.add(head)
-                if nested or in_class:
-                    found.tangled.add(head)
-                at, what = (node.lineno, node.col_offset), (source, alias.name, alias.asname)
-                imports.setdefault((scope, head), []).append((at, what))
-                lines = (node.lineno, node.end_lineno or node.lineno, what)
-                found.import_sites.setdefault((scope, head), []).append(lines)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            stored.append(node.name)
-            functions.append(node)
-            stack.extend((inner, id(node), False, False, inner) for inner in node.body)
-            arguments = node.args
-            params = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
-            params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-            for param in params:
-                found.bound.add(param.arg)
-                others.append((param.arg, id(node), (0, 0)))
-            # decorators, defaults, annotations: the scope around
-            children = [c for c in children if c not in node.body and c is not arguments]
-            children += [d for d in [*arguments.defaults, *arguments.kw_defaults] if d is not None]
-            children += [a.annotation for a in params if a.annotation is not None]
-        elif isinstance(node, ast.ClassDef):
-            stored.append(node.name)
-            stack.extend((inner, scope, nested, True, inner) for inner in node.body)
-            children = [c for c in children if c not in node.body]
-        elif isinstance(node, ast.Lambda | ast.comprehension):
-            nested = True
-        elif isinstance(node, ast.arg):  # a lambda's
-            stored.append(node.arg)
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            found.bound.update(node.names)
-            found.tangled.update(node.names)
-        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
-            stored.append(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            stored.append(node.rest)
-        for name in stored:
-            found.bound.add(name)
-            if nested:
-                found.tangled.add(name)
-            elif in_class:
-                found.class_bound.add(name)
-            else:
-                others.append((name, scope, _site(stmt, node)))
-        stack.extend((child, scope, nested, in_class, stmt) for child in children)
-    index = {id(f): i for i, f in enumerate(sorted(functions, key=lambda f: (f.lineno, f.col_offset)), 1)}
-    found.functions = len(functions)
-    index[0] = 0
-    for name, scope, site in others:
-        found.others.setdefault(name, set()).add(index[scope])
-        found.sites.setdefault((index[scope], name), []).append(site)
-    found.import_sites = {(index[scope], head): lines for (scope, head), lines in found.import_sites.items()}
-    for (scope, head), bound in imports.items():
-        read = first_read.get((scope, head))
-        if read is None:
-            continue
-        positions = [at for at, _ in bound]
-        differ = len({what for _, what in bound}) > 1
-        if read < min(positions) or differ and read < max(positions):
-            found.ordered.setdefault(head, set()).add(index[scope])
-    return found
 
 
 # Parents whose Name children are only ever read (libcst records an Access for them)
@@ -308,7 +141,9 @@ class ImportNames:
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 for name in _dotted_names(bound):
                     table.setdefault(name, []).append(ImportAssignment(name, None, stmt, 0, bound))
-        self.bindings = _bindings(tree)
+        self.tree = tree
+        self.functions = functions
+        self.bindings = module_bindings(tree)
         self.imported_heads = self.bindings.imported
         self.bound = self.bindings.bound
         numbered = self.bindings.functions
@@ -316,6 +151,22 @@ class ImportNames:
         self.numbers: dict[cst.CSTNode, int] | None = (
             {f: i for i, f in enumerate(functions, 1)} if numbered == len(functions) else None
         )
+
+    @cached_property
+    def top_level(self) -> TopLevelBindings:
+        """What the module binds outside function bodies and in each function (built on first use)."""
+        return top_level_bindings(self.tree)
+
+    @cached_property
+    def function_bindings(self) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str]]] | None:
+        """libcst's function definitions -> (what each binds in its own scope, what it binds unsurely), paired in
+        source order with CPython's (by name); None when they do not pair."""
+        ast_functions = self.top_level.functions
+        if len(self.functions) != len(ast_functions):
+            return None
+        if any(d.name.value != f[0] for d, f in zip(self.functions, ast_functions, strict=True)):
+            return None
+        return {d: f[1:] for d, f in zip(self.functions, ast_functions, strict=True)}
 
     def _answerable(self, node: cst.CSTNode, head: str) -> bool:
         """Do the import tables give libcst's answer for `head` at `node`? Yes unless the module and functions
