@@ -333,7 +333,7 @@ class CommandLineCpuDevice(Rule):
         "The GPU run passed `--device cuda` (or `--cuda`); the migrated program, run the same way, asks for a CUDA "
         "device a TPU host does not have, and run without it, trains on the CPU with exit code 0. Nothing in the "
         "code is wrong, so nothing is rewritten: the run needs `--device xla` (or the switch), and the report "
-        "says so."
+        "says so (`xlaport verify --migrated-arg` gives it to the migrated run alone)."
     )
     before = "parser.add_argument('--device', default='cpu', help='cpu|cuda')\n"
     after = "parser.add_argument('--device', default='cpu', help='cpu|cuda')  # run with --device xla\n"
