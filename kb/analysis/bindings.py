@@ -1,6 +1,6 @@
-"""What binds each name of a module, from CPython's AST (a plain walk: about a tenth of libcst's scope analysis).
+"""What binds each name of a module, from CPython's AST (plain walks, instead of libcst's scope analysis).
 
-Two views of the same module, each computed once per module (kb/analysis/names.py `ImportNames` holds them):
+Two views of the same module, each computed at most once per module (names.py `ImportNames` holds them):
 - `Bindings` (`module_bindings`): what binds each head, per scope (the module and its functions), and where: what
   the import tables need to give libcst's qualified names without its scope analysis (names.py).
 - `TopLevelBindings` (`top_level_bindings`): what is bound outside function bodies, at module level, and in each

@@ -23,46 +23,18 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment, QualifiedName, QualifiedNameSource
 
 from .bindings import TopLevelBindings, module_bindings, top_level_bindings
+from .cst_scopes import (
+    head_name,
+    import_scope,
+    in_class_scope,
+    is_method,
+    is_read,
+    own_scope,
+    resolved_name,
+    scopes_around,
+)
 
 Resolver = Callable[[cst.CSTNode], Collection[QualifiedName]]
-
-
-def full_name(node: cst.CSTNode) -> str | None:
-    """libcst's `get_full_name_for_node` (`a.b` for an attribute, a call's callee, a subscript's value; `None.x`
-    for an attribute of an expression), by exact type: isinstance on libcst's abstract classes is slow."""
-    kind = type(node)
-    if kind is cst.Name:
-        return node.value
-    if kind is cst.Attribute:
-        return f"{full_name(node.value)}.{node.attr.value}"
-    if kind is cst.Call:
-        return full_name(node.func)
-    if kind is cst.Subscript:
-        return full_name(node.value)
-    if kind is cst.FunctionDef or kind is cst.ClassDef:
-        return full_name(node.name)
-    if kind is cst.Decorator:
-        return full_name(node.decorator)
-    return None
-
-
-def head_name(node: cst.CSTNode) -> str | None:
-    """The first part of `full_name(node)` when it is a name (`torch` for `torch.cuda.is_available()`), else None;
-    without building the dotted name."""
-    while True:
-        kind = type(node)
-        if kind is cst.Name:
-            return node.value
-        if kind is cst.Attribute or kind is cst.Subscript:
-            node = node.value
-        elif kind is cst.Call:
-            node = node.func
-        elif kind is cst.FunctionDef or kind is cst.ClassDef:
-            node = node.name
-        elif kind is cst.Decorator:
-            node = node.decorator
-        else:
-            return None
 
 
 def _dotted_names(node: cst.BaseExpression) -> list[str]:
@@ -72,45 +44,7 @@ def _dotted_names(node: cst.BaseExpression) -> list[str]:
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)] if name else []
 
 
-# Parents whose Name children are only ever read (libcst records an Access for them)
-_READING_PARENTS = {
-    cst.Call,
-    cst.Arg,
-    cst.BinaryOperation,
-    cst.UnaryOperation,
-    cst.BooleanOperation,
-    cst.Comparison,
-    cst.ComparisonTarget,
-    cst.Return,
-    cst.Expr,
-    cst.IfExp,
-    cst.If,
-    cst.While,
-    cst.Await,
-    cst.FormattedStringExpression,
-    cst.Decorator,
-    cst.Annotation,
-    cst.Index,
-    cst.Assert,
-    cst.Raise,
-}
-
-
-def _is_read(name: cst.Name, parent: cst.CSTNode | None) -> bool:
-    kind = type(parent)
-    if kind is cst.Attribute or kind is cst.Subscript:
-        return parent.value is name
-    if kind is cst.Call:
-        return parent.func is name
-    if kind is cst.Arg:
-        return parent.value is name
-    if kind is cst.Assign:
-        return parent.value is name
-    return kind in _READING_PARENTS
-
-
 _TARGETS = {cst.AssignTarget, cst.AnnAssign, cst.For}
-_COMPREHENSIONS = {cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp}
 
 
 class ImportNames:
@@ -133,7 +67,7 @@ class ImportNames:
         # scope (the module or a function) -> dotted name -> the imports there that bind it (libcst's assignments)
         self.tables: dict[cst.CSTNode, dict[str, list[ImportAssignment]]] = {}
         for stmt in imports:
-            scope = self._scope_of(stmt)
+            scope = import_scope(stmt, self.parents)
             if scope is None or isinstance(stmt.names, cst.ImportStar):
                 continue  # in a class body: its names are resolved by the fallback
             table = self.tables.setdefault(scope, {})
@@ -173,20 +107,20 @@ class ImportNames:
         around `node` bind `head` other than by imports (a parameter, an assignment), or order matters there
         (a read before its import), or a class body, lambda or comprehension binds it."""
         b = self.bindings
-        if head in b.tangled or head in b.class_bound and self._in_class_scope(node):
+        if head in b.tangled or head in b.class_bound and in_class_scope(node, self.parents):
             return False
         scopes = b.others.get(head, set()) | b.ordered.get(head, set())
         if not scopes:
             return True
         if self.numbers is None:
             return False
-        return not any(self.numbers.get(scope, 0) in scopes for scope in self._scopes(node))
+        return not any(self.numbers.get(scope, 0) in scopes for scope in scopes_around(node, self.parents))
 
     def imported(self, node: cst.CSTNode) -> frozenset[str]:
         """The import-resolved names of `node` (`dist.init_process_group` -> torch.distributed.init_process_group)."""
         if head_name(node) not in self.imported_heads:
             return frozenset()  # most names: no import binds their head (checked before any parent is looked up)
-        full = self._full_name(node)
+        full = resolved_name(node, self.parents)
         head = full.partition(".")[0] if full else None
         if head not in self.imported_heads:
             return frozenset()
@@ -199,7 +133,7 @@ class ImportNames:
 
     def builtin(self, node: cst.CSTNode) -> str | None:
         """`builtins.len` for `len` when it names the builtin (nothing in its scope shadows it)."""
-        full = self._full_name(node)
+        full = resolved_name(node, self.parents)
         head = full.partition(".")[0] if full else ""
         if not hasattr(builtins, head):
             return None
@@ -215,7 +149,7 @@ class ImportNames:
     def qualified(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """libcst's whole QualifiedNameProvider answer for `node`, local names included (those need the fallback
         unless the name is unbound or bound by imports alone around `node`)."""
-        full = self._full_name(node)
+        full = resolved_name(node, self.parents)
         head = full.partition(".")[0] if full else None
         if head is None:
             return set()
@@ -228,7 +162,7 @@ class ImportNames:
     def has_names(self, node: cst.CSTNode) -> bool:
         """`bool(self.qualified(node))` (does libcst resolve `node` to anything: an import, a builtin, a local?),
         answered from the tables where they know (a local's qualified name needs libcst's scope analysis)."""
-        full = self._full_name(node)
+        full = resolved_name(node, self.parents)
         head = full.partition(".")[0] if full else None
         if head is None:
             return False
@@ -248,7 +182,7 @@ class ImportNames:
         b = self.bindings
         if self.numbers is None or self.line_of is None or head in b.tangled:
             return None
-        scopes = self._scopes(node)
+        scopes = scopes_around(node, self.parents)
         if full != head and any(
             full.startswith(name + ".") or full == name for s in scopes for name in self._dotted(s)
         ):
@@ -267,9 +201,9 @@ class ImportNames:
                 if imports or (number, head) in b.sites:
                     return imports, (number, head) in b.sites
             return [], False
-        if not _is_read(node, parent):
+        if not is_read(node, parent):
             return None
-        own = self._own_scope(node, scopes[0])
+        own = own_scope(node, scopes[0], self.parents)
         if own is False:
             return None
         for scope in scopes:
@@ -293,52 +227,17 @@ class ImportNames:
             other_before = any(last < line for first, last in others)
             if before or other_before:
                 return (imports if before else []), other_before
-            if number != 0 and self._in_class(scope):
+            if number != 0 and is_method(scope, self.parents):
                 return None  # the next scope is a class body's
             own = None  # nothing before the node: the scopes around answer with all their bindings
         return [], False
 
-    def _in_class_scope(self, node: cst.CSTNode) -> bool:
-        """May `node` be read in a class body's own scope (where the class's names are seen)? False only where the
-        scope around it is certainly a function's, a lambda's or the module's."""
-        outside = False  # the walk came up through a parameter's default or annotation
-        child, parent = node, self.parents.get(node)
-        while parent is not None:
-            kind = type(parent)
-            if kind is cst.ClassDef and child is parent.body or kind in _COMPREHENSIONS:
-                return True  # (a comprehension's first iterable is read in the scope around it)
-            if kind is cst.Param and child is not parent.name:
-                outside = True
-            elif kind is cst.FunctionDef or kind is cst.Lambda:
-                if child is parent.body or child is parent.params and not outside:
-                    return False
-                outside = False
-            child, parent = parent, self.parents.get(parent)
-        return type(child) is not cst.Module  # a node outside the module's tree: unsure
-
     def _dotted(self, scope: cst.CSTNode) -> list[str]:
         return [name for name in self.tables.get(scope, {}) if "." in name]
 
-    def _own_scope(self, node: cst.CSTNode, function: cst.CSTNode) -> cst.CSTNode | None | bool:
-        """`function` (the innermost function or module around `node`) when libcst puts `node` in that scope
-        itself; None when in a lambda's or class's body inside it; False when unsure (a comprehension)."""
-        child, parent = node, self.parents.get(node)
-        while parent is not None and parent is not function:
-            kind = type(parent)
-            if kind in _COMPREHENSIONS:
-                return False
-            if (kind is cst.Lambda or kind is cst.ClassDef) and child is parent.body:
-                return None
-            child, parent = parent, self.parents.get(parent)
-        return function
-
-    def _in_class(self, function: cst.CSTNode) -> bool:
-        block = self.parents.get(function)
-        return type(self.parents.get(block)) is cst.ClassDef
-
     def _assignments(self, node: cst.CSTNode, full: str) -> list[ImportAssignment]:
         """The imports that bind the longest dotted prefix of `full` that `node`'s scopes see, innermost first."""
-        scopes = [table for scope in self._scopes(node) if (table := self.tables.get(scope))]
+        scopes = [table for scope in scopes_around(node, self.parents) if (table := self.tables.get(scope))]
         prefix = full
         while prefix:
             for table in scopes:
@@ -346,45 +245,3 @@ class ImportNames:
                     return table[prefix]
             prefix = prefix.rpartition(".")[0]
         return []
-
-    def _scopes(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The functions whose names `node` sees, innermost first, then the module. A function's decorators,
-        return annotation, parameter defaults and annotations belong to the scope around it, as in libcst."""
-        scopes: list[cst.CSTNode] = []
-        outside = False  # the walk came up through a parameter's default or annotation
-        child, parent = node, self.parents.get(node)
-        while parent is not None:
-            kind = type(parent)
-            if kind is cst.Param and child is not parent.name:
-                outside = True
-            elif kind is cst.FunctionDef or kind is cst.Lambda:
-                inside = child is parent.body or child is parent.params and not outside
-                if inside and kind is cst.FunctionDef:
-                    scopes.append(parent)
-                outside = False
-            child, parent = parent, self.parents.get(parent)
-        scopes.append(child)  # the module
-        return scopes
-
-    def _scope_of(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
-        """The function (or module) an import statement binds in; None in a class body."""
-        parent = self.parents.get(stmt)
-        while parent is not None and not isinstance(parent, cst.FunctionDef | cst.ClassDef):
-            stmt, parent = parent, self.parents.get(parent)
-        return stmt if parent is None else parent if isinstance(parent, cst.FunctionDef) else None
-
-    def _full_name(self, node: cst.CSTNode) -> str | None:
-        """The dotted name libcst resolves for `node`; None where libcst's scope analysis gives the node no
-        scope (so no names): an attribute's or keyword's own name, names inside import statements."""
-        parent = self.parents.get(node)
-        kind = type(parent)
-        if kind is cst.Attribute and parent.attr is node or kind is cst.Arg and parent.keyword is node:
-            return None
-        if kind is cst.NameItem:
-            return None
-        while kind is cst.Attribute or kind is cst.ImportAlias or kind is cst.AsName:
-            parent = self.parents.get(parent)
-            kind = type(parent)
-        if kind is cst.Import or kind is cst.ImportFrom:
-            return None
-        return full_name(node)

@@ -22,8 +22,8 @@ from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
 from .bindings import TopLevelBindings
+from .cst_scopes import full_name
 from .module import walk
-from .names import full_name
 
 if TYPE_CHECKING:
     from .context import StepContextRule
