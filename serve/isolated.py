@@ -25,8 +25,10 @@ from xlaport.kb.rule import Rule
 
 # Every worker process of the service and of `migrate` forks from one forkserver, which imported the modules a
 # worker needs once: a new worker is a fork of it, not an import, and inherits no threads from its parent.
+# serve.tree is where migrate's tasks live: unpickling the first task imported it (and the report models, with
+# numpy: ~0.4 s) in every worker of every run.
 WORKER_CONTEXT = multiprocessing.get_context("forkserver")
-WORKER_CONTEXT.set_forkserver_preload(["xlaport.kb.engine", "xlaport.kb.configs", __name__])
+WORKER_CONTEXT.set_forkserver_preload(["xlaport.kb.engine", "xlaport.kb.configs", __name__, "xlaport.serve.tree"])
 
 MEMORY_MB_ENV = "XLAPORT_WORKER_MEMORY_MB"
 RECYCLE_MB_ENV = "XLAPORT_WORKER_RECYCLE_MB"

@@ -21,8 +21,9 @@ import libcst as cst
 from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
-from .module import module_walk, walk
-from .names import full_name
+from .bindings import TopLevelBindings
+from .cst_scopes import full_name
+from .module import walk
 
 if TYPE_CHECKING:
     from .context import StepContextRule
@@ -108,7 +109,7 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
     if name is not None:
         # the answers of libcst's scope analysis that need no analysis of the whole module
         head = name.partition(".")[0]
-        bindings = _bindings(rule.analysis)
+        bindings = rule.analysis.names().top_level
         if head not in bindings.outside_functions:
             # nothing libcst would name without `<locals>` binds it: only imports can name it, and the module's
             # import table answers those (`self.x`, a local, a parameter), or a star import of the tree's module
@@ -133,130 +134,14 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
     return found
 
 
-@dataclass(frozen=True)
-class _Bindings:
-    # bound other than by an import outside function bodies (module level, class bodies, comprehensions there,
-    # `global`/`nonlocal`): the only bindings libcst's qualified names give without `<locals>`; more names
-    # than that only cost the slow path
-    outside_functions: frozenset[str]
-    # bound other than by an import (or a bare annotation) in the module's own scope, or declared `global`
-    module_level: frozenset[str]
-    # only deleted or annotated without a value in the module's own scope: the slow path
-    module_unsure: frozenset[str]
-    # each function definition (in source order): its name, what it binds in its own scope (parameters,
-    # assignments, nested definitions, imports) and the names whose binding libcst may see otherwise
-    functions: tuple[tuple[str, frozenset[str], frozenset[str]], ...]
-
-
-_BINDINGS: dict[int, tuple[object, _Bindings]] = {}  # id(analysis) -> (analysis, bindings): the last few modules
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-_INNER_SCOPES = (ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _CST_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
-def _bindings(analysis) -> _Bindings:
-    cached = _BINDINGS.get(id(analysis))
-    if cached is not None and cached[0] is analysis:
-        return cached[1]
-    tree = analysis.tree if analysis.tree is not None else ast.parse(analysis.module.code)
-    outside: set[str] = set()
-    top: set[str] = set()
-    top_unsure: set[str] = set()
-    stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, True)]  # (node, in a function body, in module scope)
-    while stack:
-        node, in_function, at_top = stack.pop()
-        kind = type(node)
-        bound: str | None = None
-        if kind is ast.Global or kind is ast.Nonlocal:
-            outside.update(node.names)
-            if kind is ast.Global:
-                top.update(node.names)
-        elif kind is ast.Name and type(node.ctx) is not ast.Load:
-            bound = node.id
-        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-            bound = node.name
-        elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
-            bound = node.name
-        elif kind is ast.MatchMapping and node.rest:
-            bound = node.rest
-        if bound is not None and not in_function:
-            outside.add(bound)
-            if at_top:
-                (top_unsure if kind is ast.Name and type(node.ctx) is ast.Del else top).add(bound)
-        if kind is ast.AnnAssign and node.value is None:
-            stack.append((node.annotation, in_function, at_top))  # `x: int` alone: not an assignment for libcst
-            targets = [n.id for n in ast.walk(node.target) if type(n) is ast.Name]
-            outside.update(targets)
-            if at_top:
-                top_unsure.update(targets)
-            continue
-        if kind in _FUNCTIONS:
-            # decorators, defaults and annotations run where the function is defined; the body runs inside
-            body = {id(b) for b in (node.body if kind is not ast.Lambda else [node.body])}
-            for child in ast.iter_child_nodes(node):
-                inside = id(child) in body
-                stack.append((child, in_function or inside, at_top and not inside))
-        elif kind in _INNER_SCOPES:
-            stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
-        else:
-            stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
-    found = _Bindings(frozenset(outside), frozenset(top), frozenset(top_unsure), _function_bindings(tree))
-    if len(_BINDINGS) >= 8:
-        _BINDINGS.pop(next(iter(_BINDINGS)))
-    _BINDINGS[id(analysis)] = (analysis, found)
-    return found
-
-
-def _function_bindings(tree: ast.Module) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
-    functions = sorted(
-        (n for n in ast.walk(tree) if type(n) in (ast.FunctionDef, ast.AsyncFunctionDef)),
-        key=lambda n: (n.lineno, n.col_offset),
-    )
-    return tuple((f.name, *_own_bindings(f)) for f in functions)
-
-
-def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozenset[str], frozenset[str]]:
-    """(what `func` binds in its own scope; names whose binding there libcst may see otherwise: declared
-    `global` or `nonlocal`, bound in a comprehension, only deleted, augmented or annotated)."""
-    args = func.args
-    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-    unsure: set[str] = set()
-    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in func.body]  # (node, inside a comprehension)
-    while stack:
-        node, in_comprehension = stack.pop()
-        kind = type(node)
-        children: list[ast.AST] | None = None
-        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-            names.add(node.name)
-            body = {id(b) for b in node.body}  # another scope; decorators, defaults, bases run in this one
-            children = [c for c in ast.iter_child_nodes(node) if id(c) not in body]
-        elif kind is ast.Lambda:
-            children = [node.args]
-        elif kind is ast.Name and type(node.ctx) is ast.Store:
-            (unsure if in_comprehension else names).add(node.id)
-        elif kind is ast.Name and type(node.ctx) is ast.Del:
-            unsure.add(node.id)
-        elif kind is ast.AugAssign or kind is ast.AnnAssign and node.value is None:
-            unsure.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
-            children = [c for c in ast.iter_child_nodes(node) if c is not node.target]
-        elif kind is ast.Global or kind is ast.Nonlocal:
-            unsure.update(node.names)
-        elif kind is ast.Import or kind is ast.ImportFrom:
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
-            names.add(node.name)
-        elif kind is ast.MatchMapping and node.rest:
-            names.add(node.rest)
-        inner = in_comprehension or kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-        stack.extend((child, inner) for child in (children if children is not None else ast.iter_child_nodes(node)))
-    return frozenset(names), frozenset(unsure)
-
-
-def _binding_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: _Bindings) -> str | None:
+def _binding_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: TopLevelBindings) -> str | None:
     """Where the binding of `head` that `node` sees is: "function" (the innermost function body around `node`
     that binds it), "module" (no function body around binds it), or None: unknown here (a class body, a
     comprehension or a lambda is in between, or the function's binding is unsure: the slow path)."""
-    functions = _functions_of(rule, bindings)
+    functions = rule.analysis.names().function_bindings
     in_function = False  # the walk up passed through a function's body
     child = node
     for anc in rule.ancestors(node):
@@ -295,29 +180,6 @@ def _binds(scope: cst.CSTNode, head: str) -> bool:
 
 def _has_walrus(node: cst.CSTNode) -> bool:
     return any(isinstance(n, cst.NamedExpr) for n in walk(node))
-
-
-_FUNCTION_TABLES: dict[int, tuple[object, dict | None]] = {}
-
-
-def _functions_of(
-    rule: StepContextRule, bindings: _Bindings
-) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str]]] | None:
-    """libcst's function definitions -> (what each binds, what it binds unsurely), paired in source order with
-    CPython's (by name); None when they do not pair."""
-    analysis = rule.analysis
-    cached = _FUNCTION_TABLES.get(id(analysis))
-    if cached is not None and cached[0] is analysis:
-        return cached[1]
-    defs = [n for n in module_walk(analysis.module)[0] if type(n) is cst.FunctionDef]
-    table = None
-    if len(defs) == len(bindings.functions):
-        if all(d.name.value == f[0] for d, f in zip(defs, bindings.functions, strict=True)):
-            table = {d: f[1:] for d, f in zip(defs, bindings.functions, strict=True)}
-    if len(_FUNCTION_TABLES) >= 8:
-        _FUNCTION_TABLES.pop(next(iter(_FUNCTION_TABLES)))
-    _FUNCTION_TABLES[id(analysis)] = (analysis, table)
-    return table
 
 
 STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+\*", re.MULTILINE)

@@ -9,8 +9,8 @@ import libcst as cst
 
 from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
 from ..rule import Rule
+from .cst_scopes import full_name
 from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, walk
-from .names import full_name
 
 DEVICE_LOADERS = frozenset(
     {

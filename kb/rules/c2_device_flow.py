@@ -313,7 +313,8 @@ class TensorPinMemory(Rule):
         self.report(node, replacement=func.value)
 
 
-CUDA_FLAG = ("cuda", "use_cuda", "gpu", "use_gpu")  # `--cuda` store_true: CUDA only when asked for
+# store_true switches: the accelerator only when asked for
+CUDA_FLAG = ("cuda", "use_cuda", "gpu", "use_gpu", "accel", "use_accel")
 CPU_DEVICES = ("cpu", "mps")  # defaults that run on the host when the flag is not given
 
 
@@ -326,7 +327,7 @@ class CommandLineCpuDevice(Rule):
     autofix = False
     detects = (
         "An argparse flag that picks the device and defaults to the CPU while the program is meant for CUDA: "
-        "`--device` with a default such as `'cpu'` and CUDA named in its help or choices, or a `--cuda` / "
+        "`--device` with a default such as `'cpu'` and CUDA named in its help or choices, or a `--cuda` / `--accel` / "
         "`--use-gpu` switch (`store_true`, off unless given)."
     )
     why = (
