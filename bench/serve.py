@@ -6,8 +6,8 @@ Prints, from one run:
   httpx in one event loop, as a server drives it; lifespan run once, index and a fix worker warm), with new text each request (a changed
   comment: no cache hit) and with the same text again (the kb's result cache); next to it the engine alone
   (`fix_source` in this process on the same new texts), so the service's own cost is the difference; and a
-  different real file each request (150-300 lines of the real tree: findings whose queries the index has not
-  embedded yet, so retrieval's encoding is in it too);
+  different real file each request (150-300 lines of the real tree: other rules and messages, some of them new
+  to the index's query cache, so retrieval's encoding is in it too);
 - `POST /v1/search` p50/p95 (code snippets and error messages);
 - `migrate` (no validation) on a tree of real code (default: the pytorch/examples checkout, else examples/):
   files, lines, wall time and lines/s, with 1 and `--jobs` worker processes;
