@@ -28,7 +28,28 @@ EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_a
 # --- reading nodes ---------------------------------------------------------------------
 def code_of(node: cst.CSTNode) -> str:
     """The source text of `node`."""
-    return cst.Module([]).code_for_node(node)
+    dotted = _plain_dotted_name(node)
+    return dotted if dotted is not None else cst.Module([]).code_for_node(node)
+
+
+def _plain_dotted_name(node: cst.CSTNode) -> str | None:
+    """The text of `a` or `a.b.c` written plainly (no parentheses, no blanks around a dot), else None: what code
+    generation gives, without it. Rules compare names by their text (XLA502 looks for its scaler among every name
+    and attribute of the module: ~1,700 code generations of a 200-line fix)."""
+    parts = []
+    while type(node) is cst.Attribute and not node.lpar and not node.attr.lpar and _no_blanks(node.dot):
+        parts.append(node.attr.value)
+        node = node.value
+    if type(node) is not cst.Name or node.lpar:
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _no_blanks(dot: cst.Dot) -> bool:
+    return all(
+        type(ws) is cst.SimpleWhitespace and ws.value == "" for ws in (dot.whitespace_before, dot.whitespace_after)
+    )
 
 
 def string_value(node: cst.CSTNode | None) -> str | None:

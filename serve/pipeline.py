@@ -217,8 +217,7 @@ class Pipeline:
         """Each finding with its enclosing function and the `k` kb entries that fit it best."""
         if not findings:
             return []
-        lines = source.splitlines()
-        queries = [finding_query(f, lines[f.line - 1] if 0 < f.line <= len(lines) else "") for f in findings]
+        queries = [finding_query(f) for f in findings]
         unique = list(dict.fromkeys(queries))
         hits = dict(zip(unique, self.index.search_many(unique, k), strict=True)) if k > 0 else {}
         spans = function_spans(source)

@@ -24,8 +24,8 @@ from .report import CheckReport, StepStats, op_counts, step_list
 GRAD_SCALER_REASON = (
     "The reads are GradScaler's inf check: loss scaling costs one host sync per step on XLA, and removing it "
     "changes the numbers, so the default migration keeps it. `xlaport migrate --unsafe-fixes` applies XLA501 "
-    "(bfloat16 autocast) and XLA502 (no GradScaler: bfloat16 needs no loss scaling), which makes the step "
-    "sync-free; check the numerics after"
+    "(bfloat16 autocast) and XLA502 (no GradScaler: bfloat16 needs no loss scaling), or with accelerate XLA302 "
+    '(mixed_precision "bf16"), which makes the step sync-free; check the numerics after'
 )
 TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
 ERROR_LINES = 20

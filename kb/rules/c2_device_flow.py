@@ -313,7 +313,8 @@ class TensorPinMemory(Rule):
         self.report(node, replacement=func.value)
 
 
-CUDA_FLAG = ("cuda", "use_cuda", "gpu", "use_gpu", "accel", "use_accel")  # store_true: the accelerator only when asked for
+# store_true switches: the accelerator only when asked for
+CUDA_FLAG = ("cuda", "use_cuda", "gpu", "use_gpu", "accel", "use_accel")
 CPU_DEVICES = ("cpu", "mps")  # defaults that run on the host when the flag is not given
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.device_facts import argparse_dest
 from ..cst_helpers import (
     add_kwarg,
     drop_args,
@@ -11,6 +12,7 @@ from ..cst_helpers import (
     has_star_args,
     is_literal,
     keyword_arg,
+    method_name,
     same_quotes,
     string_value,
 )
@@ -109,7 +111,11 @@ class AcceleratorFp16(Rule):
     category = "C3"
     fix = "unsafe"
     autofix = True
-    detects = '`accelerate.Accelerator(mixed_precision="fp16")`.'
+    detects = (
+        '`accelerate.Accelerator(mixed_precision="fp16")`, also where the value comes from a flag: '
+        '`mixed_precision=args.mixed_precision` with `add_argument("--mixed_precision", default="fp16")` '
+        "(the default is rewritten)."
+    )
     why = (
         "accelerate refuses fp16 on TPU (`ValueError: fp16 mixed precision requires a GPU (not 'xla')`) and the "
         'GradScaler path it implies does not exist for XLA. Use `"bf16"`. Unsafe: on TPU accelerate implements '
@@ -127,8 +133,23 @@ class AcceleratorFp16(Rule):
         if not self.qualified_names(node.func) & ACCELERATORS:
             return
         arg = keyword_arg(node, "mixed_precision")
-        if arg is not None and string_value(arg.value) == "fp16":
+        if arg is None:
+            return
+        if string_value(arg.value) == "fp16":
             self.report(arg.value, replacement=same_quotes(arg.value, "bf16"))
+        elif isinstance(arg.value, cst.Attribute):  # `args.mixed_precision`: the flag's default
+            default = self._flag_default(arg.value.attr.value)
+            if default is not None:
+                self.report(default, replacement=same_quotes(default, "bf16"))
+
+    def _flag_default(self, dest: str) -> cst.SimpleString | None:
+        """The `"fp16"` default of the module's `add_argument` whose destination is `dest`."""
+        for call in self.analysis.nodes.calls:
+            if method_name(call) == "add_argument" and argparse_dest(call) == dest:
+                default = keyword_arg(call, "default")
+                if default is not None and string_value(default.value) == "fp16":
+                    return default.value
+        return None
 
 
 XLA_OPTIM = "adamw_torch_xla"
