@@ -8,6 +8,7 @@ from ..analysis.context import StepContextRule
 from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
 from ..cst_helpers import (
+    add_kwarg,
     code_of,
     expr,
     is_cuda_string,
@@ -120,8 +121,10 @@ class CudaGradScaler(_AmpRule):
         "on the training device's variable (`torch.amp.GradScaler(device_type)`) and the uses of "
         "the scaler. When every use is one of `scaler.scale(loss).backward()`, `scaler.step(opt)`, "
         "`scaler.update()`, `scaler.unscale_(opt)`, the fix removes the scaler: `loss.backward()`, `opt.step()`. "
-        "Scalers built with `enabled=`, used in other ways (state_dict, get_scale, passed around) or in code that "
-        "still trains in float16 are reported for a manual change."
+        "Scalers built with `enabled=`, used in other ways (state_dict, get_scale, passed around, `None` when "
+        "off) or not bound to a name are built with `enabled=False` instead: a disabled GradScaler passes every "
+        "call through, so every use stays valid. In code that still trains in float16 it is reported for a "
+        "manual change (float16 without loss scaling underflows)."
     )
     why = (
         "Loss scaling exists for float16's narrow exponent range; bfloat16 (TPU mixed precision) has float32's "
@@ -182,7 +185,7 @@ class CudaGradScaler(_AmpRule):
         tracked_calls = {id(a.value) for assigns in tracked.values() for a in assigns}
         for call in found.calls:
             if self._is_scaler(call) and id(call) not in tracked_calls:
-                self.report(call, "GradScaler not bound to a name; remove it by hand (bfloat16 needs no loss scaling)")
+                self._disable(call, "it is not bound to a name")
         half_training = self._trains_in_float16(found)
         for key, assigns in tracked.items():
             self._handle(key, assigns, found, half_training)
@@ -238,12 +241,33 @@ class CudaGradScaler(_AmpRule):
                 reason = reason or f"`{self._first_line(use)}` is not a known scaler use"
                 continue
             edits.append(edit)
-        if reason is not None:
+        if reason is not None and half_training:
             for assign in assigns:
                 self.report(assign.value, f"remove the GradScaler by hand (bfloat16 needs no loss scaling): {reason}")
             return
+        if reason is not None:
+            for assign in assigns:
+                self._disable(assign.value, reason)
+            return
         for node, replacement in edits:
             self.report(node, replacement=replacement)
+
+    def _disable(self, call: cst.Call, reason: str) -> None:
+        """Where the scaler cannot go, it is built disabled: a disabled GradScaler passes every call through
+        (`scale` returns the loss, `step` steps, `update`/`unscale_` do nothing; no host read), so every use
+        stays valid and the program keeps its shape."""
+        enabled = keyword_arg(call, "enabled")
+        off = cst.Name("False")
+        if enabled is not None:
+            args = [a.with_changes(value=off) if a is enabled else a for a in call.args]
+            replacement = call.with_changes(args=args)
+        else:
+            replacement = add_kwarg(call, "enabled", off)
+        message = (
+            "GradScaler built with `enabled=False` on XLA (bfloat16 needs no loss scaling; a disabled scaler "
+            f"passes every call through and reads nothing on the host); not removed: {reason}"
+        )
+        self.report(call, message, replacement=replacement)
 
     def _first_line(self, use: cst.CSTNode) -> str:
         """The first line of the statement holding `use`, without the comments above it (one line of message)."""

@@ -112,3 +112,53 @@ def test_fixed_cuda_style_script_runs_on_xla_without_fallbacks(tmp_path):
     # BCE with logits is the same loss
     assert after["bce"] == pytest.approx(after["reference_bce"], rel=1e-4)
     assert before["bce"] == pytest.approx(before["reference_bce"], rel=1e-4)
+
+
+OPTIONAL_SCALER_SCRIPT = """
+import json
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+
+torch.set_num_threads(1)
+device = torch_xla.device()
+torch.manual_seed(0)
+use_fp16 = True
+model = torch.nn.Linear(8, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = None
+if use_fp16:
+    scaler = torch.cuda.amp.GradScaler()
+x, y = torch.randn(16, 8).to(device), torch.randn(16, 1).to(device)
+losses = []
+for step in range(6):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+    torch_xla.sync()
+    losses.append(loss.detach())
+print(json.dumps({"host_reads": met.counter_value("TransferFromDeviceTime") or 0,
+                  "local_scalar": met.counter_value("aten::_local_scalar_dense") or 0,
+                  "losses": [float(v) for v in torch.stack(losses).cpu()]}))
+"""
+
+
+@pytest.mark.slow
+def test_optional_scaler_is_built_disabled_and_reads_nothing_on_the_host(tmp_path):
+    # `scaler = None` when off: the scaler cannot be removed, so it is built with enabled=False, which passes every
+    # call through (no inf check, no host read) and trains like the `scaler is None` branch
+    fixed = fix_source(OPTIONAL_SCALER_SCRIPT, unsafe=True).fixed
+    assert "torch.cuda.amp.GradScaler(enabled=False)" in fixed
+    before = run(OPTIONAL_SCALER_SCRIPT, tmp_path, "original.py")
+    after = run(fixed, tmp_path, "fixed.py")
+    assert before["local_scalar"] >= 6  # the enabled scaler's inf check, once per step
+    assert after["local_scalar"] == 0
+    plain = run(OPTIONAL_SCALER_SCRIPT.replace("use_fp16 = True", "use_fp16 = False"), tmp_path, "plain.py")
+    assert after["losses"] == pytest.approx(plain["losses"], rel=1e-6)
