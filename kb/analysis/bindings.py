@@ -209,6 +209,7 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
     outside: set[str] = set()
     top: set[str] = set()
     top_unsure: set[str] = set()
+    functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
     stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, True)]  # (node, in a function body, in module scope)
     while stack:
         node, in_function, at_top = stack.pop()
@@ -222,6 +223,8 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
             bound = node.id
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             bound = node.name
+            if kind is not ast.ClassDef:
+                functions.append(node)
         elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
             bound = node.name
         elif kind is ast.MatchMapping and node.rest:
@@ -247,15 +250,9 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
             stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
         else:
             stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
-    return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), _function_bindings(tree))
-
-
-def _function_bindings(tree: ast.Module) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
-    functions = sorted(
-        (n for n in ast.walk(tree) if type(n) in (ast.FunctionDef, ast.AsyncFunctionDef)),
-        key=lambda n: (n.lineno, n.col_offset),
-    )
-    return tuple((f.name, *_own_bindings(f)) for f in functions)
+    functions.sort(key=lambda f: (f.lineno, f.col_offset))
+    own = tuple((f.name, *_own_bindings(f)) for f in functions)
+    return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), own)
 
 
 def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozenset[str], frozenset[str]]:
