@@ -231,7 +231,8 @@ def trace_records(
                 error=outcome.error,
             )
         )
-        if not outcome.error and not config_kind(rel):
+        # a file left as it was, with nothing applied or left, has no function records: not parsed again
+        if not outcome.error and not config_kind(rel) and (migrated != original or results[rel].applied or left):
             records += _function_records(common, outcome, original, migrated, results[rel])
     return records
 
