@@ -4,7 +4,6 @@ exceptions or silent skips."""
 from __future__ import annotations
 
 import re
-from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -98,13 +97,10 @@ CLASS_DEF = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 MAX_PROJECT_ROUNDS = 4  # a stepping helper calling another module's stepping helper: one round per link
 
 
-def summarize_project(
-    root: Path, rels: list[Path], named_from: Path | None = None, pool: Executor | None = None
-) -> ProjectSteps:
+def summarize_project(root: Path, rels: list[Path], named_from: Path | None = None) -> ProjectSteps:
     """Which of the tree's callables step once per call (analysis/project.py), from its Python files under
     `root`. Files that cannot be read or parsed are left out (their own migration reports them).
-    `named_from`: the files will be analysed as `named_from / rel` (default: as `rel`). `pool`: worker processes
-    for the first round, which analyses every module; the later rounds touch few modules and run here.
+    `named_from`: the files will be analysed as `named_from / rel` (default: as `rel`).
 
     Name resolution is the cost (about a lint of the module), so a module is analysed only when its text can
     matter: it names a step or backward (it may define a stepping callable), or a class defined next to one
@@ -115,24 +111,28 @@ def summarize_project(
     classes = {name for rel in may_step for name in CLASS_DEF.findall(sources[rel])}
     exports = star_exports({module_name(rel): text for rel, text in sources.items()})
     project = ProjectSteps(modules=frozenset(module_name(rel) for rel in rels), exports=exports)
-    links = {rel for rel, text in sources.items() if any(re.search(rf"\b{name}\b", text) for name in classes)}
-    visitors = _Visitors(sources, project, links)
-    summaries = visitors.first_round(pool)
-    linked = links & set(summaries)
-    todo: set[Path] = set()
+    visitors: dict[Path, _Summary | None] = {}
+    summaries: dict[Path, ModuleSteps] = {}
+    linked: set[Path] = set()
+    todo = set(sources)
     for _ in range(MAX_PROJECT_ROUNDS):
-        for rel in sorted(todo):  # the later rounds: modules that name a callable found in the round before
-            visitor = visitors.get(rel)
+        for rel in sorted(todo):
+            visitor = _summary_visitor(visitors, rel, sources[rel], project)
             if visitor is None:
                 continue
-            visitor.analysis.project = project
+            first = rel not in summaries
+            links = first and any(re.search(rf"\b{name}\b", sources[rel]) for name in classes)
             try:
-                found = module_steps(visitor, with_passes=False)
+                found = module_steps(visitor, with_passes=links)
             except Exception:  # noqa: BLE001  (one module the analysis fails on exports nothing; its own fix reports it)
-                visitors.failed(rel)
+                visitors[rel] = None
                 summaries.pop(rel, None)
                 continue
-            summaries[rel] = ModuleSteps(found.module, found.steppers, summaries[rel].signatures, summaries[rel].passes)
+            if links:
+                linked.add(rel)
+            if not first:
+                found = ModuleSteps(found.module, found.steppers, summaries[rel].signatures, summaries[rel].passes)
+            summaries[rel] = found
         unread = _link_all_callers(summaries, linked, visitors, sources)
         combined = ProjectSteps.combine(list(summaries.values()))
         bound = frozenset(b for b in combined.param_classes if b[0].rsplit(".", 1)[-1] not in unread)
@@ -154,7 +154,7 @@ def summarize_project(
 
 
 def _link_all_callers(
-    summaries: dict[Path, ModuleSteps], linked: set[Path], visitors: _Visitors, sources: dict
+    summaries: dict[Path, ModuleSteps], linked: set[Path], visitors: dict[Path, _Summary | None], sources: dict
 ) -> set[str]:
     """A parameter's class is certain only when every caller of its function was read: read what each module
     that names such a function passes (once). Returns the names of the functions named by a module that
@@ -165,9 +165,9 @@ def _link_all_callers(
         named = {name for name in functions if re.search(rf"\b{re.escape(name)}\b", text)}
         if rel in linked or not named:
             continue
+        visitor = visitors.get(rel)
         try:
-            visitor = visitors.get(rel) if rel in summaries else None
-            if visitor is None:
+            if visitor is None or rel not in summaries:
                 raise ValueError(rel)
             summaries[rel] = replace(summaries[rel], passes=passes(visitor))
         except Exception:  # noqa: BLE001  (as in summarize_project)
@@ -177,67 +177,27 @@ def _link_all_callers(
     return unread
 
 
-class _Visitors:
-    """The analysis of each module, made once and kept for the later rounds (its names stay resolved).
-
-    When the first round ran in worker processes, a module that a later round needs is analysed here again
-    with the first round's calls replayed (same text, same tree summary, same calls in the same order): its
-    analysis is in the state it would have had, had the first round run here."""
-
-    def __init__(self, sources: dict[Path, str], project: ProjectSteps, links: set[Path]) -> None:
-        self.sources, self.project, self.links = sources, project, links  # the first round's inputs
-        self.kept: dict[Path, _Summary | None] = {}  # None: the analysis failed on the module
-
-    def first_round(self, pool: Executor | None) -> dict[Path, ModuleSteps]:
-        """Every module's summary (in path order), in `pool` when given; the modules the analysis fails on
-        are left out."""
-        rels = sorted(self.sources)
-        found: dict[Path, ModuleSteps | None] = {}
-        if pool is None:
-            for rel in rels:
-                self.kept[rel], found[rel] = _first_round(self.sources[rel], rel, self.project, rel in self.links)
-        else:
-            largest_first = sorted(rels, key=lambda rel: -len(self.sources[rel]))
-            futures = {
-                rel: pool.submit(_first_round_steps, self.sources[rel], rel, self.project, rel in self.links)
-                for rel in largest_first
-            }
-            for rel in rels:
-                found[rel] = futures[rel].result()
-                if found[rel] is None:
-                    self.kept[rel] = None
-        return {rel: steps for rel, steps in found.items() if steps is not None}
-
-    def get(self, rel: Path) -> _Summary | None:
-        if rel not in self.kept:
-            self.kept[rel] = _first_round(self.sources[rel], rel, self.project, rel in self.links)[0]
-        return self.kept[rel]
-
-    def failed(self, rel: Path) -> None:
-        self.kept[rel] = None
-
-
-def _first_round(
-    source: str, rel: Path, project: ProjectSteps, links: bool
-) -> tuple[_Summary | None, ModuleSteps | None]:
-    """One module's analysis and its summary in the first round (`links`: with the instances it passes);
-    (None, None) when the analysis fails on it."""
-    try:
-        module, tree = parse_both(source)
-    except SourceError:  # a file xlaport cannot analyse exports nothing
-        return None, None
-    visitor = _Summary()
-    try:
-        run_rules(module, [visitor], project, str(rel), tree)
+def _summary_visitor(
+    visitors: dict[Path, _Summary | None], rel: Path, source: str, project: ProjectSteps
+) -> _Summary | None:
+    """The analysis of one module, made once and kept for the next rounds (its names stay resolved)."""
+    if rel not in visitors:
+        try:
+            module, tree = parse_both(source)
+        except SourceError:  # a file xlaport cannot analyse exports nothing
+            visitors[rel] = None
+            return None
+        visitor = _Summary()
+        try:
+            run_rules(module, [visitor], project, str(rel), tree)
+        except Exception:  # noqa: BLE001  (as in summarize_project)
+            visitors[rel] = None
+            return None
+        visitors[rel] = visitor
+    visitor = visitors[rel]
+    if visitor is not None:
         visitor.analysis.project = project
-        return visitor, module_steps(visitor, with_passes=links)
-    except Exception:  # noqa: BLE001  (as in summarize_project)
-        return None, None
-
-
-def _first_round_steps(source: str, rel: Path, project: ProjectSteps, links: bool) -> ModuleSteps | None:
-    """`_first_round` in a worker process: the summary only (the analysis stays there)."""
-    return _first_round(source, rel, project, links)[1]
+    return visitor
 
 
 class _Summary(StepContextRule):
