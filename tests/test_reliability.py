@@ -312,8 +312,8 @@ def test_timed_out_suggest_stops_its_work_and_frees_the_slot():
     import time
 
     heavy = (
-        "import torch\n" + "\n".join(f"x{i} = torch.zeros({i}).cuda()" for i in range(3000)) + "\n"
-    )  # ~2 min of fixing
+        "import torch\n" + "\n".join(f"x{i} = torch.zeros({i}).cuda()" for i in range(8000)) + "\n"
+    )  # ~9 s of fixing (262k characters, under the 300k input limit)
     app_ = create_app(Pipeline(), token=None, warm_up=False, timeout_s=3, max_concurrency=1)
     with TestClient(app_) as c:
         start = time.monotonic()

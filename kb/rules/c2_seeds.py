@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.guards import guarded_by_cuda
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import block_of, calls_in, expr, find_nodes, keyword_arg, positional_args, whole_statement
 from ..rule import IMPORT_TORCH_XLA, REMOVE, Rule, register
@@ -47,12 +48,22 @@ class AddXlaSeed(ScopedRule):
     # Calls in the same block that mean "nothing to add here" (XLA207 turns CUDA seeds into XLA seeds).
     already_seeded: frozenset[str] = XLA_SEEDS | CUDA_SEEDS
 
+    def _seeds_xla(self, call: cst.Call) -> bool:
+        """Does `call` seed the XLA generator once migrated? A CUDA seed under `if torch.cuda.is_available():`
+        (a `set_seed` helper's CUDA-only housekeeping) does not: XLA207 leaves that branch alone, and on TPU it
+        never runs."""
+        if self.qualified_names(call.func) & CUDA_SEEDS:
+            return not guarded_by_cuda(self, call, quiet_only=True)
+        return True
+
     def visit_Call(self, node: cst.Call) -> None:
         if not self.qualified_names(node.func) & self.seeds or self.facts().cpu_script:
             return  # a script that never names a device has no XLA generator to seed
         stmt = self.statement_of(node)
         block = block_of(self, stmt) if stmt is not None else None
-        if block is not None and any(calls_in(self, s, self.already_seeded) for s in block.body):
+        if block is not None and any(
+            self._seeds_xla(c) for s in block.body for c in calls_in(self, s, self.already_seeded)
+        ):
             return  # seeded here already, or XLA207 turns the CUDA seed into the XLA one
         seed = seed_argument(node)
         line = whole_statement(self, node)
