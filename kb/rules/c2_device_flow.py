@@ -227,6 +227,9 @@ class CudaGuard(DeviceFlowRule):
         constant = folded.value if isinstance(folded, cst.Name) and folded.value in ("True", "False") else None
         if isinstance(parent, cst.If) and constant is not None and not _is_elif(analysis, parent):
             self.report(guard.test, target=parent, replacement=_taken_branch(parent, constant == "True"))
+            if constant == "True" and _ends_in_return(parent.body):
+                for dead in _after(analysis, parent):  # `return torch.device("cpu")` after the taken branch
+                    self.report(dead, "unreachable once the CUDA guard above is always taken on XLA", REMOVE)
         elif isinstance(parent, cst.If) and constant == "True":  # `elif <guard>:` -> `else:` (what follows is dead)
             replacement = cst.Else(body=parent.body, leading_lines=parent.leading_lines)
             self.report(guard.test, target=parent, replacement=replacement)
@@ -239,6 +242,21 @@ class CudaGuard(DeviceFlowRule):
 
 def _is_elif(analysis: DeviceAnalysis, node: cst.If) -> bool:
     return isinstance(analysis.parent(node), cst.If)
+
+
+def _ends_in_return(block: cst.BaseSuite) -> bool:
+    last = block.body[-1] if isinstance(block, cst.IndentedBlock) and block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
+
+
+def _after(analysis: DeviceAnalysis, node: cst.If) -> list[cst.BaseStatement]:
+    """The statements after `node` in its function's block (none at module level: no return there)."""
+    block = analysis.parent(node)
+    if not (isinstance(block, cst.IndentedBlock) and isinstance(analysis.parent(block), cst.FunctionDef)):
+        return []
+    body = list(block.body)
+    index = next(i for i, statement in enumerate(body) if statement is node)
+    return body[index + 1 :]
 
 
 def _taken_branch(node: cst.If, truth: bool) -> cst.FlattenSentinel | cst.RemovalSentinel:
