@@ -228,22 +228,9 @@ def _holding_all(rule: StepContextRule, statements: list[cst.BaseStatement], las
     for stmt in statements:
         holders &= {id(stmt), *(id(a) for a in rule.ancestors(stmt))}
     common = next(n for n in path if id(n) in holders)
-    # up to the statement on the path that lives in the common block (or is the common compound statement)
-    for node in path:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and (
-            node is common or rule.parent(node) is common
-        ):
-            return node
-        if node is common:
-            break
-    return _statement_holding(rule, common)
-
-
-def _statement_holding(rule: StepContextRule, node: cst.CSTNode) -> cst.CSTNode:
-    """`node` when it is a statement, else the statement that holds it (an `if`'s `else:` -> the `if`)."""
-    while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-        node = rule.parent(node)
-    return node
+    if isinstance(common, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        return common  # one update, or an `if` whose branches hold them all
+    return next(n for n in path if rule.parent(n) is common)  # the statement of the common block on the path
 
 
 def _climb(rule: StepContextRule) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:
