@@ -108,6 +108,9 @@ class CudaAutocast(_AmpRule):
         self.report(node, replacement=replacement, imports=(IMPORT_TORCH,))
 
 
+HALF_REASON = "the code still trains in float16 (fix XLA503 first)"
+
+
 @register
 class CudaGradScaler(_AmpRule):
     code = "XLA502"
@@ -183,10 +186,14 @@ class CudaGradScaler(_AmpRule):
             ):
                 tracked.setdefault(code_of(assign.targets[0].target), []).append(assign)
         tracked_calls = {id(a.value) for assigns in tracked.values() for a in assigns}
-        for call in found.calls:
-            if self._is_scaler(call) and id(call) not in tracked_calls:
-                self._disable(call, "it is not bound to a name")
         half_training = self._trains_in_float16(found)
+        for call in found.calls:
+            if not self._is_scaler(call) or id(call) in tracked_calls:
+                continue
+            if half_training:  # float16 without loss scaling underflows: as for a bound scaler, by hand
+                self.report(call, f"remove the GradScaler by hand (bfloat16 needs no loss scaling): {HALF_REASON}")
+            else:
+                self._disable(call, "it is not bound to a name")
         for key, assigns in tracked.items():
             self._handle(key, assigns, found, half_training)
 
@@ -224,7 +231,7 @@ class CudaGradScaler(_AmpRule):
         if any(keyword_arg(a.value, "enabled") is not None for a in assigns):
             reason = "built with `enabled=`"
         elif half_training:
-            reason = "the code still trains in float16 (fix XLA503 first)"
+            reason = HALF_REASON
         edits: list[tuple[cst.CSTNode, object]] = []
         for assign in assigns:
             line = self.parent(assign)

@@ -173,3 +173,15 @@ def test_scaler_left_by_hand_names_one_line_of_code():
     )
     messages = [f.message for f in lint_source(source) if f.code == "XLA502"]
     assert messages and all("\n" not in m and "#" not in m for m in messages), messages
+
+
+def test_unbound_scaler_is_disabled_unless_the_code_trains_in_float16():
+    source = "import torch\nscaler = torch.cuda.amp.GradScaler() if use_amp else None\n"
+    fixed = fix_source(source, unsafe=True).fixed
+    assert "GradScaler(enabled=False)" in fixed
+    # float16 without loss scaling underflows: left by hand, as for a bound scaler, until XLA503 moves the model
+    # to bfloat16 (then the next pass disables the scaler)
+    half = source + "model = model.half()\n"
+    assert [f.fixable for f in lint_source(half) if f.code == "XLA502"] == [False]
+    fixed = fix_source(half, unsafe=True).fixed
+    assert "model.bfloat16()" in fixed and "GradScaler(enabled=False)" in fixed
