@@ -39,7 +39,7 @@ from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
-from xlaport.files import WriteFailed, in_place_backups
+from xlaport.files import WriteFailed, check_writable, in_place_backups
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
@@ -415,9 +415,10 @@ class Pipeline:
                     + " rejected the migration"
                 )
             else:
-                backups = write_in_place(src, originals, texts, options.force)
+                backups, skipped = write_in_place(src, originals, texts, options.force)
                 if backups:
                     notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
+                notes += [f"not written: {reason}" for reason in skipped]
             copied = 0
         else:
             created = not dst.exists()
@@ -451,6 +452,7 @@ class Pipeline:
         migration.wall_s = round(time.perf_counter() - start, 3)
         migration.reports = write_reports(migration, report_dir)
         records = trace_records(migration, originals, texts, by_rel)
+        check_writable(report_dir / TRACE_FILE)  # appended to, not replaced: checked here, not in atomic_write
         migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
         global_trace = append_records(records, traces_path())
         if global_trace is not None:
