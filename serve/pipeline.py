@@ -39,7 +39,7 @@ from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
-from xlaport.files import WriteFailed, check_writable, in_place_backups
+from xlaport.files import REPORT_MODE, WriteFailed, check_writable, in_place_backups, quoting_mode, restrict_mode
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
@@ -356,6 +356,8 @@ class Pipeline:
             if not (src / script).is_file():
                 raise ValueError(f"the command's script is not in the source tree: {script}")
         rules = self.rules(options.select, options.ignore)
+        # the reports and traces quote the sources: none is readable by more people than every source is
+        report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
 
         results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, progress)
         by_rel = dict(zip(python, results, strict=True))
@@ -406,7 +408,9 @@ class Pipeline:
             if may_execute and (options.validate_cmd or options.verify_cmd):
                 with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage:
                     write_tree(src, Path(stage), other, by_rel, texts)
-                    validation, verification = self.evidence(src, Path(stage), options, validation, report_dir)
+                    validation, verification = self.evidence(
+                        src, Path(stage), options, validation, report_dir, report_mode
+                    )
             if validation.status == "rejected" or (verification is not None and verification.status == "fail"):
                 written = False
                 notes.append(
@@ -429,7 +433,7 @@ class Pipeline:
                     shutil.rmtree(dst, ignore_errors=True)
                 raise
             if may_execute:
-                validation, verification = self.evidence(src, dst, options, validation, report_dir)
+                validation, verification = self.evidence(src, dst, options, validation, report_dir, report_mode)
 
         migration = MigrationResult(
             run_id=uuid.uuid4().hex[:12],
@@ -450,11 +454,14 @@ class Pipeline:
             report_dir=str(report_dir),
         )
         migration.wall_s = round(time.perf_counter() - start, 3)
-        migration.reports = write_reports(migration, report_dir)
+        migration.reports = write_reports(migration, report_dir, report_mode)
         records = trace_records(migration, originals, texts, by_rel)
         check_writable(report_dir / TRACE_FILE)  # appended to, not replaced: checked here, not in atomic_write
         migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
         global_trace = append_records(records, traces_path())
+        for trace in (report_dir / TRACE_FILE, global_trace):  # they quote the sources too
+            if trace is not None:
+                restrict_mode(trace, report_mode)
         if global_trace is not None:
             migration.reports["trace_global"] = str(global_trace)
         return migration
@@ -466,6 +473,7 @@ class Pipeline:
         options: MigrateOptions,
         validation: Validation,
         report_dir: Path,
+        report_mode: int = REPORT_MODE,
     ) -> tuple[Validation, VerifyOutcome | None]:
         """Validation (execution check + generated tests) and verify of a migrated tree, as asked.
 
@@ -477,7 +485,7 @@ class Pipeline:
         if options.verify_cmd:
             report = run_verify(original_root, migrated_root, options.verify_cmd)
             verification = verify_outcome(report, options.verify_cmd)
-            verification.reports = write_verify_reports(report, report_dir)
+            verification.reports = write_verify_reports(report, report_dir, report_mode)
             if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
                 shared = check_run_of_verify(verification.report)
         if options.validate_cmd:

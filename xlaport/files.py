@@ -183,6 +183,31 @@ def atomic_write(
             Path(tmp).unlink(missing_ok=True)
 
 
+REPORT_MODE = 0o644  # a report is for sharing, unless what it quotes is not
+
+
+def quoting_mode(sources: Iterable[Path], default: int = REPORT_MODE) -> int:
+    """The mode of a file that quotes `sources` (a report, a trace): `default` less each permission of group or
+    others that one of them withholds. A report quoting a 0600 file is 0600; its owner keeps read and write."""
+    mode = default
+    for path in sources:
+        try:
+            mode &= os.stat(path).st_mode | 0o600
+        except OSError:
+            mode &= 0o600  # unknown: the most restrictive
+    return mode & 0o777
+
+
+def restrict_mode(path: Path, mode: int) -> None:
+    """Takes away from `path` the permissions `mode` lacks (never adds any): for a file appended to, not replaced."""
+    try:
+        current = os.stat(path).st_mode & 0o7777
+        if current & ~mode:
+            os.chmod(path, current & mode)
+    except OSError:
+        pass  # a file that cannot be read back was not written either (append_records says so)
+
+
 def _holds(path: Path, text: str) -> bool:
     try:
         return read_source(path) == text.removeprefix(BOM)
