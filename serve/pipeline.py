@@ -39,11 +39,20 @@ from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
-from xlaport.files import REPORT_MODE, WriteFailed, check_writable, in_place_backups, quoting_mode, restrict_mode
+from xlaport.files import BOM, REPORT_MODE, WriteFailed, check_writable, in_place_backups, quoting_mode, restrict_mode
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
-from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check, verify_outcome
+from .checks import (
+    check_arguments,
+    check_file_name,
+    check_run_of_verify,
+    parse_command,
+    run_generated_tests,
+    run_verify,
+    run_xla_check,
+    verify_outcome,
+)
 from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
@@ -144,6 +153,9 @@ class Pipeline:
         """
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
+        check_file_name(name)
+        check_arguments(options.args)
+        source = source.removeprefix(BOM)  # a file's encoding mark, not its text (a BOM kept would not parse)
         rules = self.rules(options.select, options.ignore)
         try:
             if fix_time_limit_s is None:
@@ -291,10 +303,12 @@ class Pipeline:
         """The XLA execution check of a script given as text or as a path."""
         if (source is None) == (path is None):
             raise ValueError("give either the script's source or its path")
+        check_arguments(args or [])
         if path is not None:
             if not path.is_file():
                 raise ValueError(f"no such script: {path}")
             return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
+        source = source.removeprefix(BOM)
         parse(source)  # refuse what is not Python before running it
         with readable_scratch("xlaport-check-") as tmp:
             script = Path(tmp, "script.py")
@@ -311,8 +325,11 @@ class Pipeline:
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
+        check_file_name(name)
         if not name.endswith(".py") or Path(name).name != name:
             raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
+        check_arguments(args)
+        original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
         parse(original)
         parse(migrated)
         with readable_scratch("xlaport-verify-") as tmp:
