@@ -97,7 +97,7 @@ def lint(
     if format is LintFormat.json:
         typer.echo(as_json(findings))
     elif format is LintFormat.sarif:
-        typer.echo(as_sarif(findings))
+        typer.echo(as_sarif(findings, [(r.path, r.error) for r in results if r.error]))
     else:
         if findings:
             typer.echo(as_text(findings))

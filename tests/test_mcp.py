@@ -246,3 +246,25 @@ def test_paths_of_running_tools_are_confined_to_the_root(tmp_path):
         assert result.is_error and "outside the folder" in result.content[0].text, path
     verify = call(server, "verify_migration", {"original_dir": str(tmp_path), "migrated_dir": ".", "command": "x"})
     assert verify.is_error and "outside the folder" in verify.content[0].text
+
+
+def test_out_of_range_arguments_are_refused_as_over_http(tmp_path):
+    """N13: MCP accepted timeout_s <= 0 and any k, which HTTP and the CLI refuse."""
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=True, root=tmp_path)
+    (tmp_path / "src").mkdir()
+    for name, arguments in (
+        ("check_xla", {"source": "print(1)\n", "timeout_s": 0}),
+        ("check_xla", {"source": "print(1)\n", "timeout_s": -5}),
+        ("check_xla", {"source": "print(1)\n", "timeout_s": 1e9}),
+        ("suggest_patch", {"source": "x = 1\n", "k": 99}),
+        ("suggest_patch", {"source": "x = 1\n", "k": -1}),
+        ("search_fixes", {"text": "cuda", "k": 0}),
+        ("search_fixes", {"text": "cuda", "k": 51}),
+        ("migrate_repo", {"src": "src", "dst": "out", "jobs": 0}),
+    ):
+        result = call(server, name, arguments)
+        assert result.is_error, (name, arguments)
+        assert any(word in result.content[0].text for word in ("greater", "less")), result.content[0].text
+    assert not (tmp_path / "out").exists()
+    whole = call(server, "suggest_patch", {"source": "x = 1\n", "k": 2.0})
+    assert not whole.is_error, whole.content

@@ -483,3 +483,25 @@ def test_fix_of_a_folder_never_writes_outside_it_through_a_link(tmp_path: Path):
     assert "torch_xla" in (tree / "own.py").read_text()
     assert run("fix", str(tree / "link.py")).exit_code == 0  # named by the user: followed, as before
     assert "torch_xla" in outside.read_text()
+
+
+def test_sarif_uris_are_percent_encoded_and_unparsable_files_are_notifications(tmp_path: Path):
+    """N17: a file URI with a space or `#` was written as it is; an unparsable file was missing from the log."""
+    import json
+
+    folder = tmp_path / "my project#1"
+    folder.mkdir()
+    (folder / "train 100%.py").write_text(CUDA_SOURCE)
+    (folder / "broken.py").write_text("def f(:\n")
+    result = run("lint", "--format", "sarif", str(folder))
+    assert result.exit_code == 1
+    log = json.loads(result.stdout)
+    run_ = log["runs"][0]
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run_["results"]}
+    assert uris == {(folder / "train 100%.py").as_uri()} and "my%20project%231/train%20100%25.py" in uris.pop()
+    invocation = run_["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    [notification] = invocation["toolExecutionNotifications"]
+    assert notification["level"] == "error" and "cannot parse" in notification["message"]["text"]
+    uri = notification["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri == (folder / "broken.py").as_uri()
