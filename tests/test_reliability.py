@@ -505,3 +505,25 @@ def test_sarif_uris_are_percent_encoded_and_unparsable_files_are_notifications(t
     assert notification["level"] == "error" and "cannot parse" in notification["message"]["text"]
     uri = notification["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert uri == (folder / "broken.py").as_uri()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "type Vector = list[float]\n",
+        "def first[T](items: list[T]) -> T:\n    return items[0]\n",
+        'config = {"lr": 1}\nprint(f"{config["lr"]}")\n',
+    ],
+    ids=["type-alias", "generic-def", "nested-fstring-quotes"],
+)
+def test_newer_python_syntax_is_not_the_users_syntax_error(source):
+    """N10: valid Python 3.12 syntax (which libcst parses) was reported as the user's syntax error."""
+    if sys.version_info >= (3, 12):
+        pytest.skip("this interpreter parses 3.12 syntax")
+    with pytest.raises(SourceError) as refused:
+        lint_source(source)
+    assert "newer than the Python 3.11" in str(refused.value) and "not an error in the file" in str(refused.value)
+    with pytest.raises(SourceError, match="cannot parse: SyntaxError"):
+        lint_source("def f(:\n")  # a real syntax error is still one
+    with pytest.raises(SourceError, match="cannot parse"):  # a shape unsafe for libcst is never handed to it
+        lint_source("y = " + " and ".join(["x"] * 10_000) + " +\n")
