@@ -16,12 +16,14 @@ from __future__ import annotations
 import hmac
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
@@ -29,6 +31,7 @@ from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree, writes_confined_to
 
+from .isolated import StoppableCall
 from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
 
@@ -42,6 +45,8 @@ INSTRUCTIONS = (
 
 
 TOKEN_ENV = "XLAPORT_TOKEN"
+POLL_S = 0.2  # how often a stoppable call is looked at: the delay its result may wait
+T = TypeVar("T")
 # the bounds the HTTP service and the CLI put on the same arguments
 Timeout = Annotated[float, Field(gt=0, le=3600, description="Seconds the run may take.")]
 SuggestK = Annotated[int, Field(ge=0, le=20, description="Fixes retrieved per finding left for a human.")]
@@ -96,7 +101,7 @@ def create_server(
         return pipeline or get_pipeline()
 
     @server.tool()
-    def suggest_patch(
+    async def suggest_patch(
         source: str,
         path: str | None = None,
         unsafe_fixes: bool = False,
@@ -108,8 +113,14 @@ def create_server(
         and evidence (validated only when `validate` is set and execution is allowed)."""
         with _as_tool_errors():
             options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k)
+            if validate and access.execute:  # runs the program: stoppable
+                return await _stoppable(_suggest_validated, source, path, options)
             # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
-            return pipe().suggest(source, path, options, may_execute=access.execute, fix_time_limit_s=FIX_TIME_LIMIT_S)
+            return await anyio.to_thread.run_sync(
+                lambda: pipe().suggest(
+                    source, path, options, may_execute=access.execute, fix_time_limit_s=FIX_TIME_LIMIT_S
+                )
+            )
 
     @server.tool()
     def search_fixes(text: str, k: SearchK = 5) -> list[FixHit]:
@@ -124,7 +135,7 @@ def create_server(
             return pipe().explain(code)
 
     @server.tool()
-    def check_xla(
+    async def check_xla(
         script_path: str | None = None,
         source: str | None = None,
         args: list[str] | None = None,
@@ -134,10 +145,10 @@ def create_server(
         access.need(execute=True, tool="check_xla")
         path = access.path(script_path) if script_path else None
         with _as_tool_errors():
-            return pipe().check(source=source, path=path, args=args or [], timeout_s=timeout_s)
+            return await _stoppable(_check, source, path, args or [], timeout_s)
 
     @server.tool()
-    def migrate_repo(
+    async def migrate_repo(
         src: str,
         dst: str | None = None,
         validate_cmd: str | None = None,
@@ -151,7 +162,7 @@ def create_server(
         `validate_cmd` / `verify_cmd`: e.g. "python train.py --steps 20"; the same command runs the program once."""
         access.need(write=True, tool="migrate_repo")
         source, target = access.path(src), access.path(dst) if dst else None
-        with _as_tool_errors(), writes_confined_to(access.root):
+        with _as_tool_errors():
             options = MigrateOptions(
                 unsafe_fixes=unsafe_fixes,
                 jobs=jobs,
@@ -160,19 +171,54 @@ def create_server(
                 in_place=in_place,
                 force=force,
             )
-            result = pipe().migrate(source, target, options, may_execute=access.execute)
-            return result.summary()
+            if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
+                return await _stoppable(_migrate, source, target, options, write_root=access.root)
+
+            def migrate() -> dict[str, Any]:
+                with writes_confined_to(access.root):
+                    return pipe().migrate(source, target, options, may_execute=access.execute).summary()
+
+            return await anyio.to_thread.run_sync(migrate)
 
     @server.tool()
-    def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
+    async def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
         """Grade a migrated tree against a reference run of the original (L0-L4: runs, numerics, on the XLA
         device, the goal, speed), e.g. command "python train.py --steps 40"."""
         access.need(execute=True, tool="verify_migration")
         original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
-            return pipe().verify(original, migrated, command)
+            return await _stoppable(_verify, original, migrated, command)
 
     return server
+
+
+# The tools that run a program run it in a StoppableCall (serve/isolated.py): a thread cannot be stopped, and the
+# SDK cancels a tool's task when the client cancels the call or closes its end of stdio; the process, and the
+# sandboxed run it started, are killed then. The work is done by the process-wide pipeline of that child.
+async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
+    call = StoppableCall(function, args, write_root)
+    try:
+        while not call.done():
+            await anyio.sleep(POLL_S)
+        return call.result()  # type: ignore[return-value]
+    finally:
+        call.stop()
+
+
+def _check(source: str | None, path: Path | None, args: list[str], timeout_s: float) -> CheckOutcome:
+    return get_pipeline().check(source=source, path=path, args=args, timeout_s=timeout_s)
+
+
+def _verify(original: Path, migrated: Path, command: str) -> VerifyOutcome:
+    return get_pipeline().verify(original, migrated, command)
+
+
+def _migrate(src: Path, dst: Path | None, options: MigrateOptions) -> dict[str, Any]:
+    return get_pipeline().migrate(src, dst, options, may_execute=True).summary()
+
+
+def _suggest_validated(source: str, path: str | None, options: SuggestOptions) -> Patch:
+    return get_pipeline().suggest(source, path, options, may_execute=True, fix_time_limit_s=FIX_TIME_LIMIT_S)
 
 
 class BearerToken:

@@ -3,6 +3,10 @@
 import asyncio
 import json
 import shutil
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -268,3 +272,83 @@ def test_out_of_range_arguments_are_refused_as_over_http(tmp_path):
     assert not (tmp_path / "out").exists()
     whole = call(server, "suggest_patch", {"source": "x = 1\n", "k": 2.0})
     assert not whole.is_error, whole.content
+
+
+def running_with(marker: str) -> list[int]:
+    """Pids of the processes whose command line holds `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.mark.slow
+def test_stdio_server_stops_a_running_tool_on_cancel_and_on_eof(tmp_path):
+    """N12: a running check went on after the client cancelled the call or closed stdin (the server waited for it)."""
+    start = f"from pathlib import Path; from xlaport.serve.mcp import create_server; create_server(root=Path({str(tmp_path)!r})).run('stdio')"
+    server = subprocess.Popen(
+        [sys.executable, "-c", start], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+
+    def send(message: dict) -> None:
+        server.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        server.stdin.flush()
+
+    def answer(request_id: int) -> dict:
+        while True:
+            message = json.loads(server.stdout.readline())
+            if message.get("id") == request_id:
+                return message
+
+    sleeper = {"source": "import time\ntime.sleep(600)\n", "timeout_s": 900}
+    try:
+        client = {"name": "test", "version": "1"}
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client},
+            }
+        )
+        assert "result" in answer(1)
+        send({"method": "notifications/initialized"})
+        first, second = f"--marker-{uuid.uuid4().hex}", f"--marker-{uuid.uuid4().hex}"
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "check_xla", "arguments": {**sleeper, "args": [first]}},
+            }
+        )
+        assert wait_for(lambda: running_with(first), 120), "the check never started"
+        send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+        assert wait_for(lambda: not running_with(first), 15), "the cancelled check still runs"
+        send({"id": 3, "method": "tools/call", "params": {"name": "explain_fix", "arguments": {"code": "XLA201"}}})
+        assert not answer(3)["result"].get("isError")  # the server goes on serving
+        send(
+            {
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "check_xla", "arguments": {**sleeper, "args": [second]}},
+            }
+        )
+        assert wait_for(lambda: running_with(second), 120), "the check never started"
+        server.stdin.close()  # the client goes away
+        assert server.wait(30) == 0
+        assert wait_for(lambda: not running_with(second), 15), "the check outlived the server"
+    finally:
+        if server.poll() is None:
+            server.kill()
