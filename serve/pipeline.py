@@ -39,7 +39,16 @@ from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
-from xlaport.files import BOM, REPORT_MODE, WriteFailed, check_writable, in_place_backups, quoting_mode, restrict_mode
+from xlaport.files import (
+    BOM,
+    REPORT_MODE,
+    WriteFailed,
+    check_writable,
+    in_place_backups,
+    quoting_mode,
+    restrict_mode,
+    writable_too,
+)
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
@@ -423,7 +432,7 @@ class Pipeline:
         written = True
         if options.in_place:
             if may_execute and (options.validate_cmd or options.verify_cmd):
-                with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage:
+                with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage, writable_too(Path(stage)):
                     write_tree(src, Path(stage), other, by_rel, texts)
                     validation, verification = self.evidence(
                         src, Path(stage), options, validation, report_dir, report_mode

@@ -352,3 +352,17 @@ def test_stdio_server_stops_a_running_tool_on_cancel_and_on_eof(tmp_path):
     finally:
         if server.poll() is None:
             server.kill()
+
+
+@pytest.mark.slow
+def test_migrate_repo_in_place_with_validation_stages_outside_the_root(tmp_path, monkeypatch):
+    """Confined writes still let the in-place migration write its own staging copy (in the temporary folder)."""
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    src = tmp_path / "project"
+    shutil.copytree(PROJECT, src)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=True, root=tmp_path)
+    result = call(server, "migrate_repo", {"src": "project", "in_place": True, "validate_cmd": "python train.py"})
+    assert not result.is_error, result.content
+    summary = result.structured_content
+    assert summary["validation"]["status"] != "unvalidated" or "outside" not in str(summary["validation"]["reason"])
+    assert summary["written"] and "torch_xla" in (src / "train.py").read_text()

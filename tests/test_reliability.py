@@ -527,3 +527,21 @@ def test_newer_python_syntax_is_not_the_users_syntax_error(source):
         lint_source("def f(:\n")  # a real syntax error is still one
     with pytest.raises(SourceError, match="cannot parse"):  # a shape unsafe for libcst is never handed to it
         lint_source("y = " + " and ".join(["x"] * 10_000) + " +\n")
+
+
+def test_confined_writes_refuse_outside_and_allow_a_staging_folder(tmp_path: Path):
+    from xlaport.files import WriteFailed, atomic_write, writable_too, writes_confined_to
+
+    root, stage = tmp_path / "root", tmp_path / "stage"
+    root.mkdir()
+    stage.mkdir()
+    with writes_confined_to(root):
+        atomic_write(root / "ok.txt", "x\n")
+        with pytest.raises(WriteFailed, match="outside the allowed folder"):
+            atomic_write(stage / "a.txt", "x\n")
+        with writable_too(stage):
+            atomic_write(stage / "a.txt", "x\n")
+        with pytest.raises(WriteFailed):
+            atomic_write(stage / "b.txt", "x\n")
+    atomic_write(stage / "b.txt", "x\n")  # not confined outside the block
+    assert sorted(p.name for p in stage.iterdir()) == ["a.txt", "b.txt"]

@@ -100,25 +100,38 @@ class WriteFailed(OSError):
 # A server acting for someone else (the MCP tools) confines every write of the call to an allowed folder: the
 # check is here, where files are written, so that no path of a migration (copy, in-place rewrite, backup, report)
 # can miss it. A context variable follows the call into the thread that runs it and no further.
-_WRITE_ROOT: ContextVar[Path | None] = ContextVar("xlaport_write_root", default=None)
+_WRITE_ROOTS: ContextVar[tuple[Path, ...] | None] = ContextVar("xlaport_write_roots", default=None)
 
 
 @contextmanager
 def writes_confined_to(root: Path) -> Iterator[None]:
     """Within this block, `atomic_write`, `keep_backup` and `copy_file` refuse (WriteFailed) any file whose real
     path (links resolved) is not inside `root`."""
-    token = _WRITE_ROOT.set(Path(os.path.realpath(root)))
+    token = _WRITE_ROOTS.set((Path(os.path.realpath(root)),))
     try:
         yield
     finally:
-        _WRITE_ROOT.reset(token)
+        _WRITE_ROOTS.reset(token)
+
+
+@contextmanager
+def writable_too(folder: Path) -> Iterator[None]:
+    """Within confined writes, `folder` (one the caller created for itself, e.g. a staging copy) is allowed too."""
+    roots = _WRITE_ROOTS.get()
+    token = _WRITE_ROOTS.set(None if roots is None else (*roots, Path(os.path.realpath(folder))))
+    try:
+        yield
+    finally:
+        _WRITE_ROOTS.reset(token)
 
 
 def check_writable(path: Path) -> None:
     """Raises WriteFailed when writes are confined (`writes_confined_to`) and `path`, links resolved, is outside."""
-    root = _WRITE_ROOT.get()
-    if root is not None and not Path(os.path.realpath(path)).is_relative_to(root):
-        raise WriteFailed(f"refusing to write {path}: it is outside the allowed folder {root}")
+    roots = _WRITE_ROOTS.get()
+    if roots is not None:
+        real = Path(os.path.realpath(path))
+        if not any(real.is_relative_to(root) for root in roots):
+            raise WriteFailed(f"refusing to write {path}: it is outside the allowed folder {roots[0]}")
 
 
 def _has_bom(path: Path) -> bool:
