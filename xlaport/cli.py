@@ -14,7 +14,14 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 # what a bug report needs: the versions that decide behaviour, read from metadata (nothing heavy is imported)
 ENV_PACKAGES = ("torch", "torch_xla", "torch-tpu", "libcst", "transformers", "accelerate", "peft", "faiss-cpu", "mcp")
-ENV_VARIABLES = ("PJRT_DEVICE", "XLA_FLAGS", "PT_XLA_DEBUG_LEVEL", "XLAPORT_CACHE_DIR", "XLAPORT_MODEL", "XDG_CACHE_HOME")
+ENV_VARIABLES = (
+    "PJRT_DEVICE",
+    "XLA_FLAGS",
+    "PT_XLA_DEBUG_LEVEL",
+    "XLAPORT_CACHE_DIR",
+    "XLAPORT_MODEL",
+    "XDG_CACHE_HOME",
+)
 
 
 def _version(package: str) -> str | None:
