@@ -481,15 +481,16 @@ class Pipeline:
         )
         migration.wall_s = round(time.perf_counter() - start, 3)
         migration.reports = write_reports(migration, report_dir, report_mode)
-        records = trace_records(migration, originals, texts, by_rel)
-        check_writable(report_dir / TRACE_FILE)  # appended to, not replaced: checked here, not in atomic_write
-        migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
-        global_trace = append_records(records, traces_path())
-        for trace in (report_dir / TRACE_FILE, global_trace):  # they quote the sources too
-            if trace is not None:
-                restrict_mode(trace, report_mode)
-        if global_trace is not None:
-            migration.reports["trace_global"] = str(global_trace)
+        if options.keep_trace:  # opt-in: the records quote the user's source
+            records = trace_records(migration, originals, texts, by_rel)
+            check_writable(report_dir / TRACE_FILE)  # appended to, not replaced: checked here, not in atomic_write
+            migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
+            global_trace = append_records(records, traces_path())
+            for trace in (report_dir / TRACE_FILE, global_trace):  # they quote the sources too
+                if trace is not None:
+                    restrict_mode(trace, report_mode)
+            if global_trace is not None:
+                migration.reports["trace_global"] = str(global_trace)
         return migration
 
     def evidence(

@@ -426,7 +426,9 @@ def test_reports_are_no_more_readable_than_the_sources_they_quote(tmp_path: Path
     (src / "private.py").write_text(CUDA_SOURCE)
     (src / "private.py").chmod(0o600)
     traces = tmp_path / "traces.jsonl"
-    done = cli_env("migrate", str(src), "--out", str(tmp_path / "out"), env={"XLAPORT_TRACES": str(traces)})
+    done = cli_env(
+        "migrate", str(src), "--out", str(tmp_path / "out"), "--keep-trace", env={"XLAPORT_TRACES": str(traces)}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "out"
     quoting = [out / n for n in ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html")]
