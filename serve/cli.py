@@ -67,6 +67,16 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    related: Annotated[
+        int,
+        typer.Option(
+            "--related",
+            min=0,
+            max=20,
+            help="Related kb fixes to search for each finding left for a human (loads the search model: seconds "
+            "and ~1 GB) [default: 0, none].",
+        ),
+    ] = 0,
 ) -> None:
     """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
 
@@ -91,6 +101,7 @@ def migrate(
         verify_cmd=verify,
         in_place=in_place,
         force=force,
+        k=related,
     )
     try:
         with ProgressBar() as progress:
@@ -107,6 +118,8 @@ def migrate(
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
     if format is OutputFormat.text and result.verification is not None:
+        from xlaport.eval.verify.cli import render_text as render_verify_text  # only with --verify: eval's imports
+
         typer.echo(render_verify_text(result.verification))
         typer.echo(f"  verify report: {result.verification.reports.get('html')} (also .json)")
     rejected = result.validation.status == "rejected"

@@ -77,6 +77,8 @@ from .tree import (
 )
 
 RULES_ONLY = "rules-only: no code model configured"
+# migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
+NOT_SEARCHED = "related kb fixes not searched (`--related 3` lists 3 per finding left)"
 SNIPPET_NAME = "snippet.py"
 
 
@@ -381,6 +383,8 @@ class Pipeline:
                 )
             )
             notes += [n for n in file_notes if n == RULES_ONLY]
+        if options.k == 0 and any(o.manual for o in outcomes):
+            notes.append(NOT_SEARCHED)
         for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
             by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
             outcomes.append(
