@@ -5,6 +5,7 @@ once for both."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import re
@@ -538,8 +539,6 @@ IN_FLIGHT = 2  # steps sent to a worker ahead of its answers: it never waits for
 def _worker(conn) -> None:  # noqa: ANN001  (a multiprocessing Connection)
     """A worker's loop: answers each step with its result, keeps its modules between steps."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
-    import gc
-
     gc.disable()  # the kept modules hold no cycles (see engine.without_cycle_collection); the process is short-lived
     store = _Store()
     projects: dict[int, ProjectSteps] = {}

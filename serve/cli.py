@@ -83,8 +83,6 @@ def migrate(
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
 
-    from xlaport.eval.verify.cli import render_text as render_verify_text
-
     from xlaport.files import DirtyTree, WriteFailed
 
     from .pipeline import MigrateOptions, get_pipeline
