@@ -9,14 +9,15 @@ for them, and the validation evidence of the run. The HTML page has no external 
 from __future__ import annotations
 
 from pathlib import Path
-
-from xlaport.eval.verify.page import write_report as write_verify_report
-from xlaport.eval.verify.report import VerifyReport
+from typing import TYPE_CHECKING
 
 from xlaport.files import REPORT_MODE, atomic_write
 from xlaport.htmlpage import bullets, diff_block, esc, page
 
 from .results import MigrationResult
+
+if TYPE_CHECKING:
+    from xlaport.eval.verify.report import VerifyReport
 
 JSON_NAME = "xlaport-report.json"
 MARKDOWN_NAME = "xlaport-report.md"
@@ -37,6 +38,9 @@ def write_reports(migration: MigrationResult, directory: Path, mode: int = REPOR
 
 def write_verify_reports(report: VerifyReport, directory: Path, mode: int = REPORT_MODE) -> dict[str, str]:
     """Writes verify's HTML page and JSON into `directory` with `mode`; returns {"html"|"json": path}."""
+    # matplotlib draws its plots: imported only when there is a verify report (~2 s and ~40 MB otherwise)
+    from xlaport.eval.verify.page import write_report as write_verify_report
+
     paths = {"html": directory / VERIFY_HTML_NAME, "json": directory / VERIFY_JSON_NAME}
     write_verify_report(report, html_path=paths["html"], json_path=paths["json"], mode=mode)
     return {kind: str(path) for kind, path in paths.items()}
