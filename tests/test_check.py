@@ -52,7 +52,10 @@ JSON_KEYS = {
     "wall_s", "startup_s", "compile_s", "run_s", "error", "recompile_sources",
 }  # fmt: skip
 # the device named on the command line, as a user without a GPU ran the original
-DEVICE_FLAG_RUNS = {"train_args": ["--device", "cpu", "--steps", "40"], "train_globals": ["--device=cpu", "--lr=0.05"]}
+DEVICE_FLAG_RUNS = {  # test name: (script in device_flag/, its arguments)
+    "device_flag_argparse": ("train_args", ["--device", "cpu", "--steps", "40"]),
+    "device_flag_overrides_a_global": ("train_globals", ["--device=cpu", "--lr=0.05"]),
+}
 REASON_KINDS = {
     "fallback": "fell back to the CPU",
     "recompile": "repeated compilation",
@@ -101,9 +104,9 @@ def runs(request):
     for name in TORCH_PROGRAMS:
         if name in wanted:
             futures[name] = pool.submit(run_check, PROGRAMS / f"{name}.py", timeout_s=300)
-    for name, args in DEVICE_FLAG_RUNS.items():
+    for name, (script, args) in DEVICE_FLAG_RUNS.items():
         if name in wanted:
-            futures[name] = pool.submit(run_check, PROGRAMS / "device_flag" / f"{name}.py", args, timeout_s=300)
+            futures[name] = pool.submit(run_check, PROGRAMS / "device_flag" / f"{script}.py", args, timeout_s=300)
     yield futures
     pool.shutdown(wait=True)
 
@@ -237,7 +240,7 @@ def test_perf_reads(runs):
 
 @pytest.mark.slow
 def test_device_flag_argparse(runs):
-    report = runs["train_args"].result()
+    report = runs["device_flag_argparse"].result()
     assert report.level == "L0" and reason_kinds(report) == {"off_device"}, report.reasons
     reason = report.reasons[0]
     assert reason.startswith("ran on the CPU, not on the XLA device")
@@ -249,7 +252,7 @@ def test_device_flag_argparse(runs):
 def test_device_flag_overrides_a_global(runs):
     # `device = "xla"` in the script is replaced by `--device=cpu` through the executed overrides file:
     # the flag is the cause, and the overridden line is not blamed
-    report = runs["train_globals"].result()
+    report = runs["device_flag_overrides_a_global"].result()
     assert report.level == "L0" and reason_kinds(report) == {"off_device"}, report.reasons
     reason = report.reasons[0]
     assert "the command line: `--device=cpu` chose the cpu device" in reason
