@@ -201,6 +201,15 @@ def performance_line(finding: PerformanceFinding) -> str:
     return f"{finding.kind.replace('_', ' ')} {finding.when}: {finding.what}. Fix{code}: {finding.fix}"
 
 
+def performance_lines(report: CheckReport | Mapping) -> list[str]:
+    """Where the time goes and the performance findings of a report (or of its `to_dict()`), one line each:
+    what the HTML and Markdown reports list under the check."""
+    data = report.to_dict() if isinstance(report, CheckReport) else report
+    splits = [TimeSplit(**split) for split in data.get("time_split") or []]
+    findings = [PerformanceFinding(**finding) for finding in data.get("performance") or []]
+    return time_split_lines(splits) + [f"performance: {performance_line(finding)}" for finding in findings]
+
+
 def _or_dash(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
