@@ -394,7 +394,7 @@ def _host_sync_findings(report: CheckReport, reads_after_last_step: list[dict]) 
         else:
             when = _event_steps(site["steps"], after_last_step=events > len(site["steps"]))
             cost = f"{1000 * site['wait_s'] / events:.1f} ms per event" + (
-                f", {site['count'] / events:g} read(s) each" if site["count"] > events else ""
+                f", {site['count'] / events:.3g} read(s) each" if site["count"] > events else ""
             )
             fix = "nothing to do: it is not paid every step" if site["count"] and events <= 1 else fix
         findings.append(
