@@ -1,5 +1,7 @@
 """The one HTML renderer (xlaport/htmlpage.py) behind the migration report and verify's page."""
 
+from xlaport.eval.verify.page import render_html
+from xlaport.eval.verify.report import VerifyReport
 from xlaport.serve.report import as_html, as_markdown
 from xlaport.serve.results import CheckRun, FileOutcome, MigrationResult, Validation
 
@@ -61,6 +63,12 @@ def test_migration_report_lists_the_checks_performance_findings_and_time_split()
         report_dir="dst",
     )  # fmt: skip
     html_page, markdown = as_html(migration), as_markdown(migration)
+    verify_page = render_html(
+        VerifyReport(
+            "o", "m", ["python", "train.py"], "L3", "L3", "pass", [], [], check=migration.validation.checks[0].report
+        )
+    )
+    assert "waits &lt;for&gt; the device. Fix (XLA401)" in verify_page
     line = "performance: host sync every step: `.item()` at train.py:9 waits <for> the device. Fix (XLA401): read"
     assert "- **xla_check**: passed, level L2" in markdown and f"  - {line}" in markdown
     assert "waits &lt;for&gt; the device. Fix (XLA401)" in html_page
