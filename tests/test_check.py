@@ -35,6 +35,7 @@ TORCH_PROGRAMS = [
     "clean_loader",
     "step_styles",
     "fault_varlen",
+    "fault_read_shapes",
     "perf_item",
     "perf_grad_scaler",
     "perf_reads",
@@ -168,6 +169,17 @@ def test_fault_varlen(runs):
     assert top.compiles == 6 and top.steps == [2, 3, 4, 5, 6, 7]
     assert top.location.endswith(f"fault_varlen.py:{line_of('fault_varlen', 'torch_xla.sync()')}")
     assert top.cause == "user torch_xla.sync"
+
+
+@pytest.mark.slow
+def test_fault_read_shapes(runs):
+    # a host read whose value sets a shape changes the computation step by step: still repeated compilation
+    report = runs["fault_read_shapes"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"recompile"}, report.reasons
+    assert report.compiles_after_warmup >= 3
+    read = next(f for f in report.performance if f.kind == "host_sync")
+    assert read.site.endswith(f"fault_read_shapes.py:{line_of('fault_read_shapes', 'positive = int(')}")
+    assert read.code == "XLA402" and read.every_step
 
 
 @pytest.mark.slow

@@ -125,7 +125,7 @@ class Probe:
         self.nonfinite_reads: list[dict] = []
         self.item_sites: dict[str | None, int] = {}  # where the script reads XLA tensors on the host
         self.last_read_site: str | None = None  # the latest of them
-        self.reading = False  # inside a counted read: the reads it makes itself are part of it
+        self.reading = threading.local()  # .active: this thread is inside a counted read, whose own reads are its
         self.step_reads: dict[tuple[str | None, str], list] = {}  # (site, kind) -> [reads, wait s] this step
         self.host_wait_s = 0.0  # running total of main-thread time blocked in host reads (compiles excluded)
         self.host_wait_at_boundary = 0.0
@@ -279,14 +279,15 @@ class Probe:
 
         @functools.wraps(original)
         def read(tensor, *args, **kwargs):
-            if probe.reading or tensor.device.type != "xla":
+            device = getattr(tensor, "device", None)
+            if getattr(probe.reading, "active", False) or device is None or device.type != "xla":
                 return original(tensor, *args, **kwargs)
-            probe.reading = True
+            probe.reading.active = True
             start, compile_start = time.perf_counter(), probe.compile_ns()
             try:
                 value = original(tensor, *args, **kwargs)
             finally:
-                probe.reading = False
+                probe.reading.active = False
             if kind == "cpu" and getattr(value, "device", None) is not None and value.device.type == "xla":
                 return value  # `.to(...)` that stays on the device: not a read
             # the compile a read triggers is compilation, not waiting: only the rest counts as the host's wait
@@ -506,7 +507,7 @@ class Probe:
         totals = self.delta(final, {"compiles": 0, "compile_ns": 0, "transfers": 0, "aten": {}})
         reads_after_last_step = self.take_reads()  # before the check's own read below
         self.check_placement()
-        self.reading = True  # the NaN/Inf check's transfer is the probe's, not the script's
+        self.reading.active = True  # the NaN/Inf check's transfer is the probe's, not the script's
         try:
             nonfinite = self.nonfinite_tensors()
             nonfinite_error = None
