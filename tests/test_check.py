@@ -437,6 +437,7 @@ def test_host_syncs_are_performance_findings_located_and_costed_never_reasons():
     assert report.time_split[-1].host_wait_s == pytest.approx(0.136)
     text = render_text(report)
     assert "why not L2" not in text and "performance (costs time, not correctness" in text
+    assert "per-step ms (tracing and dispatch/compiling/host waits): 4/0/6 4/0/6 4/0/6 4/0/56 " in text
 
 
 def test_slow_step_and_one_off_compile_are_performance_findings():

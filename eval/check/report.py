@@ -153,6 +153,15 @@ def render_text(report: CheckReport) -> str:
         "  tied weights lost: " + ("; ".join(report.lost_ties) or "none"),
     ]
     lines += [f"  {line}" for line in time_split_lines(report.time_split)]
+    if report.per_step:
+        lines.append(
+            "  per-step ms (tracing and dispatch/compiling/host waits): "
+            + " ".join(
+                f"{1000 * s.trace_s:.0f}/{1000 * s.compile_s:.0f}/{1000 * s.host_wait_s:.0f}"
+                for s in report.per_step[:20]
+            )
+            + (" ..." if report.steps > 20 else "")
+        )
     if report.level == "none" or report.stopped:
         lines.append(f"  last phase reached: {report.phase}")
     for source in report.recompile_sources:
