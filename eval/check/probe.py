@@ -558,7 +558,8 @@ class Probe:
         xm._run_step_closures = self.wrap_run_step_closures(xm._run_step_closures)
         torch.nn.Module.to = self.wrap_module_to(torch.nn.Module.to)
         for method, kind in READ_METHODS.items():
-            setattr(torch.Tensor, method, self.wrap_read(getattr(torch.Tensor, method), kind))
+            if hasattr(torch.Tensor, method):
+                setattr(torch.Tensor, method, self.wrap_read(getattr(torch.Tensor, method), kind))
         torch.Tensor.backward = self.wrap_backward(torch.Tensor.backward)
         register_optimizer_step_pre_hook(self.on_optimizer_step)
         threading.Thread(target=self.watch, name="xlaport-check-watchdog", daemon=True).start()
