@@ -20,7 +20,9 @@ class StepStats:
     wall_s: float
     sync_site: str | None = None  # file:line of the sync, recorded when the step compiled
     # where the step's wall time went: trace_s + compile_s + host_wait_s == wall_s; execute_s overlaps them
-    trace_s: float = 0.0  # Python and lazy tracing, dispatch and the barrier: the rest of the wall time
+    # Python and lazy tracing, dispatch and the barrier: the rest of the wall time (step 0 also holds the set-up
+    # since torch_xla's import: building the model, loading data)
+    trace_s: float = 0.0
     host_wait_s: float = 0.0  # blocked in device-to-host reads (.item(), bool(t), .cpu() ...), compiles excluded
     execute_s: float = 0.0  # device execution (torch_xla's ExecuteTime); runs beside tracing, so it overlaps
     reads: list[dict] = field(default_factory=list)  # {"site", "kind", "count", "wait_s"}: the step's host reads
