@@ -269,11 +269,34 @@ def mcp(
             "--exec/--no-exec", help="Let tools run code in the sandbox (default: on for stdio, off for http)."
         ),
     ] = None,
+    allow_write: Annotated[
+        bool | None,
+        typer.Option("--write/--no-write", help="Let migrate_repo write files (default: on for stdio, off for http)."),
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", help="The only folder tools may read or write in [default: the current folder]."),
+    ] = None,
+    unauthenticated_read_only: Annotated[
+        bool,
+        typer.Option(
+            "--unauthenticated-read-only",
+            help="Serve HTTP without XLAPORT_TOKEN: any local process may call it; no tool runs code or writes.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo, verify_migration)."""
-    from .mcp import run_server
+    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo, verify_migration).
 
-    run_server(transport.value, host, port, allow_exec)
+    Over HTTP, clients must send `Authorization: Bearer $XLAPORT_TOKEN` (the server refuses to start without it,
+    unless --unauthenticated-read-only)."""
+    from .mcp import StartRefused, run_server
+
+    if root is not None and not root.is_dir():
+        fail_usage(f"--root: not a directory: {root}")
+    try:
+        run_server(transport.value, host, port, allow_exec, allow_write, root, unauthenticated_read_only)
+    except StartRefused as exc:
+        fail_usage(str(exc))
 
 
 def register(app: typer.Typer) -> None:
