@@ -82,6 +82,15 @@ def _verify_line(migration: MigrationResult) -> list[tuple[str, str]]:
     return [("Verify", f"{v.status}, level {v.level}{where}")]
 
 
+def _performance(check) -> list[str]:
+    """The execution check's time split and performance findings (they never change its level)."""
+    if check.name != "xla_check" or not check.report:
+        return []
+    from xlaport.eval.check import performance_lines  # evaluation code: only when the check ran
+
+    return performance_lines(check.report)
+
+
 def _state(passed: bool | None) -> str:
     return {True: "passed", False: "FAILED", None: "did not run"}[passed]
 
@@ -95,9 +104,8 @@ def as_markdown(migration: MigrationResult) -> str:
         lines += ["", "## Validation evidence", "", f"Command: `{v.command}`", ""]
         for check in v.checks:
             level = f", level {check.level}" if check.level else ""
-            lines.append(
-                f"- **{check.name}**: {_state(check.passed)}{level}" + "".join(f"\n  - {r}" for r in check.reasons)
-            )
+            details = check.reasons + _performance(check)
+            lines.append(f"- **{check.name}**: {_state(check.passed)}{level}" + "".join(f"\n  - {r}" for r in details))
     if migration.errors:
         lines += ["", "## Files not migrated (copied unchanged)", ""]
         lines += [f"- {error}" for error in migration.errors]
@@ -131,7 +139,8 @@ def as_html(migration: MigrationResult) -> str:
         parts += ["<h2>Validation evidence</h2>", f"<p>Command: <code>{esc(v.command)}</code></p>", "<ul>"]
         for check in v.checks:
             level = f", level {esc(check.level)}" if check.level else ""
-            parts.append(f"<li><b>{esc(check.name)}</b>: {_state(check.passed)}{level}{bullets(check.reasons)}</li>")
+            details = bullets(check.reasons + _performance(check))
+            parts.append(f"<li><b>{esc(check.name)}</b>: {_state(check.passed)}{level}{details}</li>")
         parts.append("</ul>")
     if migration.errors:
         parts += ["<h2>Files not migrated (copied unchanged)</h2>", bullets(migration.errors)]

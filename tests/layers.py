@@ -62,7 +62,11 @@ HEAVY = frozenset(
 # evaluation code (sandbox, checks: ~40 modules) only when evidence is asked for: a plain migrate pays for what it
 # does (issue 28, item 4).
 KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
-    {("xlaport.serve.pipeline", "xlaport.serve.checks"), ("xlaport.serve.pipeline", "xlaport.eval.sandbox")}
+    {
+        ("xlaport.serve.pipeline", "xlaport.serve.checks"),
+        ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
+        ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
+    }
 )
 
 
