@@ -131,12 +131,12 @@ def summarize_project(root: Path, rels: list[Path], named_from: Path | None = No
             if links:
                 linked.add(rel)
             if not first:
-                found = ModuleSteps(found.module, found.steppers, summaries[rel].signatures, summaries[rel].passes)
+                found = replace(found, signatures=summaries[rel].signatures, passes=summaries[rel].passes)
             summaries[rel] = found
         unread = _link_all_callers(summaries, linked, visitors, sources)
         combined = ProjectSteps.combine(list(summaries.values()))
         bound = frozenset(b for b in combined.param_classes if b[0].rsplit(".", 1)[-1] not in unread)
-        found = ProjectSteps(project.modules, combined.steppers, bound, exports=exports)
+        found = ProjectSteps(project.modules, combined.steppers, bound, exports=exports, per_step=combined.per_step)
         if found == project:
             break
         words = {part for name in found.steppers - project.steppers for part in name.split(".")[-2:]}
@@ -146,6 +146,8 @@ def summarize_project(root: Path, rels: list[Path], named_from: Path | None = No
             for rel, text in sources.items()
             if any(re.search(rf"\b{re.escape(w)}\b", text) for w in words if w != "__call__")
             or any(f.startswith(module_name(rel) + ".") for f in bound)
+            # a function newly known to run every step: what it calls runs every step too
+            or any(f.startswith(module_name(rel) + ".") for f in found.per_step - project.per_step)
         }
         project = found
     if named_from is not None:

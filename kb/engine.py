@@ -155,12 +155,14 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
 _LETTER_ESCAPE = re.compile(r"\\[xuUN0-7]")
 
 
-def may_report(rules: list[type[Rule]], source: str) -> list[type[Rule]]:
-    """The rules that can report something in `source`: those whose `needs` it spells (see Rule.needs)."""
+def may_report(rules: list[type[Rule]], source: str, implied: tuple[str, ...] = ()) -> list[type[Rule]]:
+    """The rules that can report something in `source`: those whose `needs` it spells (see Rule.needs), or
+    that the tree implies (`implied`: "step" for a module whose functions another module runs every step)."""
     if _LETTER_ESCAPE.search(source):
         return rules
     text = source.lower()
     spelled = {word for word in {w for rule in rules for w in rule.needs} if word in text}  # each word looked up once
+    spelled.update(implied)
     return [rule for rule in rules if not rule.needs or not spelled.isdisjoint(rule.needs)]
 
 
@@ -172,7 +174,7 @@ def _detect(
     path: str = "",
     tree: ast.Module | None = None,
 ) -> list[_Detection]:
-    visitors = [rule() for rule in may_report(rules, source)]
+    visitors = [rule() for rule in may_report(rules, source, _implied_words(project, path))]
     analysis = run_rules(module, visitors, project, path, tree, source)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
@@ -198,6 +200,15 @@ def _detect(
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
     return detections
+
+
+def _implied_words(project: ProjectSteps | None, path: str) -> tuple[str, ...]:
+    """("step",) when the tree runs a function of this module once per training step (its text may name no
+    step: a helper of the loop, a model's method)."""
+    if project is None or not project.per_step or not path:
+        return ()
+    prefix = project.module_of(path) + "."
+    return ("step",) if any(name.startswith(prefix) for name in project.per_step) else ()
 
 
 def _inside(pos, regions) -> bool:

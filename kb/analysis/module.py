@@ -115,6 +115,9 @@ class ModuleAnalysis:
     project: ProjectSteps | None = None
     module_name: str | None = None
     climb: tuple | None = None  # (the project, steps._climb's result): the update calls, loops and helpers
+    # steps.per_step_functions: (the project, ids of the functions that run once per training step)
+    per_step: tuple | None = None
+    tensor_attrs: dict[int, frozenset[str]] | None = None  # class id -> its buffers and parameters (context.py)
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
