@@ -250,7 +250,10 @@ class NcclProcessGroup(Rule):
     category = "C2"
     fix = "unsafe"
     autofix = True
-    detects = '`torch.distributed.init_process_group("nccl", ...)` / `backend="nccl"`.'
+    detects = (
+        '`torch.distributed.init_process_group("nccl", ...)` / `backend="nccl"`; a compound backend that gives '
+        'CUDA tensors to NCCL (`backend="cuda:nccl,cpu:gloo"`, usually with `device_id=`) is reported.'
+    )
     why = (
         "NCCL is the GPU collective library: on a TPU host it fails with `ValueError: ProcessGroupNCCL is only "
         "supported with GPUs, no GPUs found!`. The XLA backend is registered by `import "
@@ -279,7 +282,11 @@ class NcclProcessGroup(Rule):
             return
         args = positional_args(node)
         backend = args[0] if args else keyword_arg(node, "backend")
-        if backend is None or string_value(backend.value) != "nccl":
+        name = string_value(backend.value) if backend is not None else None
+        if name is not None and name != "nccl" and any(p.split(":")[-1] == "nccl" for p in name.split(",")):
+            self.report(node, COMPOUND_MESSAGE.format(backend=name), fix="manual")
+            return
+        if name != "nccl":
             return
         if keyword_arg(node, "store") is not None or has_star_args(node):
             self.report(node, f"{self.message} (and drop the custom store)")
@@ -294,6 +301,14 @@ class NcclProcessGroup(Rule):
             new = new.with_changes(args=[a.with_changes(value=xla_url) if a is init else a for a in new.args])
         certain = "safe" if launches_one_process_per_chip(self) else None
         self.report(node, replacement=new, imports=(("torch_xla.distributed.xla_backend", None, None),), fix=certain)
+
+
+COMPOUND_MESSAGE = (
+    'the compound backend "{backend}" sends CUDA tensors to NCCL, which needs GPUs; on TPU use '
+    '`init_process_group("xla", init_method="xla://")` (with `import torch_xla.distributed.xla_backend`) and drop '
+    "`device_id=`; collectives on CPU tensors that relied on the gloo part need their own group: "
+    '`dist.new_group(backend="gloo")` (not rewritten: which tensors go to which part is the program\'s choice)'
+)
 
 
 DDP_NAMES = frozenset(
