@@ -341,11 +341,11 @@ class SyncBatchNormOnXla(Rule):
     )
     before = (
         "import torch.nn as nn\n\n"
-        "model = build()\n"
+        "model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
         "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)\n"
         "train(model)\n"
     )
-    after = "import torch.nn as nn\n\nmodel = build()\ntrain(model)\n"
+    after = "import torch.nn as nn\n\nmodel = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\ntrain(model)\n"
     message = (
         "SyncBatchNorm raises on XLA tensors (`ValueError: SyncBatchNorm expected input tensor to be on GPU`); "
         "keep plain BatchNorm (statistics per replica)"
