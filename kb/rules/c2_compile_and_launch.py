@@ -410,9 +410,8 @@ class MpSpawn(ScopedRule):
 
 # --- hand-written GPU kernels ------------------------------------------------------------
 TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit.jit"})
-CUDA_KERNEL_BUILDERS = frozenset(
-    {"torch.cuda._compile_kernel", "torch.utils.cpp_extension.load_inline", "cupy.RawKernel", "cupy.RawModule"}
-)
+# (`torch.utils.cpp_extension` builds are XLA110's)
+CUDA_KERNEL_BUILDERS = frozenset({"torch.cuda._compile_kernel", "cupy.RawKernel", "cupy.RawModule"})
 KERNEL_ADVICE = (
     "write the computation with torch ops (XLA fuses them into one kernel) or as a Pallas kernel "
     "(`torch_xla.experimental.custom_kernel`)"
@@ -422,14 +421,13 @@ KERNEL_ADVICE = (
 @register
 class GpuKernels(ScopedRule):
     code = "XLA234"
-    needs = ("triton", "_compile_kernel", "load_inline", "rawkernel", "rawmodule")
+    needs = ("triton", "_compile_kernel", "rawkernel", "rawmodule")
     title = "Triton and CUDA kernels cannot run on a TPU"
     category = "C2"
     fix = "manual"
     detects = (
         "`@triton.jit` / `@triton.autotune` kernels and their launches (`kernel[grid](...)`), "
-        "`torch.cuda._compile_kernel(...)`, `torch.utils.cpp_extension.load_inline(...)` with CUDA sources, "
-        "and CuPy raw kernels."
+        "`torch.cuda._compile_kernel(...)` and CuPy raw kernels (C++/CUDA extensions are XLA110's)."
     )
     why = (
         "Triton compiles for NVIDIA (and AMD) GPUs and `_compile_kernel` builds CUDA source with NVRTC: on a TPU "
@@ -465,8 +463,6 @@ class GpuKernels(ScopedRule):
     def visit_Call(self, node: cst.Call) -> None:
         names = self.qualified_names(node.func) & CUDA_KERNEL_BUILDERS
         if names:
-            if "torch.utils.cpp_extension.load_inline" in names and keyword_arg(node, "cuda_sources") is None:
-                return  # a C++ (CPU) extension
             self.report(node, f"`{min(names)}` builds a CUDA kernel; {KERNEL_ADVICE}")
             return
         func = node.func
