@@ -288,7 +288,19 @@ class OptimizerBeforeMove(Rule):
                 return f"line {line} uses `{'`, `'.join(sorted(used_names(later) & binds))}`"
             if self._touches_model(later, owners, moves):
                 return f"line {line} uses the model"
+            if isinstance(block, cst.Module) and self._calls_unknown(later, moves):
+                # a module-level optimizer is a global: a function called in between may read it
+                return f"line {line} calls a function that may use the optimizer"
         return None
+
+    def _calls_unknown(self, stmt: cst.CSTNode, moves: list[cst.Call]) -> bool:
+        """A call in `stmt` other than the moves and torch / torch_xla functions."""
+        for call in find_nodes(stmt, cst.Call):
+            if any(call is m for m in moves):
+                continue
+            if not any(n.split(".")[0] in ("torch", "torch_xla") for n in self.qualified_names(call.func)):
+                return True
+        return False
 
     def _touches_model(self, stmt: cst.CSTNode, owners: list[str], moves: list[cst.Call]) -> bool:
         """Does `stmt` name the model (or a part of it) other than in one of `moves` or as the name a move's
