@@ -155,14 +155,12 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
 _LETTER_ESCAPE = re.compile(r"\\[xuUN0-7]")
 
 
-def may_report(rules: list[type[Rule]], source: str, implied: tuple[str, ...] = ()) -> list[type[Rule]]:
-    """The rules that can report something in `source`: those whose `needs` it spells (see Rule.needs), or
-    that the tree implies (`implied`: "step" for a module whose functions another module runs every step)."""
+def may_report(rules: list[type[Rule]], source: str) -> list[type[Rule]]:
+    """The rules that can report something in `source`: those whose `needs` it spells (see Rule.needs)."""
     if _LETTER_ESCAPE.search(source):
         return rules
     text = source.lower()
     spelled = {word for word in {w for rule in rules for w in rule.needs} if word in text}  # each word looked up once
-    spelled.update(implied)
     return [rule for rule in rules if not rule.needs or not spelled.isdisjoint(rule.needs)]
 
 
@@ -174,7 +172,11 @@ def _detect(
     path: str = "",
     tree: ast.Module | None = None,
 ) -> list[_Detection]:
-    visitors = [rule() for rule in may_report(rules, source, _implied_words(project, path))]
+    chosen = may_report(rules, source)
+    implied = _implied_words(project, path)
+    if implied:  # the tree runs this module's functions every step: its step rules may report here
+        chosen += [rule for rule in rules if rule not in chosen and not implied.isdisjoint(rule.needs)]
+    visitors = [rule() for rule in chosen]
     analysis = run_rules(module, visitors, project, path, tree, source)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
@@ -202,13 +204,13 @@ def _detect(
     return detections
 
 
-def _implied_words(project: ProjectSteps | None, path: str) -> tuple[str, ...]:
-    """("step",) when the tree runs a function of this module once per training step (its text may name no
+def _implied_words(project: ProjectSteps | None, path: str) -> frozenset[str]:
+    """{"step"} when the tree runs a function of this module once per training step (its text may name no
     step: a helper of the loop, a model's method)."""
     if project is None or not project.per_step or not path:
-        return ()
+        return frozenset()
     prefix = project.module_of(path) + "."
-    return ("step",) if any(name.startswith(prefix) for name in project.per_step) else ()
+    return frozenset({"step"}) if any(name.startswith(prefix) for name in project.per_step) else frozenset()
 
 
 def _inside(pos, regions) -> bool:
