@@ -70,7 +70,8 @@ class OptimizerBeforeMove(Rule):
         "`opt = torch.optim.X(model.parameters(), ...)` followed, later in the same function or module, by "
         "`model.to(device)` / `model = model.to(device)` / `model.cuda()` of that model (or of a module that "
         "contains the optimized one), with no move before the optimizer; also when the optimizer takes a list "
-        "built from the parameters first (`params = [p for p in model.parameters() if p.requires_grad]`)."
+        "built from the parameters first (`params = [p for p in model.parameters() if p.requires_grad]`), or "
+        "is built by a helper of the module (`opt = make_optimizer(model, cfg)`)."
     )
     why = (
         "On CUDA `.to()` keeps the Parameter objects and swaps their data, so the order does not matter there. "
@@ -105,13 +106,19 @@ class OptimizerBeforeMove(Rule):
         "model.to('cpu')\nx.to(device)\n",
         "import torch\nmodel = Net().to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to(device)\n",
         "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nsched = torch.optim.lr_scheduler.StepLR(opt, 1)\n",
+        "import torch\nmake = lambda *a, **k: torch.optim.SGD(*a, **k, lr=0.1)\nmodel.to(device)\n",
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not is_optimizer(self, node):
-            return
+        if is_optimizer(self, node):
+            owners = parameter_owners(node)
+        else:
+            owners = self._built_by_helper(node)
+            if not owners:
+                return
         levels = self._levels(node)
-        owners = parameter_owners(node)
+        if not levels:
+            return  # not in a block (a default value, a one-line suite)
         if not owners:
             # `params = [p for p in model.parameters() if p.requires_grad]` then `AdamW(params)`: the list holds
             # the parameters of its statement's time, so that statement is where the model must be on the device
@@ -127,6 +134,38 @@ class OptimizerBeforeMove(Rule):
                 if moves:
                     self._report(node, block, i, j, moves[0], owners)
                     return
+
+    def _built_by_helper(self, call: cst.Call) -> list[str]:
+        """`opt = make_optimizer(model, cfg)` where `make_optimizer` is a top-level function of this module that
+        builds an optimizer from its parameter's parameters (and does not move it): the model passed there."""
+        if not isinstance(call.func, cst.Name) or "optim" not in call.func.value.lower():
+            return []
+        helper = next(
+            (
+                s
+                for s in self.analysis.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == call.func.value
+            ),
+            None,
+        )
+        if helper is None:
+            return []
+        params = [p.name.value for p in helper.params.params]
+        calls = find_nodes(helper.body, cst.Call)
+        if not any(is_optimizer(self, c) for c in calls):
+            return []
+        roots = {o.split(".")[0] for c in calls for o in parameter_owners(c)}  # `decay = [p for p in net...]`
+        moved = {moved_module(self, c) for c in calls}
+        found = []
+        for k, param in enumerate(params):
+            if param not in roots or any(m and related(m, param) for m in moved):
+                continue
+            given = keyword_arg(call, param)
+            args = positional_args(call)
+            value = given.value if given is not None else args[k].value if k < len(args) else None
+            if value is not None and dotted(value) is not None:
+                found.append(dotted(value))
+        return found
 
     def _owners_by_name(self, opt: cst.Call, block, i: int) -> tuple[list[str], int]:
         """The modules whose parameters a name given to the optimizer holds (`AdamW(params)` after `params =
