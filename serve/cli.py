@@ -67,8 +67,16 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    keep_trace: Annotated[
+        bool,
+        typer.Option(
+            "--keep-trace",
+            help="Keep the migration trace (the source of every changed file and function, before and after) in "
+            "DST/xlaport-trace.jsonl and the training trace file (see README); off by default.",
+        ),
+    ] = False,
 ) -> None:
-    """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
+    """Migrate a whole tree: rewritten copy and reports (JSON, Markdown, HTML) in --out.
 
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
@@ -91,6 +99,7 @@ def migrate(
         verify_cmd=verify,
         in_place=in_place,
         force=force,
+        keep_trace=keep_trace,
     )
     try:
         with ProgressBar() as progress:
@@ -160,7 +169,8 @@ def render_summary(result) -> str:
     )
     lines += [f"  note: {n}" for n in data["notes"]]
     if data["reports"].get("html"):
-        lines.append(f"  report: {data['reports']['html']} (also .json, .md; trace {data['reports'].get('trace')})")
+        trace = f"; trace {data['reports']['trace']}" if data["reports"].get("trace") else ""
+        lines.append(f"  report: {data['reports']['html']} (also .json, .md{trace})")
     return "\n".join(lines)
 
 

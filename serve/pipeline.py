@@ -450,11 +450,12 @@ class Pipeline:
         )
         migration.wall_s = round(time.perf_counter() - start, 3)
         migration.reports = write_reports(migration, report_dir)
-        records = trace_records(migration, originals, texts, by_rel)
-        migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
-        global_trace = append_records(records, traces_path())
-        if global_trace is not None:
-            migration.reports["trace_global"] = str(global_trace)
+        if options.keep_trace:  # opt-in: the records quote the user's source
+            records = trace_records(migration, originals, texts, by_rel)
+            migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
+            global_trace = append_records(records, traces_path())
+            if global_trace is not None:
+                migration.reports["trace_global"] = str(global_trace)
         return migration
 
     def evidence(

@@ -84,6 +84,11 @@ class MigrateOptions(BaseModel):
     )
     in_place: bool = False
     force: bool = False
+    keep_trace: bool = Field(
+        False,
+        description="Keep the migration trace (every changed file's and function's source, before and after) "
+        "beside the migrated tree and in the training trace file; off by default: it holds the user's code.",
+    )
     timeout_s: float = Field(600.0, gt=0, le=7200)
     memory_mb: int = Field(8192, ge=256, le=131072)
 
