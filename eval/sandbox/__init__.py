@@ -21,20 +21,24 @@ Parts: mechanisms.py (what this machine allows), view.py (what the child sees), 
 the namespaces), files.py (folders handed over, files read back), run.py (`run_sandboxed`).
 """
 
-from .files import read_child_file, readable_scratch
+from .files import read_child_file, readable_scratch, scratch
 from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
-from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxResult, python_argv, run_sandboxed
+from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxRefused, SandboxResult, python_argv, run_sandboxed
+from .view import project_root
 
 __all__ = [
     "DEFAULT_MEMORY_MB",
     "DEFAULT_TIMEOUT_S",
     "SANDBOX_USER",
     "Mechanisms",
+    "SandboxRefused",
     "SandboxResult",
     "host_memory_mb",
+    "project_root",
     "python_argv",
     "read_child_file",
     "readable_scratch",
     "run_sandboxed",
     "sandbox_status",
+    "scratch",
 ]
