@@ -63,7 +63,8 @@ def run_check(
     if steps_warmup < 0:
         raise ValueError("steps_warmup must be >= 0")
     views = []
-    if workdir is not None:
+    if workdir is not None and not any(Path(workdir).resolve().is_relative_to(Path(w).resolve()) for w in writable):
+        # the user's folder (the caller's own scratch, handed over, is private already)
         workdir = Path(workdir).resolve()
         views.append(Path(project).resolve() if project is not None else project_root(workdir))
         if not any(script.is_relative_to(v) for v in views):  # a script from elsewhere: its own project too

@@ -149,6 +149,8 @@ def run_sandboxed(
             gaps.insert(0, f"runs as root (unsandboxed run allowed): {SANDBOX_USER} cannot read {blocked}")
             user = None
     folders = _outermost(folders)
+    if any(inside(h, f) for h in handed_real for f in folders):
+        raise ValueError("a handed-over folder cannot be inside a view (its writes would stay in the view)")
     with scratch("xlaport-run-", avoid=folders) as own:
         os.chmod(own, 0o711)  # the child reaches its home through it; the views' stores stay out of its reach
         home = Path(own) / "home"
