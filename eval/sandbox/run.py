@@ -133,7 +133,8 @@ def run_sandboxed(
     if os.geteuid() == 0 and user is None:
         if not allow_unsandboxed:
             raise SandboxRefused(
-                f"{mech.refused[-1]}: refused. Fix: create the user {SANDBOX_USER}, or allow an unsandboxed run"
+                f"there is no user {SANDBOX_USER} to run the command as, and it is never run as root instead. "
+                f"Fix: create the user {SANDBOX_USER}, or allow an unsandboxed run (`--allow-unsandboxed`)"
             )
         gaps.insert(0, f"runs as root (unsandboxed run allowed): there is no user {SANDBOX_USER}")
     if user:
