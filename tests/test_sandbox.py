@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ from typer.testing import CliRunner
 from xlaport.eval.check import check_source, run_check
 from xlaport.eval.sandbox import Mechanisms, SandboxRefused, host_memory_mb, run_sandboxed, sandbox_status
 from xlaport.eval.sandbox.cgroups import own_v1 as own_cgroup
+from xlaport.eval.sandbox.files import remove_stale_scratch, scratch
 
 from xlaport.cli import app
 
@@ -401,3 +403,101 @@ def test_a_killed_xlaport_leaves_no_run_behind():
                 break
             time.sleep(0.2)
         assert not left
+
+
+@pytest.mark.skipif(not (MECH.namespaces or MECH.memory_cgroup), reason="no cgroup and no PID namespace here")
+def test_a_killed_xlaport_leaves_no_scratch_folder_behind():
+    suffix = str(uuid.uuid4().int % 10**9)
+    parent = (
+        "import sys\n"
+        "from xlaport.eval.check import check_source\n"
+        "check_source('import time\\ntime.sleep(3600)  # ' + sys.argv[1], timeout_s=600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent, suffix])
+    deadline = time.monotonic() + 60
+    while not alive_with(f"# {suffix}") and not list(Path(tempfile.gettempdir()).glob(f"xlaport-run-{proc.pid}.*")):
+        assert time.monotonic() < deadline, "the run did not start"
+        time.sleep(0.2)
+    time.sleep(1)
+    left = sorted(Path(tempfile.gettempdir()).glob(f"xlaport-*-{proc.pid}.*"))
+    assert {p.name.split("-")[1] for p in left} >= {"source", "check", "run"}, left
+    proc.kill()  # SIGKILL: no clean-up code runs
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while alive_with(f"# {suffix}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    removed = remove_stale_scratch(Path(tempfile.gettempdir()))  # what the next run of any xlaport does first
+    assert set(left) <= set(removed) and not any(p.exists() for p in left)
+
+
+def test_scratch_of_a_live_process_is_kept(tmp_path):
+    with scratch("xlaport-test-") as mine:
+        assert remove_stale_scratch(Path(mine).parent) == [] or Path(mine).exists()
+        assert Path(mine).exists() and Path(mine).name.startswith(f"xlaport-test-{os.getpid()}.")
+    reused = tmp_path / f"xlaport-run-{os.getpid()}.1-abc"  # this PID, another start time: a PID reused since
+    reused.mkdir()
+    (tmp_path / "xlaport-run-abc").mkdir()  # not named by xlaport's scheme: never touched
+    assert remove_stale_scratch(tmp_path) == [reused]
+    assert (tmp_path / "xlaport-run-abc").exists()
+
+
+UNIFIED = Path("/sys/fs/cgroup/unified")  # a hybrid machine's v2 hierarchy: no controllers, but groups and kill
+
+
+@pytest.mark.skipif(not (UNIFIED / "cgroup.procs").exists(), reason="no v2 hierarchy mounted here")
+def test_cgroup_v2_group_tracks_and_kills_detached_descendants():
+    # what this machine (cgroup v1, v2 mounted without controllers) can test of the v2 driver: the group holds
+    # every descendant, daemons included, cgroup.kill ends them all at once, the group is removed
+    from xlaport.eval.sandbox.cgroups import CgroupsV2, run_group_name
+
+    try:
+        folder = UNIFIED / run_group_name()
+        folder.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot make a v2 group here: {error}")
+    group = CgroupsV2(folder)
+    marker = f"3600.{uuid.uuid4().int % 10**9}"
+    code = (
+        f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\ntime.sleep(3600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=group.join)
+    try:
+        deadline = time.monotonic() + 30
+        while len(group.pids()) < 2:
+            assert time.monotonic() < deadline, group.pids()
+            time.sleep(0.1)
+        assert proc.pid in group.pids() and alive_with(marker)
+        group.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while (group.pids() or alive_with(marker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert group.pids() == [] and alive_with(marker) == []
+    finally:
+        proc.kill()
+        group.remove()
+    assert not folder.exists()
+
+
+def test_cgroup_v2_figures_and_refusals_from_its_files(tmp_path):
+    # the v2 files this machine lacks (memory.max, memory.stat, memory.events, pids.max), as the kernel writes them
+    from xlaport.eval.sandbox.cgroups import CgroupsV2, own_v2
+
+    parent = tmp_path / "cg"
+    parent.mkdir()
+    group = CgroupsV2.make(str(parent), memory_mb=512, max_tasks=64)
+    assert (group.folder / "memory.max").read_text() == str(512 * 2**20)
+    assert (group.folder / "pids.max").read_text() == "64"
+    (group.folder / "memory.stat").write_text("anon 104857600\nfile 999999999\nshmem 52428800\nsock 0\n")
+    (group.folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
+    (group.folder / "memory.peak").write_text(str(600 * 2**20))
+    assert group.memory_mb() == 150.0  # anon + shmem; file pages are the kernel's cache
+    assert group.oom_kills() == 1 and group.peak_mb() == 600.0
+    root = tmp_path / "root"  # a v2 root whose controllers were not delegated to xlaport's group
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu io\n")
+    (root / "cgroup.subtree_control").write_text("")
+    if "0::/" not in Path("/proc/self/cgroup").read_text().splitlines():
+        pytest.skip("this process is not at the top of its v2 hierarchy: the fake root would not be its folder")
+    folder, why = own_v2(root)
+    assert folder is None and why == f"cgroup v2: controllers memory, pids not delegated to {root}"
