@@ -324,7 +324,7 @@ def test_script_without_torch_xla_is_l0(tmp_path):
         "import os\nfrom helper import GREETING\n"
         "print(GREETING, os.getcwd() != os.environ['XLAPORT_SCRIPT_DIR'], os.environ['XLAPORT_SCRIPT_DIR'])\n"
     )
-    report = run_check(script)
+    report = run_check(script, reveal=True)  # tmp_path is 0700: its owner shows it to the sandbox user
     assert report.level == "L0" and report.exit_code == 0, report.error
     assert report.reasons == ["the script never imported torch_xla, so nothing ran on the XLA device"]
     assert report.stdout_tail == f"hello True {tmp_path}"

@@ -242,7 +242,9 @@ def _blocked(
     """(the first path the sandbox user could not read, folders to show as views so that it can). With `reveal`
     every such folder becomes a view that shows it; without, what it cannot read is refused."""
     files = [a for a in argv if os.path.isabs(a) and os.path.isfile(a)]
-    paths = [*([cwd] if cwd else []), *(str(p) for p in readable), *files]
+    # each is mounted back at its place in the namespace, so its own mode counts, not its parents'; a file's
+    # folder is listed too (imports of the modules beside the script)
+    paths = [*([cwd] if cwd else []), *(str(p) for p in readable), *map(os.path.dirname, files), *files]
     extra: list[str] = []
     for path in paths:
         real = os.path.realpath(path)
