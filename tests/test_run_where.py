@@ -117,8 +117,7 @@ ORIGINAL_DEVICE = 'device = torch.device("cuda" if torch.cuda.is_available() els
 MIGRATED_DEVICE = "import torch_xla\nimport torch_xla.core.xla_model as xm\n\ndevice = torch_xla.device()"
 ORIGINAL_LOG = 'print(f"step {step} loss {loss.item():.4f}")'
 MIGRATED_LOG = (
-    'xm.add_step_closure(lambda value=loss, at=step: print(f"step {at} loss {value.item():.4f}"))\n'
-    "    torch_xla.sync()"
+    'xm.add_step_closure(lambda value=loss, at=step: print(f"step {at} loss {value.item():.4f}"))\n    torch_xla.sync()'
 )
 
 
