@@ -138,6 +138,8 @@ def run_sandboxed(
             )
         gaps.insert(0, f"runs as root (unsandboxed run allowed): there is no user {SANDBOX_USER}")
     if user:
+        for folder in writable:  # the caller's scratch is the sandbox user's before anything is judged
+            hand_over(Path(folder), user)
         blocked, extra = _blocked(cwd_real, argv, readable, folders, user, reveal)
         folders += extra
         if blocked and not allow_unsandboxed:
@@ -160,8 +162,7 @@ def run_sandboxed(
         handed = [home, *map(Path, writable)]
         run_views = _make_views(folders, Path(own), mech, user, reveal, cwd_real)
         if user:
-            for folder in handed:
-                hand_over(folder, user)
+            hand_over(home, user)
         moved = _mover(run_views)
         argv, cwd = [moved(a) for a in argv], Path(moved(str(cwd)))
         env = {k: os.pathsep.join(moved(p) for p in v.split(os.pathsep)) for k, v in (env or {}).items()}
