@@ -501,3 +501,47 @@ def test_cgroup_v2_figures_and_refusals_from_its_files(tmp_path):
         pytest.skip("this process is not at the top of its v2 hierarchy: the fake root would not be its folder")
     folder, why = own_v2(root)
     assert folder is None and why == f"cgroup v2: controllers memory, pids not delegated to {root}"
+
+
+@needs_user
+@pytest.mark.parametrize("kind", ["bind", "copy"])
+def test_where_overlayfs_or_namespaces_are_refused_the_view_is_a_copy(tmp_path, monkeypatch, kind):
+    from xlaport.eval.sandbox import run
+
+    if kind == "bind" and not MECH.namespaces:
+        pytest.skip("no mount namespace here to mount the copy in")
+    weaker = Mechanisms(
+        MECH.memory_cgroup, MECH.pids_cgroup, kind == "bind", MECH.user, MECH.refused, MECH.cgroup_version
+    )
+    monkeypatch.setattr(run, "sandbox_status", lambda: weaker)
+    project = tmp_path / "project"
+    project.mkdir(mode=0o700)
+    (project / "a.txt").write_text("alpha\n")
+    code = (
+        "import os\nprint(os.getuid(), os.getcwd())\nopen('a.txt', 'a').write('more'); open('b.txt', 'w').write('b')\n"
+    )
+    interpreter = Path(os.path.realpath(sys.executable))
+    hidden = next((str(f) for f in reversed(interpreter.parents) if not os.stat(f).st_mode & 0o1), None)
+    if kind == "copy" and hidden:  # nothing hides it without a namespace, nothing mounts the interpreter back
+        with pytest.raises(SandboxRefused, match=f"nobody cannot read {hidden} "):
+            python(code, cwd=project, reveal=True)
+        # the copy itself, run as root (allowed), at its own path: paths in the command are moved to it
+        rootly = Mechanisms(None, None, False, None, ("no user (test)",))
+        monkeypatch.setattr(run, "sandbox_status", lambda: rootly)
+        script = project / "job.py"
+        script.write_text(code)
+        result = run_sandboxed([sys.executable, str(script)], cwd=project, allow_unsandboxed=True)
+        assert result.returncode == 0, result.stderr
+        uid, cwd = result.stdout.split()
+        assert uid == "0" and cwd != str(project) and cwd.endswith("/copy")
+        assert result.gaps[0].startswith("runs as root") and result.views[0].startswith(f"{project} (through a copy at")
+        assert (project / "a.txt").read_text() == "alpha\n" and not (project / "b.txt").exists()
+        assert result.outputs == [str(project / "a.txt"), str(project / "b.txt")]
+        return
+    result = python(code, cwd=project, reveal=True)
+    assert result.returncode == 0, result.stderr
+    uid, cwd = result.stdout.split()
+    assert uid == str(MECH.user[0])  # without namespaces the switch happens before exec, not in the init
+    assert (cwd == str(project)) == (kind == "bind")  # a copy without a mount namespace runs at its own path
+    assert (project / "a.txt").read_text() == "alpha\n" and not (project / "b.txt").exists()
+    assert result.outputs == [str(project / "a.txt"), str(project / "b.txt")]

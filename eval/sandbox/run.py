@@ -7,6 +7,7 @@ import functools
 import math
 import os
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -19,7 +20,18 @@ from pathlib import Path
 from .cgroups import CgroupsV1, CgroupsV2
 from .files import hand_over, read_child_file, scratch
 from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
-from .view import View, copy_view, inside, namespace_argv, needed_paths, unreadable, view_outputs
+from .view import (
+    View,
+    ViewTooBig,
+    copy_view,
+    describe,
+    inside,
+    may,
+    namespace_argv,
+    needed_paths,
+    unreadable,
+    view_outputs,
+)
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MEMORY_MB = 8192
@@ -141,6 +153,7 @@ def run_sandboxed(
         for folder in writable:  # the caller's scratch is the sandbox user's before anything is judged
             hand_over(Path(folder), user)
         blocked, extra = _blocked(cwd_real, argv, readable, folders, user, reveal)
+        blocked = blocked or (None if mech.namespaces else _untraversable([argv[0], *argv[1:], cwd_real], user))
         folders += extra
         if blocked and not allow_unsandboxed:
             raise SandboxRefused(
@@ -160,7 +173,8 @@ def run_sandboxed(
         home.mkdir()
         cwd = Path(cwd) if cwd is not None else home
         handed = [home, *map(Path, writable)]
-        run_views = _make_views(folders, Path(own), mech, user, reveal, cwd_real)
+        run_views, too_big = _make_views(folders, Path(own), mech, user, reveal, cwd_real)
+        gaps += too_big
         if user:
             hand_over(home, user)
         moved = _mover(run_views)
@@ -261,6 +275,19 @@ def _blocked(
     return None, extra
 
 
+def _untraversable(paths: list[str | None], user: tuple[int, int]) -> str | None:
+    """Without a mount namespace nothing is mounted back: every folder above the command's files (the
+    interpreter's included) must let the sandbox user through. The first that does not, described."""
+    for path in paths:
+        found = shutil.which(path) if path and not os.path.isabs(path) and "/" not in path else path
+        if not found or not os.path.exists(found):
+            continue
+        for folder in reversed(Path(os.path.realpath(found)).parents):
+            if not may(str(folder), user, 0o1):
+                return describe(str(folder))
+    return None
+
+
 def _outermost(folders: list[str]) -> list[str]:
     unique = sorted(set(folders), key=len)
     return [f for i, f in enumerate(unique) if not any(inside(f, g) for g in unique[:i])]
@@ -268,9 +295,10 @@ def _outermost(folders: list[str]) -> list[str]:
 
 def _make_views(
     folders: list[str], own: Path, mech: Mechanisms, user: tuple[int, int] | None, reveal: bool, first: str | None
-) -> list[View]:
-    """The views of `folders` (overlay where the machine allows, else copies; view.py), their stores in `own`."""
-    views = []
+) -> tuple[list[View], list[str]]:
+    """The views of `folders` (overlay where the machine allows, else copies; view.py), their stores in `own`;
+    and a gap for each folder too big to copy (the run then sees it as it is: it may write there)."""
+    views, gaps = [], []
     for index, folder in enumerate(folders):
         store = own / "views" / str(index)
         store.mkdir(parents=True)
@@ -285,10 +313,14 @@ def _make_views(
             views.append(View(folder, "overlay", str(upper), str(work), working))
         else:
             copy = store / "copy"
-            before = copy_view(folder, copy, user, reveal)
+            try:
+                before = copy_view(folder, copy, user, reveal)
+            except ViewTooBig as error:
+                gaps.append(f"no view: {error}; the run sees the folder itself and may write where it is allowed")
+                continue
             kind = "bind" if mech.namespaces else "copy"
             views.append(View(folder, kind, str(copy), "", working, before))
-    return views
+    return views, gaps
 
 
 def _mover(views: list[View]):

@@ -28,6 +28,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `xlaport` is importe
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
 # not walked when a view is given to the sandbox user: big, and nothing a run writes (they stay read-only)
 NOT_GIVEN = (".git", ".hg", ".svn", ".venv", "venv", "node_modules", ".tox", ".mypy_cache")
+COPY_LINK_BYTES = 64 * 2**20  # a copied view links to bigger files instead of copying them
 GIVE_LIMIT = 50_000  # entries of a view given to the sandbox user (~0.2 ms each through overlay's metacopy)
 OVERLAY_WHITEOUT = 0  # a deleted file is a character device 0:0 in the upper folder
 METACOPY_XATTR = "trusted.overlay.metacopy"  # an upper file holding only the new owner, its data still below
@@ -161,10 +162,34 @@ def unreadable(path: str, user: tuple[int, int], within: str | None = None) -> s
 # --- views made by copying (no overlayfs, or no mount namespace) ------------------------------------------
 
 
+class ViewTooBig(OSError):
+    """A folder too big to copy for a view (the overlay needs no copy; this is the fallback's limit)."""
+
+
 def copy_view(folder: str, copy: Path, user: tuple[int, int] | None, reveal: bool) -> dict:
-    """Copies `folder` into `copy` (links kept as links) and gives it to `user` (what it may read, or all of it
-    when `reveal`); what it holds, to find the run's writes afterwards."""
-    shutil.copytree(folder, copy, symlinks=True, ignore=shutil.ignore_patterns(*NOT_GIVEN))
+    """Copies `folder` into `copy` (links kept as links; a file over COPY_LINK_BYTES, a dataset, becomes a link
+    to itself, readable, not writable by the sandbox user) and gives it to `user` (what it may read, or all of it
+    when `reveal`); what it holds, to find the run's writes afterwards. ViewTooBig past GIVE_LIMIT entries."""
+    entries = 0
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        nonlocal entries
+        entries += len(names)
+        if entries > GIVE_LIMIT:
+            raise ViewTooBig(f"{folder} has more than {GIVE_LIMIT} entries: too many to copy for a view")
+        return [name for name in names if name in NOT_GIVEN]
+
+    def copy_file(source: str, target: str) -> None:
+        if os.path.getsize(source) > COPY_LINK_BYTES:
+            os.symlink(os.path.abspath(source), target)
+        else:
+            shutil.copy2(source, target)
+
+    try:
+        shutil.copytree(folder, copy, symlinks=True, ignore=ignore, copy_function=copy_file)
+    except ViewTooBig:
+        shutil.rmtree(copy, ignore_errors=True)
+        raise
     if user is not None:
         give(copy, user, reveal)
     return snapshot(copy)
