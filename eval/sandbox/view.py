@@ -89,7 +89,7 @@ def namespace_argv(
         "give_limit": GIVE_LIMIT,
         "cover": covers(needed, user, [v.folder for v in views if v.kind != "copy"]),
         "status_fd": status_fd,
-        "no_userns": userns,
+        "no_userns": userns and user[0] != 0,  # a root run (allowed unsandboxed) keeps root's powers
         "cwd": cwd,
         "argv": argv,
     }
