@@ -3,7 +3,7 @@
 run.py starts it as `unshare -p -f --kill-child --mount-proc -n -- python -I -S init.py PLAN` (PLAN from view.py),
 so this process is the init of a fresh PID, mount and network namespace. PLAN is JSON:
 {"uid", "gid", "views": [{folder, kind, store, work, first}], "reveal", "not_given", "give_limit",
-"cover": [[folder, mode, [kept paths]]], "status_fd", "no_userns", "argv"}. It then
+"cover": [[folder, mode, [kept paths]]], "status_fd", "no_userns", "cwd", "argv"}. It then
 - brings up the namespace's own loopback (the host's, and the server on it, stay out of reach);
 - mounts each view over its folder (an overlay whose writes land in `store`, or the copy in `store`) and gives
   the overlay's entries to uid/gid (see `give`): the user's folder itself is never written;
@@ -12,7 +12,8 @@ so this process is the init of a fresh PID, mount and network namespace. PLAN is
   what it needs and nothing else there;
 - forks the command as uid/gid with no supplementary groups and no_new_privs (setuid binaries cannot regain
   root), in a user namespace of its own whose limit of user namespaces is 0 (`no_userns`: the command cannot
-  make one, so no namespace tricks inside the sandbox; see `confine_user_namespaces`), reaps every orphan, and when the command ends writes its wait status to `status_fd` and exits.
+  make one, so no namespace tricks inside the sandbox; see `confine_user_namespaces`), reaps every orphan,
+  and when the command ends writes its wait status to `status_fd` and exits.
   The kernel then kills whatever is left in the namespace.
 Only the standard library: it runs before anything of the user's.
 """
