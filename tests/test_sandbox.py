@@ -259,6 +259,7 @@ def test_a_private_workdir_is_refused_shown_through_a_view_or_run_as_root_only_w
 @needs_user
 def test_a_root_only_script_is_refused_without_leaking_it(tmp_path):
     secret = "token-" + uuid.uuid4().hex
+    os.chmod(tmp_path, 0o755)  # its folder is open: the file itself is what nobody may not read
     script = tmp_path / "secret.py"
     script.write_text(f"{secret} = 1\n")  # a NameError would print the token
     os.chmod(script, 0o600)
