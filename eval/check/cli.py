@@ -24,6 +24,15 @@ def check(
         typer.Option("--steps-warmup", min=0, help="Steps allowed to compile (graph without/with optimizer state)."),
     ] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the run is killed.")] = 600,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--max-steps",
+            min=1,
+            help="Stop the script cleanly after this many steps and grade them (for scripts that loop for hours).",
+            show_default=False,
+        ),
+    ] = None,
     memory_mb: Annotated[
         int | None,
         typer.Option(
@@ -92,6 +101,7 @@ def check(
             reveal=True,  # the user who runs xlaport shows the sandboxed run what this user may read
             allow_unsandboxed=allow_unsandboxed,
             keep_outputs=keep_outputs.resolve() if keep_outputs else None,
+            max_steps=max_steps,
         )
     except SandboxRefused as refused:
         typer.echo(f"error: refused: {refused}", err=True)

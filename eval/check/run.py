@@ -43,6 +43,7 @@ def run_check(
     reveal: bool = False,
     allow_unsandboxed: bool = False,
     keep_outputs: Path | None = None,
+    max_steps: int | None = None,
 ) -> CheckReport:
     """Runs `script` with `args` under torch_xla in a child process and grades what happened, as
     `cd WORKDIR && python SCRIPT ARGS` would run it: a relative `script` is found in `workdir`, which is the
@@ -53,7 +54,8 @@ def run_check(
     given). `reveal`: the sandbox user may read in the view what it could not (the caller could: the CLI's
     user, never a server's client); `allow_unsandboxed`: what the sandbox user cannot read is run as root
     instead of refused (SandboxRefused), said first in the notes. `writable`: the caller's scratch folders the
-    child may write (handed over to the sandbox user, see eval/sandbox/)."""
+    child may write (handed over to the sandbox user, see eval/sandbox/). `max_steps`: the script is stopped
+    cleanly after that many steps (real scripts often loop for hours)."""
     script = Path(script)
     if not script.is_absolute() and workdir is not None:
         script = Path(workdir) / script
@@ -62,6 +64,8 @@ def run_check(
         raise FileNotFoundError(f"no such script: {script}")
     if steps_warmup < 0:
         raise ValueError("steps_warmup must be >= 0")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError("max_steps must be >= 1")
     views = []
     if workdir is not None and not any(Path(workdir).resolve().is_relative_to(Path(w).resolve()) for w in writable):
         # the user's folder (the caller's own scratch, handed over, is private already)
@@ -86,6 +90,8 @@ def run_check(
             "PT_XLA_DEBUG_FILE": str(debug_file),
             "PT_XLA_DEBUG_MAX_FRAME": "20",
         }
+        if max_steps:
+            child_env["XLAPORT_CHECK_MAX_STEPS"] = str(max_steps)
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", merged_env.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         launched_at = time.time()
         result = run_sandboxed(
@@ -115,6 +121,10 @@ def run_check(
         pjrt_device=child_env["PJRT_DEVICE"],
         memory_mb=result.memory_limit_mb,  # the limit that applied (the sandbox may clamp it)
     )
+    if max_steps and report.steps >= max_steps:
+        report.notes.append(
+            f"stopped after {max_steps} steps, as --max-steps asked; the rest of the script did not run"
+        )
     if result.memory_limit_mb < memory_mb:
         report.notes.append(
             f"memory limit lowered to this machine's {result.memory_limit_mb} MB (asked {memory_mb} MB)"
