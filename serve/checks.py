@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from xlaport.eval import testgen
 from xlaport.eval.check import run_check
+from xlaport.eval.sandbox import SandboxRefused
 from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.report import VerifyReport
 
@@ -25,17 +25,21 @@ def run_xla_check(
     script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
 ) -> CheckRun:
     """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: the tree the command
-    runs from (a project that reads files by relative path needs its root); it runs in a copy of it, so what
-    the program writes (checkpoints, logs) does not land in the tree."""
-    if workdir is None:
-        report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
-    else:
-        with tempfile.TemporaryDirectory(prefix="xlaport-check-tree-") as tmp:
-            copy = testgen.copy_tree(Path(workdir).resolve(), Path(tmp))
-            relative = Path(script).resolve().relative_to(Path(workdir).resolve())
+    runs from (a project that reads files by relative path needs its root); the run sees it through a private
+    view, so what the program writes (checkpoints, logs) does not land in the tree. Without a workdir (a script
+    a client named) nothing the sandbox user could not read is shown to it: such a run is refused, with the
+    reason, and never made as root."""
+    try:
+        if workdir is None:
+            report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+        else:
+            root = Path(workdir).resolve()
+            # a tree xlaport wrote itself (the migrated copy): the run may read all of it, as the copy it ran in did
             report = run_check(
-                copy / relative, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=copy, writable=[Path(tmp)]
+                script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=root, project=root, reveal=True
             )
+    except SandboxRefused as refused:
+        return CheckRun(name="xla_check", passed=None, reasons=[f"not run: {refused}"])
     return CheckRun(
         name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )

@@ -17,9 +17,10 @@ syncs (per site: every step with its share of the step time, or per event for an
 new graphs after warm-up that are then cached, slow steps; and `time_split` says where the step time went
 (tracing and dispatch, compilation, host waits, device execution).
 
-The child's working directory is a fresh temporary folder (the script's outputs land there and are
-removed); the script's folder is `sys.path[0]` as under `python SCRIPT` and is passed in
-`XLAPORT_SCRIPT_DIR`. Pass `workdir=` to run somewhere else, e.g. where relative data paths resolve.
+With `workdir=` (the CLI: the caller's folder) the child runs there as `python SCRIPT` would, seeing its
+project through a private writable view (the user's files are never changed; the report says what the run
+wrote). Without it the working directory is a fresh temporary folder (submitted code). The script's folder is
+`sys.path[0]` as under `python SCRIPT` and is passed in `XLAPORT_SCRIPT_DIR`.
 
 Files: `run.py` starts the child, `runner.py` and `probe.py` are the child side, `events.py` reads what it
 left, `grade.py` builds and grades the report, `report.py` is the report type and its text, `cli.py` the

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..sandbox import scratch as scratch_folder
 from . import curves as cv
 from .assess import absolute_gates, assess, relative_gates
 from .config import VerifyConfig, VerifyUsageError, level_at_least, load_config
 from .report import VerifyReport
-from .runs import RunRecord, reference_from_log, run_migrated, run_reference, split_command
+from .runs import RunRecord, reference_from_log, run_migrated, run_reference, split_command, working_folder
 
 
 def verify(original: Path, migrated: Path, command: list[str], config: VerifyConfig | None = None) -> VerifyReport:
@@ -23,9 +23,10 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         if not folder.is_dir():
             raise VerifyUsageError(f"not a directory: {folder}")
     script, args = split_command(list(command))
+    subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
     for folder in (original, migrated):
-        if not (folder / script).is_file():
-            raise VerifyUsageError(f"{script} not found in {folder}")
+        if not (folder / subdir / script).is_file():
+            raise VerifyUsageError(f"{script} not found in {folder / subdir}")
 
     report = VerifyReport(
         original=str(original),
@@ -41,14 +42,14 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
     if log_price is not None and config.price_reference is None:
         config = config.with_overrides(price_reference=log_price)
         report.config = asdict(config)
-    with tempfile.TemporaryDirectory(prefix="xlaport-verify-") as tmp:
+    with scratch_folder("xlaport-verify-") as tmp:
         scratch = Path(tmp)
-        mig, check = run_migrated(migrated, script, [*args, *config.migrated_args], config, scratch)
+        mig, check = run_migrated(migrated, script, [*args, *config.migrated_args], config, scratch, subdir)
         report.migrated_run, report.check = mig, check.to_dict()
         gates = absolute_gates(mig, check, config) if mig.ok else []
         ran = None
         if mig.ok and not any(g.stopped for g in gates) and config.reference != "none":
-            ran = run_reference(original, script, args, config, scratch)
+            ran = run_reference(original, script, args, config, scratch, subdir)
         ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
         if mig.ok and not any(g.stopped for g in gates):
             gates += relative_gates(ref, mig, config)
