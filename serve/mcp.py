@@ -8,10 +8,11 @@ already acts for the local user; off by default over HTTP).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -19,8 +20,10 @@ from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree
 
-from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
 FIX_TIME_LIMIT_S = 60.0  # a suggestion's fix step is stopped past this (the tool answers with the reason)
 INSTRUCTIONS = (
@@ -46,6 +49,10 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
     server = MCPServer("xlaport", instructions=INSTRUCTIONS)
 
     def pipe() -> Pipeline:
+        # imported here: the pipeline loads libcst, every rule and the sandbox, seconds a starting
+        # server need not spend before it answers `initialize` (run_server loads it in the background)
+        from .pipeline import get_pipeline
+
         return pipeline or get_pipeline()
 
     @server.tool()
@@ -133,10 +140,17 @@ def run_server(
     """Serves over stdio or streamable HTTP; loads the index before the first call."""
     if allow_execution is None:
         allow_execution = transport == "stdio"
-    pipeline = get_pipeline()
-    pipeline.warm_up()
-    server = create_server(pipeline, allow_execution)
+    # the pipeline (libcst, the rules, a fix worker, the index) loads beside the session, not before it:
+    # a client waits for `initialize` and would time out (it took 10-13 s); a tool call meanwhile waits for it
+    threading.Thread(target=_warm_up, name="xlaport-warm-up", daemon=True).start()
+    server = create_server(None, allow_execution)
     if transport == "stdio":
         server.run("stdio")
     else:
         server.run("streamable-http", host=host, port=port)
+
+
+def _warm_up() -> None:
+    from .pipeline import get_pipeline
+
+    get_pipeline().warm_up()

@@ -38,7 +38,8 @@ MAY_IMPORT = {
 }
 EVAL_FROM_KB = frozenset({"Finding"})
 # third-party modules slow to import (seconds) or that start runtimes; imported late where only some
-# commands need them. An xlaport module that imports one of them at module level counts as heavy too.
+# commands need them. An xlaport module that imports one of them, or a heavy xlaport module, at module level
+# counts as heavy too.
 HEAVY = frozenset(
     {
         "torch",
@@ -46,6 +47,7 @@ HEAVY = frozenset(
         "transformers",
         "peft",
         "faiss",
+        "libcst",  # its matchers and codemod modules: 1-2 s
         "tokenizers",
         "accelerate",
         "sentence_transformers",
@@ -133,6 +135,19 @@ def check_tree(root: Path) -> list[Violation]:
         for module, (_, found) in modules.items()
         if any(not is_local and imported.split(".")[0] in HEAVY for _, imported, _, is_local in found)
     }
+    grew = True
+    while grew:  # a module importing a heavy xlaport module at module level is heavy too
+        grown = {
+            module
+            for module, (_, found) in modules.items()
+            if module not in heavy
+            and any(
+                not is_local and ({imported} | {f"{imported}.{name}" for name in names}) & heavy
+                for _, imported, names, is_local in found
+            )
+        }
+        heavy |= grown
+        grew = bool(grown)
     violations = []
     for module, (path, found) in modules.items():
         for node, imported, names, is_local in found:
