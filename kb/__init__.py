@@ -43,7 +43,8 @@ __all__ = [
 def __getattr__(name: str) -> object:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import_module(".configs", __name__)  # registers the entries about config files and run scripts
+    if _HOME[name] == "engine":  # the engine lists the rules: those about config files and run scripts too
+        import_module(".configs", __name__)  # (Finding, Rule and SourceError need neither: no libcst matchers, no rules)
     value = getattr(import_module(f".{_HOME[name]}", __name__), name)
     globals()[name] = value
     return value
