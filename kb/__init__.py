@@ -43,8 +43,10 @@ __all__ = [
 def __getattr__(name: str) -> object:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _HOME[name] == "engine":  # the engine lists the rules: those about config files and run scripts too
-        import_module(".configs", __name__)  # (Finding, Rule and SourceError need neither: no libcst matchers, no rules)
+    # the engine lists the rules, those about config files and run scripts too; Finding, Rule and SourceError
+    # need neither configs nor the rules (nor libcst's matchers: ~1.5 s of CPU for a starting MCP server)
+    if _HOME[name] == "engine":
+        import_module(".configs", __name__)
     value = getattr(import_module(f".{_HOME[name]}", __name__), name)
     globals()[name] = value
     return value
