@@ -187,12 +187,32 @@ def test_each_area_adds_the_commands_the_root_lists_for_it():
         mounted += [g.name for g in alone.registered_groups]
         assert sorted(mounted) == sorted(names), add.__name__
     everything = build_app()
-    assert len(everything.registered_commands) + len(everything.registered_groups) == sum(map(len, AREAS.values()))
+    root_commands = 1  # `env`
+    assert (
+        len(everything.registered_commands) + len(everything.registered_groups)
+        == sum(map(len, AREAS.values())) + root_commands
+    )
     assert [g.name for g in build_app("train").registered_groups] == ["train"]
 
 
 def test_a_command_runs_with_only_its_area_mounted():
     exe = Path(sys.executable).with_name("xlaport")
-    for args, expected in ((["train", "--help"], "lora"), (["kb", "show", "XLA201"], "XLA201"), (["--help"], "verify")):
+    for args, expected in (
+        (["train", "--help"], "lora"),
+        (["kb", "show", "XLA201"], "XLA201"),
+        (["--help"], "verify"),
+        (["--version"], "xlaport"),
+    ):
         result = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and expected in result.stdout, (args, result.stderr)
+
+
+def test_version_and_env_answer_without_a_command():
+    from importlib import metadata
+
+    runner = CliRunner()
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.stdout.strip() == f"xlaport {metadata.version('xlaport')}"
+    env = runner.invoke(app, ["env"], env={"PJRT_DEVICE": "CPU"})
+    assert env.exit_code == 0
+    assert f"torch_xla: {metadata.version('torch_xla')}" in env.stdout and "PJRT_DEVICE=CPU" in env.stdout

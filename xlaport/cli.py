@@ -2,12 +2,60 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import sys
 from collections.abc import Callable
+from importlib import metadata
+from typing import Annotated
 
 import typer
 
 HELP = __doc__
+
+# what a bug report needs: the versions that decide behaviour, read from metadata (nothing heavy is imported)
+ENV_PACKAGES = ("torch", "torch_xla", "torch-tpu", "libcst", "transformers", "accelerate", "peft", "faiss-cpu", "mcp")
+ENV_VARIABLES = (
+    "PJRT_DEVICE",
+    "XLA_FLAGS",
+    "PT_XLA_DEBUG_LEVEL",
+    "XLAPORT_CACHE_DIR",
+    "XLAPORT_MODEL",
+    "XDG_CACHE_HOME",
+)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"xlaport {_version('xlaport') or 'unknown'}")
+        raise typer.Exit()
+
+
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Moves CUDA PyTorch code onto TPUs (torch_xla) and proves, with evidence, that behaviour was kept."""
+
+
+def env() -> None:
+    """Print what a bug report needs: versions, platform and the settings that change behaviour."""
+    lines = [
+        f"xlaport: {_version('xlaport') or 'unknown'}",
+        f"python: {platform.python_version()} ({sys.executable})",
+        f"platform: {platform.platform()}",
+    ]
+    lines += [f"{name}: {_version(name) or 'not installed'}" for name in ENV_PACKAGES]
+    lines += [f"{name}={os.environ[name]}" for name in ENV_VARIABLES if name in os.environ]
+    typer.echo("\n".join(lines))
 
 
 # each area owns its commands; heavy imports stay inside the command functions
@@ -50,12 +98,11 @@ def build_app(command: str | None = None) -> typer.Typer:
     Mounting an area imports its command modules: all four cost ~0.1 s of CPU, a third of `xlaport kb
     search`'s start-up and of a stdio MCP server's."""
     app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
+    app.callback()(root)
+    app.command("env")(env)
     owners = [add for add, names in AREAS.items() if command in names] or list(AREAS)
     for add in owners:
         add(app)
-    if len(owners) == 1:
-        # keeps the root a group with one area mounted (typer runs a lone command as the root itself)
-        app.callback()(lambda: None)
     return app
 
 
