@@ -16,11 +16,12 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -31,9 +32,10 @@ from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree, writes_confined_to
 
-from .isolated import StoppableCall
-from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
 FIX_TIME_LIMIT_S = 60.0  # a suggestion's fix step is stopped past this (the tool answers with the reason)
 INSTRUCTIONS = (
@@ -85,6 +87,18 @@ def _as_tool_errors() -> Iterator[None]:
         raise ToolError(str(exc.args[0]) if exc.args else "not found") from None
     except (ValueError, OSError, DirtyTree) as exc:  # SourceError is a ValueError, WriteFailed an OSError
         raise ToolError(str(exc)) from None
+
+
+def get_pipeline() -> Pipeline:
+    """The process-wide pipeline. Imported on first use: it loads libcst, every rule and the sandbox, seconds a
+    starting server need not spend before it answers `initialize` (run_server loads it in the background)."""
+    from .pipeline import get_pipeline as process_pipeline
+
+    return process_pipeline()
+
+
+def _warm_up() -> None:
+    get_pipeline().warm_up()
 
 
 def create_server(
@@ -196,6 +210,8 @@ def create_server(
 # SDK cancels a tool's task when the client cancels the call or closes its end of stdio; the process, and the
 # sandboxed run it started, are killed then. The work is done by the process-wide pipeline of that child.
 async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
+    from .isolated import StoppableCall  # the kb engine and every rule: see get_pipeline
+
     call = StoppableCall(function, args, write_root)
     try:
         while not call.done():
@@ -281,9 +297,10 @@ def run_server(
             )
         if token is None and (execute or write):
             raise StartRefused("--unauthenticated-read-only cannot be combined with --exec or --write")
-    pipeline = get_pipeline()
-    pipeline.warm_up()
-    server = create_server(pipeline, execute, write, root)
+    # the pipeline (libcst, the rules, a fix worker, the index) loads beside the session, not before it:
+    # a client waits for `initialize` and may give up (it took 10-13 s); a tool called meanwhile waits for it
+    threading.Thread(target=_warm_up, name="xlaport-warm-up", daemon=True).start()
+    server = create_server(None, execute, write, root)
     if transport == "stdio":
         server.run("stdio")
         return
