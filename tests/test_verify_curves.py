@@ -47,6 +47,84 @@ def test_parse_text_reads_common_log_formats():
     assert not any("runtime" in n or "per_second" in n or n == "train_loss" for n in curves.metrics)
 
 
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("loss: 2.5", 2.5),
+        ("loss 1.23", 1.23),
+        ("Loss : 0.75", 0.75),
+        ("epoch 1 | loss_train: 0.4 | loss_val: 0.6", 0.4),
+        ("epoch 1 train_loss=0.5 val_loss=0.7 val_acc=0.81", 0.5),
+        ("{'loss': 0.33, 'learning_rate': 0.001, 'epoch': 0.2}", 0.33),
+        ('{"step": 7, "loss": 0.21, "lr": 0.001}', 0.21),
+        ("step 10 | loss 2.3 | 41.0 ms", 2.3),
+        ("training loss: 1.75 | kl loss: 0.05", 1.75),
+        ("Epoch 3 Avg Loss: 0.9125", 0.9125),
+        ('{"train/loss": 0.61, "global_step": 12}', 0.61),
+        ("loss: tensor(2.3010, device='cuda:0', grad_fn=<NllLossBackward0>)", 2.301),
+        ("Epoch [2/5], Step [100/600], Loss: 0.2153", 0.2153),
+    ],
+)
+def test_each_common_loss_format_is_read(line, value):
+    curves = cv.parse_text(f"{line}\n{line}\n")
+    assert curves.loss.values == [value, value], line
+
+
+def test_loss_components_and_evaluation_losses_are_not_the_training_loss():
+    text = "\n".join(
+        [
+            "it 0 | aux loss 0.9 | decorr loss 0.2",  # components only: no training loss on this line
+            "Test set: Average loss: 0.0412, Accuracy: 9861/10000 (99%)",  # an evaluation's loss, a count
+            "validation loss: 1.9",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert not len(curves.loss)
+    assert curves.metrics["test_loss"].values == [0.0412] and curves.metrics["validation_loss"].values == [1.9]
+    assert "accuracy" not in curves.metrics  # 9861/10000 is a count, not an accuracy of 9861
+
+
+def test_configuration_echoes_are_not_metrics():
+    # what a nanoGPT-style configurator prints before training (a config file echoed line by line, then each
+    # command-line override), an argparse Namespace, and then the real log: evaluation lines and iterations
+    text = "\n".join(
+        [
+            "Overriding config with config/train_tiny_chars.py:",
+            "# a small character model, quick to train",
+            "eval_interval = 50",
+            "eval_iters = 20",
+            "log_interval = 1",
+            "test_size = 128",
+            "accuracy = 0",
+            "Overriding: eval_iters = 2",
+            "Overriding: eval_interval = 10",
+            "Namespace(eval_every=5, val_batch_size=64, lr=0.001)",
+            "launching with --eval_iters=2 --val_freq=3",
+            "tokens per iteration will be: 768",
+            "step 0: train loss 4.1823, val loss 4.1790",
+            "iter 0: loss 4.1850, time 812.44ms, mfu -100.00%",
+            "iter 1: loss 4.0102, time 35.10ms, mfu -100.00%",
+            "iter 2: loss 3.8877, time 34.87ms, mfu -100.00%",
+            "step 3: train loss 3.7011, val loss 3.7342",
+            "iter 3: loss 3.7123, time 35.02ms, mfu 0.01%",
+            "eval_iters = 2 took 0.1 s",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert curves.loss.steps == [0, 1, 2, 3] and curves.loss.values == [4.185, 4.0102, 3.8877, 3.7123]
+    assert set(curves.metrics) == {"val_loss"}, curves.metrics
+    assert curves.metrics["val_loss"].steps == [0, 3] and curves.metrics["val_loss"].values == [4.179, 3.7342]
+    # a primary metric is never a setting: what L3 would compare is the validation loss
+    assert cv.primary_metric(curves) == "val_loss"
+
+
+def test_a_run_without_any_loss_line_finds_none_and_the_formats_are_listed():
+    curves = cv.parse_text("epoch 1 cost 0.5\nepoch 2 cost 0.4\n")
+    assert not len(curves.loss)
+    assert "train_loss=1.23" in cv.LOSS_FORMATS and any("JSON lines" in f for f in cv.LOSS_FORMATS)
+    assert cv.parse_text("epoch 1 cost 0.5\n", loss_pattern=r"cost (?P<value>[\d.]+)").loss.values == [0.5]
+
+
 def test_parse_text_with_custom_patterns():
     text = "it 1 cost 0.5 | top-1 91.0\nit 2 cost 0.4 | top-1 92.5\n"
     curves = cv.parse_text(text, loss_pattern=r"cost (?P<value>[\d.]+)", metric_pattern=r"top-1 (?P<value>[\d.]+)")

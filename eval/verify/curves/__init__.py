@@ -1,9 +1,11 @@
 """Training curves: capturing per-step loss and evaluation metrics from a run, and comparing two runs.
 
 Capture reads what a training script already prints or writes (no changes to the script):
-- stdout lines such as `loss 0.123`, `loss=0.123`, `Loss: 0.123`, `'loss': 0.123` (HF Trainer log
-  dicts), `eval_accuracy=0.91`, `accuracy: 0.91`, `{'eval_loss': 0.4, ...}`; a `step N` on the same
-  line gives the step, otherwise points are numbered in order;
+- stdout lines such as `loss 0.123`, `loss=0.123`, `Loss: 0.123`, `train_loss=0.123`, `loss_train: 0.123`,
+  `training loss: 0.123`, `'loss': 0.123` (HF Trainer log dicts), JSON lines, `eval_accuracy=0.91`,
+  `accuracy: 0.91`, `val loss 0.4`, `{'eval_loss': 0.4, ...}` (`LOSS_FORMATS` lists the loss forms); a `step N`
+  or `iter N` on the same line gives the step, otherwise points are numbered in order. Configuration echoes
+  (`Overriding: eval_iters = 2`, `Namespace(...)`, `--key=value`) are not metrics;
 - or a JSON / JSONL / CSV file the script writes (records with `step`, `loss` and metric columns,
   or `{"loss": [...], "accuracy": 0.9, "evals": [{"step": 20, "val_loss": 1.2}]}`).
 
@@ -27,6 +29,7 @@ Files: `capture.py` (stdout and log files), `reference_log.py` (a recorded GPU r
 from .capture import (
     DEFAULT_LOSS_PATTERN,
     DEFAULT_METRIC_PATTERN,
+    LOSS_FORMATS,
     LOWER_IS_BETTER,
     METRIC_WORDS,
     MIN_NOISE_EVALS,
@@ -38,9 +41,11 @@ from .capture import (
     Series,
     add_record,
     add_summary,
+    classify_key,
     csv_value,
     higher_is_better,
     is_number,
+    loss_lines,
     parse_log_file,
     parse_number,
     parse_text,
@@ -60,6 +65,7 @@ __all__ = [
     "DEFAULT_LOSS_PATTERN",
     "DEFAULT_METRIC_PATTERN",
     "DEVICE_KEYS",
+    "LOSS_FORMATS",
     "LOWER_IS_BETTER",
     "LossComparison",
     "METRIC_WORDS",
@@ -81,6 +87,7 @@ __all__ = [
     "Timing",
     "add_record",
     "add_summary",
+    "classify_key",
     "align",
     "band_at",
     "compare_loss",
@@ -92,6 +99,7 @@ __all__ = [
     "first_bad_value",
     "higher_is_better",
     "is_number",
+    "loss_lines",
     "parse_claim",
     "parse_log_file",
     "parse_number",
