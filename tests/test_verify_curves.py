@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from xlaport.eval.verify import curves as cv
 
@@ -258,3 +259,73 @@ def test_claims():
     assert cv.parse_claim("eval_loss < 1.5").holds(1.4)
     with pytest.raises(ValueError, match="NAME OP NUMBER"):
         cv.parse_claim("accuracy is high")
+
+
+# --- the original's run-to-run spread (programs that do not fix their seed) ---------------------------
+
+
+def noisy_run(seed, n=30, start=2.0, end=0.4, noise=0.04, scale=1.0):
+    """A falling loss with its own batch noise: another run of an unseeded program draws other batches."""
+    rng = np.random.default_rng(seed)
+    return [scale * (end + (start - end) * np.exp(-i / 6) + noise * rng.standard_normal()) for i in range(n)]
+
+
+def test_spread_of_a_seeded_program_is_nothing():
+    spread = cv.measure_spread([series(decaying()), series(decaying())], "two runs")
+    assert spread.seeded and not spread.measured and "fixes its seed" in spread.describe()
+
+
+def test_spread_of_an_unseeded_program_is_measured():
+    spread = cv.measure_spread([series(noisy_run(1)), series(noisy_run(2))], "two runs")
+    assert not spread.seeded and spread.measured
+    assert 0 < spread.tail_rel_sd < spread.rel_sd < spread.first_rel_sd + 1  # the tail mean averages steps
+    assert "does not fix its seed" in spread.describe()
+
+
+def test_unseeded_differences_inside_the_spread_are_not_blamed():
+    spread = cv.measure_spread([series(noisy_run(1)), series(noisy_run(2))], "two runs")
+    failed_without = 0
+    for seed in range(3, 43):  # forty migrated runs, each with its own batches
+        migrated = series(noisy_run(seed))
+        with_spread = cv.compare_loss(series(noisy_run(1)), migrated, LIMITS, spread)
+        assert with_spread.verdict != "worse", with_spread.reasons
+        failed_without += cv.compare_loss(series(noisy_run(1)), migrated, LIMITS).verdict == "worse"
+    assert failed_without > 0  # the paired rules alone blame randomness on the migration
+
+
+def test_unseeded_real_defects_still_fail():
+    ref, other = series(noisy_run(1)), series(noisy_run(2))
+    spread = cv.measure_spread([ref, other], "two runs")
+    doubled = cv.compare_loss(ref, series(noisy_run(3, scale=2.0)), LIMITS, spread)  # the loss x2 (objective)
+    assert doubled.verdict == "worse" and "different objective" in doubled.reasons[-1], doubled.reasons
+    flat = cv.compare_loss(ref, series([2.0 + 0.04 * (-1) ** i for i in range(30)]), LIMITS, spread)
+    assert flat.verdict == "worse", flat.reasons  # does not fall where both runs of the original fall
+    stuck = cv.compare_loss(ref, series(noisy_run(3, end=1.2)), LIMITS, spread)  # learns, but ends far higher
+    assert stuck.verdict == "worse" and "far outside" in stuck.reasons[-1], stuck.reasons
+
+
+def test_few_points_give_figures_and_an_honest_verdict():
+    ref = series([2.3, 2.1, 1.9])
+    same = cv.compare_loss(ref, series([2.3001, 2.1002, 1.8999]), LIMITS)
+    assert same.verdict == "same" and same.tail_rel_diff is not None and same.confidence.startswith("low: 3 ")
+    assert "agree point by point" in same.reasons[0]
+    spread = cv.measure_spread([ref, series([2.4, 2.0, 1.95])], "two runs")
+    unseeded = cv.compare_loss(ref, series([2.25, 2.2, 1.8]), LIMITS, spread)
+    assert unseeded.verdict == "inconclusive" and "a fixed seed" in unseeded.reasons[0]
+    apart = cv.compare_loss(ref, series([2.3, 2.4, 2.5]), LIMITS)
+    assert apart.verdict == "inconclusive" and "more logged steps" in apart.reasons[0]
+    two = cv.compare_loss(series([2.3, 2.0]), series([2.3, 2.0]), LIMITS)
+    assert two.verdict == "same" and two.initial_rel_diff == 0.0
+    assert cv.compare_loss(series([2.3]), series([2.3]), LIMITS).verdict == "inconclusive"
+
+
+def test_unseeded_metric_inside_the_original_spread_is_not_blamed():
+    ref, mig = series([0.97], "val_accuracy"), series([0.94], "val_accuracy")
+    inside = cv.compare_metric(ref, mig, "val_accuracy", True, LIMITS, run_to_run=0.02)
+    assert inside.verdict == "same" and "run-to-run spread" in inside.reasons[0]
+    collapsed = series([0.3], "val_accuracy")  # e.g. evaluated on untrained weights
+    assert cv.compare_metric(ref, collapsed, "val_accuracy", True, LIMITS, run_to_run=0.005).verdict == "worse"
+    assert cv.compare_metric(ref, mig, "val_accuracy", True, LIMITS, run_to_run=0.0).verdict == "inconclusive"
+    # one difference between two runs is a rough spread: a drop of 3 of its deviations is not yet a defect
+    rough = cv.compare_metric(ref, series([0.9], "val_accuracy"), "val_accuracy", True, LIMITS, run_to_run=0.01)
+    assert rough.verdict == "inconclusive" and "63.7x needed with 2 runs" in rough.reasons[0], rough.reasons

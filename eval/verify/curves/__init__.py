@@ -23,6 +23,7 @@ spike the original has as well is not a failure. Only NaN/inf stops a run on its
 
 Files: `capture.py` (stdout and log files), `reference_log.py` (a recorded GPU run), `stamps.py` (step time),
 `measures.py` (thresholds, result types), `gates.py` (the smoke gates), `compare.py` (L1 comparisons),
+`spread.py` (the original's run-to-run spread: does it fix its seed?),
 `claims.py` (stated claims).
 """
 
@@ -51,10 +52,11 @@ from .capture import (
     parse_text,
 )
 from .claims import CLAIM_RE, Claim, find_metric, parse_claim, primary_metric
-from .compare import compare_loss, compare_metric
+from .compare import WHAT_WOULD_DECIDE, compare_loss, compare_metric
 from .gates import BAND_WINDOW, Band, Stop, band_at, divergence_gate, falling_gate, reference_band, stays_outside_from
 from .measures import LossComparison, MetricComparison, Thresholds, align, first_bad_value, spearman, step_noise
 from .reference_log import DEVICE_KEYS, PRICE_KEYS, STEP_TIME_KEYS, ReferenceLog, read_reference_log
+from .spread import SAME_FIRST_LOSS, Spread, measure_spread
 from .stamps import STAMP_SITECUSTOMIZE, STAMP_START, Timing, parse_stamps
 
 __all__ = [
@@ -77,14 +79,17 @@ __all__ = [
     "PRICE_KEYS",
     "ReferenceLog",
     "RunCurves",
+    "SAME_FIRST_LOSS",
     "STAMP_SITECUSTOMIZE",
     "STAMP_START",
     "STEP_PATTERN",
     "STEP_TIME_KEYS",
     "Series",
+    "Spread",
     "Stop",
     "Thresholds",
     "Timing",
+    "WHAT_WOULD_DECIDE",
     "add_record",
     "add_summary",
     "classify_key",
@@ -100,6 +105,7 @@ __all__ = [
     "higher_is_better",
     "is_number",
     "loss_lines",
+    "measure_spread",
     "parse_claim",
     "parse_log_file",
     "parse_number",
