@@ -237,7 +237,7 @@ def assess(
 def no_loss_message(side: str, config: VerifyConfig) -> str:
     """Why there is no loss comparison, the formats tried, and how to point verify at the loss."""
     if config.loss_pattern:
-        tried = f"the loss_pattern {config.loss_pattern!r} matched no line"
+        tried = f"the loss_pattern `{config.loss_pattern}` matched no line"
     else:
         tried = "tried: " + "; ".join(f"`{form}`" for form in cv.LOSS_FORMATS)
     files = f"the log_file {config.log_file}" if config.log_file else "JSON/JSONL/CSV files the run wrote"
