@@ -329,3 +329,14 @@ def test_unseeded_metric_inside_the_original_spread_is_not_blamed():
     # one difference between two runs is a rough spread: a drop of 3 of its deviations is not yet a defect
     rough = cv.compare_metric(ref, series([0.9], "val_accuracy"), "val_accuracy", True, LIMITS, run_to_run=0.01)
     assert rough.verdict == "inconclusive" and "63.7x needed with 2 runs" in rough.reasons[0], rough.reasons
+
+
+def test_a_second_run_cut_short_still_measures_the_spread():
+    # the repeat was stopped at its time budget after 10 of 30 steps: its spread over those steps stands in
+    ref, cut = series(noisy_run(1)), series(noisy_run(2)[:10])
+    spread = cv.measure_spread([ref, cut], "two runs of the original here (the second one cut short)")
+    assert spread.steps == 10 and not spread.seeded
+    view = cv.against_runs(series(noisy_run(3)), spread)
+    assert view.runs == 1 and view.tail_noise > 0  # only the full run reaches the tail
+    assert cv.compare_loss(ref, series(noisy_run(3)), LIMITS, spread).verdict != "worse"
+    assert cv.compare_loss(ref, series(noisy_run(3, scale=2.0)), LIMITS, spread).verdict == "worse"

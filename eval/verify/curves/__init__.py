@@ -56,10 +56,11 @@ from .compare import WHAT_WOULD_DECIDE, compare_loss, compare_metric
 from .gates import BAND_WINDOW, Band, Stop, band_at, divergence_gate, falling_gate, reference_band, stays_outside_from
 from .measures import LossComparison, MetricComparison, Thresholds, align, first_bad_value, spearman, step_noise
 from .reference_log import DEVICE_KEYS, PRICE_KEYS, STEP_TIME_KEYS, ReferenceLog, read_reference_log
-from .spread import SAME_FIRST_LOSS, Spread, measure_spread
+from .spread import SAME_FIRST_LOSS, AgainstRuns, Spread, against_runs, measure_spread
 from .stamps import STAMP_SITECUSTOMIZE, STAMP_START, Timing, parse_stamps
 
 __all__ = [
+    "AgainstRuns",
     "BAND_WINDOW",
     "Band",
     "CLAIM_RE",
@@ -91,6 +92,7 @@ __all__ = [
     "Timing",
     "WHAT_WOULD_DECIDE",
     "add_record",
+    "against_runs",
     "add_summary",
     "classify_key",
     "align",
