@@ -85,6 +85,20 @@ def test_loss_components_and_evaluation_losses_are_not_the_training_loss():
     assert "accuracy" not in curves.metrics  # 9861/10000 is a count, not an accuracy of 9861
 
 
+def test_an_unqualified_metric_belongs_to_the_phase_its_line_names():
+    text = "\n".join(
+        [
+            "[ Epoch 0 ] (Training)   ppl:  9.41, accuracy: 41.2 %, lr: 0.0005",
+            "[ Epoch 0 ] (Validation) ppl:  8.77, accuracy: 44.9 %",
+            "[ Epoch 1 ] (Training)   ppl:  6.02, accuracy: 52.5 %, lr: 0.0005",
+            "[ Epoch 1 ] (Validation) ppl:  6.30, accuracy: 51.7 %",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert set(curves.metrics) == {"validation_ppl", "validation_accuracy"}
+    assert curves.metrics["validation_accuracy"].values == [44.9, 51.7]
+
+
 def test_configuration_echoes_are_not_metrics():
     # what a nanoGPT-style configurator prints before training (a config file echoed line by line, then each
     # command-line override), an argparse Namespace, and then the real log: evaluation lines and iterations

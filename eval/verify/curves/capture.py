@@ -24,6 +24,7 @@ TRAIN_WORDS = frozenset({"train", "training", "trn", "avg", "average", "mean", "
 # Words that make a value an evaluation's (`val_loss`, `loss_val`, `test accuracy`, `Test set: Average loss`).
 EVAL_WORDS = frozenset({"eval", "evaluation", "val", "valid", "validation", "test", "dev"})
 EVAL_WORD = re.compile(r"\b(?:eval|evaluation|val|valid|validation|test|dev)\b", re.I)
+TRAIN_WORD = re.compile(r"\b(?:train|training)\b", re.I)
 # The training-loss formats the default capture reads, for the message when a run printed none of them.
 LOSS_FORMATS = (
     "loss: 1.23",
@@ -181,8 +182,14 @@ def classify_key(key: str, before: str) -> tuple[str, str] | None:
         if any(w in EVAL_WORDS for w in others):
             return "metric", name
         return None
-    if words[0] in EVAL_WORDS or words[-1] in EVAL_WORDS or METRIC_NAME.fullmatch(name):
+    if words[0] in EVAL_WORDS or words[-1] in EVAL_WORDS:
         return None if NOT_METRICS.search(name) or name in NOT_METRIC_KEYS else ("metric", name)
+    if METRIC_NAME.fullmatch(name):
+        # `(Validation) accuracy: 45.1` is the validation's; `(Training) accuracy: 44.0` is not an evaluation
+        evaluation = EVAL_WORD.search(before)
+        if evaluation:
+            return "metric", f"{evaluation.group(0).lower()}_{name}"
+        return None if TRAIN_WORD.search(before) else ("metric", name)
     return None
 
 

@@ -35,8 +35,8 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
         result.verdict = "inconclusive"
         result.confidence = f"none: {len(steps)} common step"
         result.reasons.append(
-            f"{len(steps)} common step in the two loss curves: nothing to compare (check the loss pattern or log "
-            "file, and that both runs number their steps alike)"
+            f"{'no' if not len(steps) else 'only one'} common step in the two loss curves: nothing to compare "
+            "(check the loss pattern or log file, and that both runs number their steps alike)"
         )
         return result
     finite_ref = r[np.isfinite(r)]
