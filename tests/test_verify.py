@@ -121,7 +121,7 @@ def test_unseeded_reference_runs_decide_with_their_spread():
     spread = cv.measure_spread([ref.curves.loss, again.curves.loss], "two runs of the original here")
     level, reasons, _, undecided, loss, *_ = assess(ref, mig, FakeCheck(), VerifyConfig(), spread, (ref, again))
     assert loss.verdict != "worse" and level in ("L2", "L3"), reasons
-    assert any("from the mean first loss of the original's 2 runs" in r for r in reasons)
+    assert any("from the mean first loss of the original's 2 runs (its runs' first losses" in r for r in reasons)
     evidence = next(r for r in reasons if r.startswith("L3 evidence"))
     assert "the original's run-to-run spread (2 runs" in evidence and "a third run of the original" in evidence
     level, reasons, *_ = assess(ref, mig, FakeCheck(), VerifyConfig())  # without the second run

@@ -350,7 +350,7 @@ def test_a_second_run_cut_short_still_measures_the_spread():
     ref, cut = series(noisy_run(1)), series(noisy_run(2)[:10])
     spread = cv.measure_spread([ref, cut], "two runs of the original here (the second one cut short)")
     assert spread.steps == 10 and not spread.seeded
-    view = cv.against_runs(series(noisy_run(3)), spread)
+    view = cv.against_runs(series(noisy_run(3)), spread, ref)
     assert view.runs == 1 and view.tail_noise > 0  # only the full run reaches the tail
     assert cv.compare_loss(ref, series(noisy_run(3)), LIMITS, spread).verdict != "worse"
     assert cv.compare_loss(ref, series(noisy_run(3, scale=2.0)), LIMITS, spread).verdict == "worse"

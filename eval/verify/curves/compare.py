@@ -54,7 +54,7 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
     view = None
     if random:
         # held against the center of the original's runs, with their spread as the noise
-        view = against_runs(mig, spread) or AgainstRuns(
+        view = against_runs(mig, spread, ref) or AgainstRuns(
             1,
             result.initial_rel_diff,
             math.sqrt(2) * spread.first_rel_sd,
@@ -110,7 +110,7 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
         result.reasons.append(
             f"mean loss over the last 25% of steps is {diff:+.1%} from the mean of the original's runs, between "
             f"{limits.noise_z:g}x and {limits.spread_z:g}x their run-to-run spread ({noise:.1%}, measured from "
-            f"{spread.runs} runs): too close to its randomness to blame or clear the migration; would decide: "
+            f"{view.runs} runs): too close to its randomness to blame or clear the migration; would decide: "
             f"{WHAT_WOULD_DECIDE}"
         )
     elif random and abs(diff) > limits.loss_tolerance:
@@ -231,8 +231,8 @@ def _first_loss_verdict(
         return result
     firsts = ", ".join(f"{v:.4g}" for v in spread.first_losses)
     against = (
-        f"{view.first_diff:+.1%} from the mean first loss of the original's {spread.runs} runs ({firsts}), whose "
-        f"run-to-run noise there is {view.first_noise:.1%}"
+        f"{view.first_diff:+.1%} from the mean first loss of the original's {view.runs} runs (its runs' first "
+        f"losses: {firsts}), whose run-to-run noise there is {view.first_noise:.1%}"
     )
     if abs(view.first_diff) <= limits.noise_z * view.first_noise:
         result.reasons.append(f"{what}): {against}: inside it, randomness, not the migration")

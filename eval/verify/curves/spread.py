@@ -112,12 +112,13 @@ class AgainstRuns:
     tail_noise: float
 
 
-def against_runs(mig: Series, spread: Spread) -> AgainstRuns | None:
-    """None when the migrated run shares fewer than two steps with the original's runs."""
+def against_runs(mig: Series, spread: Spread, ref: Series) -> AgainstRuns | None:
+    """`ref` is the deciding reference (one of the spread's runs, or a recorded log the spread was measured beside);
+    None when the migrated run shares fewer than two steps with the original's runs."""
     mig_by_step = dict(zip(mig.steps, mig.values, strict=True))
-    last = max(set(mig_by_step) & set(spread.curves[0].steps), default=None)
-    # the runs that reach the end of the comparison (a repeat cut short does not)
-    runs = [r for r in spread.curves if last is not None and last in r.steps] or spread.curves[:1]
+    last = max(set(mig_by_step) & set(ref.steps), default=None)
+    # the runs that reach the end of the comparison (a repeat cut short does not), the deciding one first
+    runs = [ref, *(r for r in spread.curves if r is not ref and last is not None and last in r.steps)]
     by_step = [dict(zip(r.steps, r.values, strict=True)) for r in runs]
     common = sorted(set(mig_by_step).intersection(*(set(d) for d in by_step)))
     if len(common) < 2:
