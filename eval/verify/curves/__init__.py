@@ -16,6 +16,10 @@ standard error of the paired per-step difference over the last 25% of steps; for
 reference's own evaluation-to-evaluation noise or a given one); when the tolerance is exceeded but the
 noise could explain it, the verdict is "inconclusive". The first logged loss is the exception: it is
 computed before any update, so a difference there is never an improvement (a different objective).
+A program that does not fix its seed differs from itself between runs: with a second run of the original
+(`measure_spread`), the migrated run is held against the center of the original's runs and their spread,
+and only a difference far beyond it (`spread_z`) is the migration's. Fewer points than `min_steps` give the
+L1 numbers with a low confidence; they pass only when the curves agree point by point.
 
 The smoke gates (divergence, "loss is not falling") are relative too: the migrated curve is held against
 the reference's curve over the same steps, widened by the reference's own noise (`reference_band`), so a
