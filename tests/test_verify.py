@@ -21,7 +21,7 @@ from xlaport.eval.verify.api import capture_summary, verify, verify_tree
 from xlaport.eval.verify.assess import absolute_gates, assess, judge_claim, relative_gates
 from xlaport.eval.verify.config import VerifyConfig, VerifyUsageError, load_config
 from xlaport.eval.verify.page import render_html, render_plots
-from xlaport.eval.verify.runs import RunRecord, reference_from_log, split_command
+from xlaport.eval.verify.runs import RunRecord, reference_from_log, source_fixes_seed, split_command
 
 from xlaport.cli import app
 
@@ -126,6 +126,11 @@ def test_unseeded_reference_runs_decide_with_their_spread():
     assert "the original's run-to-run spread (2 runs" in evidence and "a third run of the original" in evidence
     level, reasons, *_ = assess(ref, mig, FakeCheck(), VerifyConfig())  # without the second run
     assert level == "L2" and any("different objective" in r for r in reasons)
+    # without the second run, but the original's sources seed nothing: undecided, not a changed objective
+    level, reasons, _, undecided, loss, *_ = assess(ref, mig, FakeCheck(), VerifyConfig(), seed_in_source=False)
+    assert (level, undecided, loss.verdict) == ("L2", True, "inconclusive")
+    assert any("fix no seed" in r and "repeat_reference_s > 0" in r for r in reasons), reasons
+    assert source_fixes_seed(CLASSIFIER / "original") and not source_fixes_seed(UNSEEDED / "original")
 
 
 def test_l4_needs_a_gpu_reference_a_tpu_and_a_cheaper_run():

@@ -11,7 +11,7 @@ from . import curves as cv
 from .assess import absolute_gates, assess, relative_gates
 from .config import VerifyConfig, VerifyUsageError, level_at_least, load_config
 from .report import VerifyReport
-from .runs import RunRecord, reference_from_log, run_migrated, run_reference, split_command
+from .runs import RunRecord, reference_from_log, run_migrated, run_reference, source_fixes_seed, split_command
 
 
 def verify(original: Path, migrated: Path, command: list[str], config: VerifyConfig | None = None) -> VerifyReport:
@@ -65,8 +65,9 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
             "compared over the common steps, final metrics at the end of each run"
         )
 
+    seeded_source = source_fixes_seed(original) if spread is None and ref is not None else None
     level, reasons, improvements, undecided, loss_cmp, metric_cmps, claim, perf = assess(
-        ref, mig, check, config, spread, spread_runs
+        ref, mig, check, config, spread, spread_runs, seeded_source
     )
     if spread is not None:
         reasons.insert(0, f"L1: run-to-run: {spread.describe()}")

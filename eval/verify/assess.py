@@ -121,11 +121,13 @@ def assess(
     config: VerifyConfig,
     spread: cv.Spread | None = None,
     spread_runs: tuple[RunRecord, ...] = (),
+    seed_in_source: bool | None = None,
 ) -> tuple[str, list[str], list[str], bool, cv.LossComparison | None, list[cv.MetricComparison], dict | None, dict]:
     """(level, reasons, improvements, undecided, loss comparison, metric comparisons, claim, performance).
 
     `spread`: the original's run-to-run noise, measured on `spread_runs` (two runs of it, or recorded logs); when
-    it does not fix its seed, differences inside that noise are not blamed on the migration."""
+    it does not fix its seed, differences inside that noise are not blamed on the migration. Without a spread,
+    `seed_in_source` False (the original's sources seed nothing) makes a first-loss difference undecided."""
     reasons: list[str] = []
     improvements: list[str] = []
     limits = config.thresholds()
@@ -154,6 +156,8 @@ def assess(
     else:
         if len(ref.curves.loss) and len(mig.curves.loss):
             loss_cmp = cv.compare_loss(ref.curves.loss, mig.curves.loss, limits, spread)
+            if spread is None and seed_in_source is False:
+                _first_loss_without_seed(loss_cmp)
             if loss_cmp.ref_tail_mean is not None:
                 reasons.append(f"L1: {loss_summary(loss_cmp)}; confidence {loss_cmp.confidence}")
             tag = {"worse": failures, "diverged": failures, "inconclusive": undecided}.get(loss_cmp.verdict)
@@ -232,6 +236,18 @@ def assess(
     l4_open = level == "L3" and l4_undecided and config.require == "L4"
     undecided_overall = not failures and (bool(undecided) or l4_open)
     return level, reasons, improvements, undecided_overall, loss_cmp, metric_cmps, claim_result, performance
+
+
+def _first_loss_without_seed(loss_cmp: cv.LossComparison) -> None:
+    """A first-loss difference when the original seeds nothing and its spread was not measured: undecided."""
+    if loss_cmp.verdict != "worse" or not loss_cmp.reasons[-1].startswith("first logged loss"):
+        return
+    loss_cmp.verdict = "inconclusive"
+    loss_cmp.reasons[-1] = (
+        loss_cmp.reasons[-1].split("):")[0] + "): but the original's sources fix no seed (no manual_seed, "
+        "random.seed or set_seed call) and its run-to-run spread was not measured, so this may be randomness; "
+        f"would decide: a second run of the original (repeat_reference_s > 0), {cv.WHAT_WOULD_DECIDE}"
+    )
 
 
 def no_loss_message(side: str, config: VerifyConfig) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -215,6 +216,29 @@ def tree_digest(folder: Path) -> str:
         else:
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+# A call that fixes a global random generator's seed (torch.manual_seed, torch.cuda.manual_seed_all,
+# torch_xla.manual_seed, np.random.seed, random.seed, transformers' set_seed, lightning's seed_everything); a
+# generator's own `gen.manual_seed(1)` seeds only what draws from it
+SEED_CALL = re.compile(
+    r"(?<![\w.])(?:torch(?:_xla)?\.(?:cuda\.)?)?manual_seed(?:_all)?\s*\("
+    r"|(?<![\w.])(?:(?:np|numpy)\.)?random\.seed\s*\("
+    r"|(?<![\w.])(?:\w+\.)?(?:set_seed|seed_everything)\s*\("
+)
+MAX_SEED_SCAN_BYTES = 2 * 1024 * 1024  # a script's tree of sources; bigger files are data, not code
+
+
+def source_fixes_seed(folder: Path) -> bool:
+    """Whether any Python file of the tree calls a seeding function (a hint only: a seed may also come from a
+    flag or a library; two runs of the original are what decides)."""
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts) or not path.is_file():
+            continue
+        if path.stat().st_size <= MAX_SEED_SCAN_BYTES and SEED_CALL.search(path.read_text("utf-8", errors="replace")):
+            return True
+    return False
 
 
 def reference_from_log(config: VerifyConfig, path: str | None = None) -> tuple[RunRecord, float | None]:
