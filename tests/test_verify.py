@@ -17,7 +17,7 @@ import pytest
 from test_verify_curves import decaying, series  # the curve builders
 from typer.testing import CliRunner
 from xlaport.eval.verify import curves as cv
-from xlaport.eval.verify.api import capture_summary, verify, verify_tree
+from xlaport.eval.verify.api import capture_summary, measure_spread, verify, verify_tree
 from xlaport.eval.verify.assess import absolute_gates, assess, judge_claim, relative_gates
 from xlaport.eval.verify.config import VerifyConfig, VerifyUsageError, load_config
 from xlaport.eval.verify.page import render_html, render_plots
@@ -253,6 +253,18 @@ def test_read_reference_log_in_each_form(tmp_path):
         cv.read_reference_log(empty)
     with pytest.raises(VerifyUsageError, match="reference = none needs a reference_log"):
         VerifyConfig(reference="none").validate()
+
+
+def test_several_recorded_runs_give_the_spread(tmp_path):
+    # three recorded GPU runs of an unseeded original, each with its own batches
+    logs = [write_gpu_log(tmp_path / f"run{i}.jsonl", [v * (1 + 0.02 * ((i + j) % 3 - 1)) for j, v in enumerate(decaying())]) for i in range(3)]  # fmt: skip
+    config = VerifyConfig(reference_log=str(logs[0]), reference_log_repeats=[str(p) for p in logs[1:]])
+    first, _ = reference_from_log(config)
+    repeats = tuple(reference_from_log(config, str(p))[0] for p in logs[1:])
+    spread, runs = measure_spread(first, repeats, None, None)
+    assert spread.runs == 3 and not spread.seeded and spread.source == "3 recorded logs" and runs[0] is first
+    with pytest.raises(VerifyUsageError, match="needs a reference_log"):
+        VerifyConfig(reference_log_repeats=[str(logs[1])]).validate()
 
 
 def test_gpu_log_reference_gives_l4_with_its_step_time_and_price(tmp_path):
