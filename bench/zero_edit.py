@@ -95,8 +95,10 @@ def measure(program: Program, corpus: Path, env_dir: Path, work: Path) -> Progra
         return result
     result.level = report.get("level", "?")
     result.reasons = list(report.get("reasons", []))
-    result.performance = [str(p.get("message", p)) for p in report.get("performance", [])]
-    result.steps = len(report.get("steps", []))
+    result.performance = [
+        str(p.get("message", p)) if isinstance(p, dict) else str(p) for p in report.get("performance", [])
+    ]
+    result.steps = int(report.get("steps") or 0)
     return result
 
 
@@ -125,7 +127,10 @@ def main() -> int:
     for program in programs:
         print(f"... {program.repo}: {program.script}", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="xlaport-zero-edit-") as tmp:
-            results.append(measure(program, args.corpus, args.env, Path(tmp)))
+            try:
+                results.append(measure(program, args.corpus, args.env, Path(tmp)))
+            except Exception as exc:  # one broken program never stops the list
+                results.append(ProgramResult(program.repo, program.script, error=f"{type(exc).__name__}: {exc}"))
             if args.keep:
                 name = f"{program.repo}/{program.script}".replace("/", "__")
                 shutil.copytree(

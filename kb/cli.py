@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -29,15 +28,12 @@ from xlaport.cliutil import (
 from xlaport.files import (
     DirtyTree,
     WriteFailed,
-    atomic_write,
+    each_file_once,
     in_place_backups,
     iter_python_files,
-    keep_backup,
-    remove_stale_temporaries,
+    links_out_of,
+    write_with_backup,
 )
-
-if TYPE_CHECKING:
-    from .analysis.project import ProjectSteps
 
 
 def _rules(select: list[str] | None, ignore: list[str] | None = None):
@@ -54,23 +50,41 @@ def _files(paths: list[Path]) -> list[Path]:
     from .configs import CONFIG_KINDS
 
     try:
-        return list(iter_python_files(paths, (".py", *CONFIG_KINDS)))
+        return each_file_once(list(iter_python_files(paths, (".py", *CONFIG_KINDS))))  # a file reached twice: once
     except FileNotFoundError as exc:
         fail_usage(str(exc))
 
 
-def _projects(paths: list[Path], files: list[Path]) -> dict[Path, ProjectSteps]:
-    """The tree summary (kb/analysis/project.py) of each folder given, for the Python files under it: a loop
-    there that calls another module's stepping helper gets its barrier, as in `xlaport migrate`."""
-    from .batch import summarize_project
+def _jobs(paths: list[Path], files: list[Path]) -> tuple[list, list]:
+    """What `lint` and `fix` hand kb/batch.py: each folder given is a tree (kb/analysis/project.py) of the Python
+    files under it, so a loop there that calls another module's stepping helper gets its barrier, as in
+    `xlaport migrate`; other files are analysed alone. Returns (the files' jobs in their order, the trees)."""
+    from .batch import FileJob, Tree
 
-    found: dict[Path, ProjectSteps] = {}
+    trees: list[Tree] = []
+    where: dict[Path, tuple[int, Path]] = {}
     for folder in (p for p in paths if p.is_dir()):
-        inside = [f for f in files if f.suffix == ".py" and folder in f.parents and f not in found]
+        inside = [f for f in files if f.suffix == ".py" and folder in f.parents and f not in where]
         if inside:
-            project = summarize_project(folder, [f.relative_to(folder) for f in inside], named_from=folder)
-            found.update(dict.fromkeys(inside, project))
-    return found
+            rels = tuple(f.relative_to(folder) for f in inside)
+            where.update({f: (len(trees), rel) for f, rel in zip(inside, rels, strict=True)})
+            trees.append(Tree(folder, rels, named_from=folder))
+    found = [FileJob(f, str(f), *where[f]) if f in where else FileJob(f, str(f)) for f in files]
+    return found, trees
+
+
+def _processes(jobs: int, files: int) -> int:
+    from .batch import auto_jobs
+
+    return auto_jobs(files) if jobs == 0 else jobs
+
+
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs", "-j", min=0, max=256, help="Worker processes [default: 0, one per core for 8+ files; 1: none]."
+    ),
+]
 
 
 def _report_errors(results) -> int:
@@ -85,20 +99,22 @@ def lint(
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
+    jobs: JobsOption = 0,
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
-    from .batch import lint_file
+    from .batch import TreeTask, run_files
     from .report_formats import as_json, as_sarif, as_text
 
     rules = _rules(select, ignore)
     files = _files(paths)
-    projects = _projects(paths, files)
-    results = [lint_file(p, rules, project=projects.get(p)) for p in files]
+    found, trees = _jobs(paths, files)
+    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=False)
+    results = run_files(found, trees, task, _processes(jobs, len(files)))
     findings = [f for r in results for f in r.findings]
     if format is LintFormat.json:
         typer.echo(as_json(findings))
     elif format is LintFormat.sarif:
-        typer.echo(as_sarif(findings))
+        typer.echo(as_sarif(findings, [(r.path, r.error) for r in results if r.error]))
     else:
         if findings:
             typer.echo(as_text(findings))
@@ -121,14 +137,19 @@ def fix(
     force: Annotated[
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,
+    jobs: JobsOption = 0,
 ) -> None:
     """Apply the knowledge base's fixes in place (or show them with --diff)."""
-    from .batch import fix_file
+    from .batch import TreeTask, run_files
 
     rules = _rules(select, ignore)
     files = _files(paths)
-    projects = _projects(paths, files)
-    results = [fix_file(p, rules, unsafe=unsafe_fixes, project=projects.get(p)) for p in files]
+    for link in links_out_of(paths, files):
+        typer.echo(f"note: {link}: a link to a file outside the folder given; not rewritten", err=True)
+        files.remove(link)
+    found, trees = _jobs(paths, files)
+    task = TreeTask(fix=True, codes=tuple(r.code for r in rules), unsafe=unsafe_fixes)
+    results = run_files(found, trees, task, _processes(jobs, len(files)))
     changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
     if diff:
         for path, r in changed:
@@ -143,16 +164,13 @@ def fix(
         except DirtyTree as exc:
             fail_usage(str(exc))
         for path, r in list(changed):
-            try:
-                if path in needs_backup:
-                    keep_backup(path)
-                atomic_write(path, r.fixed)
+            try:  # not over an edit made while the tree was analysed (ChangedMeanwhile)
+                write_with_backup(path, r.fixed, path in needs_backup, expected=r.source)
             except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
                 r.error = str(exc)
                 changed.remove((path, r))
-        for folder in {Path(os.path.realpath(p)).parent for p, _ in changed}:
-            remove_stale_temporaries(folder)
-    applied = Counter(f.code for r in results for f in r.applied)
+    # what was written (or, with --diff, would be): a file whose write failed counts no fix
+    applied = Counter(f.code for _, r in changed for f in r.applied)
     remaining = sum(len(r.findings) for r in results)
     verb = "would apply" if diff else "applied"
     typer.echo(

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from pathlib import Path
 
@@ -18,20 +17,8 @@ from xlaport.eval.check import run_check
 from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.report import VerifyReport
 
+from .inputs import parse_command
 from .results import CheckRun, VerifyOutcome
-
-
-def parse_command(command: str) -> tuple[str, list[str]]:
-    """`python train.py --steps 20` -> ("train.py", ["--steps", "20"]); the interpreter word is optional."""
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise ValueError(f"cannot parse the command {command!r}: {exc}") from None
-    if words and Path(words[0]).name.startswith("python") and not words[0].endswith(".py"):
-        words = words[1:]
-    if not words or words[0].startswith("-"):
-        raise ValueError(f"the command must name a Python script, e.g. 'python train.py --steps 20': {command!r}")
-    return words[0], words[1:]
 
 
 def run_xla_check(

@@ -8,29 +8,17 @@ cannot be read or parsed are reported and copied byte for byte.
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
-from xlaport.kb import get_rule
-from xlaport.kb.analysis.project import ProjectSteps
-from xlaport.kb.batch import FileResult, fix_file, summarize_project
+from xlaport.kb.batch import FileJob, FileResult, Progress, Tree, TreeTask, fix_file, run_files
+from xlaport.kb.batch import auto_jobs as batch_auto_jobs
 from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
 
-from xlaport.files import (
-    SKIP_DIRS,
-    WriteFailed,
-    atomic_write,
-    in_place_backups,
-    is_temporary,
-    keep_backup,
-    remove_stale_temporaries,
-)
+from xlaport.files import SKIP_DIRS, ChangedMeanwhile, atomic_write, copy_file, in_place_backups, write_with_backup
 from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
 
 from .isolated import WORKER_CONTEXT
@@ -40,9 +28,7 @@ from .source import unified_diff
 IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
 GENERATED_TESTS_DIR = "tests_xla"  # the differential tests that validation generated, in the migrated tree
 
-MIN_FILES_FOR_PROCESSES = 8  # smaller trees take about as long as starting the workers
 MAX_AUTO_JOBS = 8
-Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
 
 
 class DestinationNotEmpty(FileExistsError):
@@ -53,18 +39,16 @@ class DestinationNotEmpty(FileExistsError):
 def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """(python files, other files) under `src`, relative to it, skipping VCS, cache and report folders.
 
-    Symlinks are other files (copied as links, never rewritten through); FIFOs, sockets and devices, and
-    temporaries of interrupted writes, are skipped: `notes` (when given) says which.
+    Symlinks are other files (copied as links, never rewritten through); FIFOs, sockets and devices are skipped:
+    `notes` (when given) says which. Every other file is the user's, also one that looks like a temporary.
     """
-    python, other, special, temporaries = [], [], [], 0
+    python, other, special = [], [], []
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
         if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts):
             continue
         if path.is_symlink():
             other.append(rel)
-        elif is_temporary(path):
-            temporaries += 1
         elif path.is_file():
             (python if path.suffix == ".py" else other).append(rel)
         elif not path.is_dir():
@@ -77,8 +61,6 @@ def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], li
             )
         if special:
             notes.append(f"skipped, not regular files: {', '.join(special[:5])}" + (" ..." if len(special) > 5 else ""))
-        if temporaries:
-            notes.append(f"skipped {temporaries} temporary file(s) left by an interrupted write")
     return python, other
 
 
@@ -93,18 +75,10 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
         raise DestinationNotEmpty(f"destination exists and is not empty: {dst} (pass --force to write into it)")
 
 
-def _fix_task(task: tuple[str, str, list[str] | None, bool, ProjectSteps]) -> FileResult:
-    path, display, codes, unsafe, project = task
-    rules = None if codes is None else [get_rule(c) for c in codes]
-    # one broken file must not end the run: fix_file reports it (and it is copied as is); kb's parse refuses
-    # what would crash libcst (see xlaport.kb.parsing.parse)
-    return fix_file(Path(path), rules, unsafe=unsafe, display=display, project=project)
-
-
 def auto_jobs(files: int) -> int:
-    """Worker processes for a tree of `files` Python files when none were asked for: one per core, for trees
-    big enough to repay starting them."""
-    return min(os.cpu_count() or 1, MAX_AUTO_JOBS) if files >= MIN_FILES_FOR_PROCESSES else 1
+    """Worker processes for a tree of `files` Python files when none were asked for: one per core (at most
+    MAX_AUTO_JOBS), for trees big enough to repay starting them."""
+    return batch_auto_jobs(files, MAX_AUTO_JOBS)
 
 
 def rewrite_files(
@@ -117,43 +91,13 @@ def rewrite_files(
 ) -> list[FileResult]:
     """The fixed text of every file (nothing is written), in the order of `rels`; `jobs` worker processes
     (None: `auto_jobs`). Each file is analysed as part of the tree: a training loop that calls another module's
-    stepping helper gets its step barrier (kb/analysis/project.py)."""
-    codes = None if rules is None else [r.code for r in rules]
-    project = summarize_project(src, rels)
-    tasks = [(str(src / rel), str(rel), codes, unsafe, project) for rel in rels]
-    jobs = auto_jobs(len(tasks)) if jobs is None else jobs
-    results: list[FileResult | None] = [None] * len(tasks)
-
-    def done(index: int, result: FileResult) -> None:
-        results[index] = result
-        if progress:
-            progress(sum(r is not None for r in results), len(tasks), str(rels[index]))
-
-    if jobs <= 1 or len(tasks) < 2:
-        for index, task in enumerate(tasks):
-            done(index, _fix_task(task))
-    else:
-        # largest files first, one at a time: no worker is left with the big ones at the end; results keep the
-        # order of `rels`. Workers fork from the forkserver that preloaded the kb (serve/isolated.py): they start
-        # in milliseconds and inherit no threads or torch state from a server process.
-        order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][0]))
-        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=WORKER_CONTEXT) as pool:
-            futures = {pool.submit(_fix_task, tasks[i]): i for i in order}
-            for future in as_completed(futures):
-                index = futures[future]
-                try:
-                    result = future.result()
-                except Exception as exc:  # a worker that died (a native crash): that file is reported, not the run
-                    result = FileResult(str(rels[index]), error=f"{rels[index]}: the analysis process died ({exc})")
-                done(index, result)
-    return [r for r in results if r is not None]
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+    stepping helper gets its step barrier (kb/analysis/project.py). Workers fork from the forkserver that
+    preloaded the kb (serve/isolated.py): they start in milliseconds and inherit no threads or torch state from
+    a server process; each parses a file once, for the tree's summary and for its fix (kb/batch.py)."""
+    task = TreeTask(fix=True, codes=None if rules is None else tuple(r.code for r in rules), unsafe=unsafe)
+    files = [FileJob(src / rel, str(rel), 0, rel) for rel in rels]
+    jobs = auto_jobs(len(rels)) if jobs is None else jobs
+    return run_files(files, [Tree(src, tuple(rels))], task, jobs, WORKER_CONTEXT, progress)
 
 
 def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None) -> dict[Path, FileResult]:
@@ -166,37 +110,33 @@ def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None
 def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
     """Writes the migrated copy: migrated text where there is one, the original bytes otherwise."""
     for rel in other:
-        _copy(src / rel, dst / rel)
+        copy_file(src / rel, dst / rel)
     for rel, result in results.items():
         if result.error or rel not in texts:
-            _copy(src / rel, dst / rel)  # never written as migrated
+            copy_file(src / rel, dst / rel)  # never written as migrated
         else:
             atomic_write(dst / rel, texts[rel], like=src / rel)
             shutil.copystat(src / rel, dst / rel)
     return len(other)
 
 
-def _copy(source: Path, target: Path) -> None:
-    """A byte copy (a symlink stays a link); WriteFailed when the disk is full."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target, follow_symlinks=False)
-    except OSError as exc:
-        raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from None
-
-
-def write_in_place(src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool) -> list[str]:
-    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies where git cannot restore them."""
+def write_in_place(
+    src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool
+) -> tuple[list[str], list[str]]:
+    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies where git cannot restore them.
+    (backups, files left as they were because they were edited while the tree was analysed, with the reason)."""
     changed = [rel for rel, text in texts.items() if text != originals[rel]]
     needs_backup = in_place_backups([src / rel for rel in changed], force)
-    backups = []
+    backups, skipped = [], []
     for rel in changed:
-        if src / rel in needs_backup:
-            backups.append(str(keep_backup(src / rel)))
-        atomic_write(src / rel, texts[rel])
-    for folder in {(src / rel).parent for rel in changed}:
-        remove_stale_temporaries(folder)
-    return backups
+        try:
+            backup = write_with_backup(src / rel, texts[rel], src / rel in needs_backup, expected=originals[rel])
+        except ChangedMeanwhile as exc:
+            skipped.append(str(exc))
+            continue
+        if backup is not None:
+            backups.append(str(backup))
+    return backups, skipped
 
 
 # --- the migration trace ------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from xlaport.files import atomic_write
-from xlaport.htmlpage import esc, fmt, page, row
+from xlaport.htmlpage import bullets, esc, fmt, page, row
 
+from ..check.report import performance_lines
 from .curves import Series, parse_claim, reference_band
 from .report import VerifyReport
 
@@ -359,6 +360,9 @@ def render_html(report: VerifyReport | dict) -> str:
         ):
             parts.append(row([key, check.get(key)]))
         parts.append("</table>")
+        performance = performance_lines(check)
+        if performance:
+            parts.append(bullets(performance))
     parts.append("<h2>Settings</h2><pre>" + esc("\n".join(f"{k} = {v!r}" for k, v in data["config"].items())))
     parts.append("</pre>" + (f"<p>from {esc(data['config_file'])}</p>" if data.get("config_file") else ""))
     return page(f"xlaport verify: {data['level']} ({data['status']})", parts)
@@ -426,9 +430,12 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:+.2%}"
 
 
-def write_report(report: VerifyReport, html_path: Path | None = None, json_path: Path | None = None) -> None:
-    """Writes the HTML page and/or the JSON (atomically, so a reader never sees half a file)."""
+def write_report(
+    report: VerifyReport, html_path: Path | None = None, json_path: Path | None = None, mode: int | None = None
+) -> None:
+    """Writes the HTML page and/or the JSON (atomically, so a reader never sees half a file); `mode`: the files'
+    mode (default: a new file's usual one)."""
     if json_path is not None:
-        atomic_write(Path(json_path), report.to_json() + "\n")
+        atomic_write(Path(json_path), report.to_json() + "\n", mode=mode)
     if html_path is not None:
-        atomic_write(Path(html_path), render_html(report))
+        atomic_write(Path(html_path), render_html(report), mode=mode)
