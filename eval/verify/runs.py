@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -231,11 +232,34 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def reference_from_log(config: VerifyConfig) -> tuple[RunRecord, float | None]:
-    """The recorded GPU run of `config.reference_log` as a reference run, and the price per hour it states;
-    VerifyUsageError when it cannot be read."""
+# A call that fixes a global random generator's seed (torch.manual_seed, torch.cuda.manual_seed_all,
+# torch_xla.manual_seed, np.random.seed, random.seed, transformers' set_seed, lightning's seed_everything); a
+# generator's own `gen.manual_seed(1)` seeds only what draws from it
+SEED_CALL = re.compile(
+    r"(?<![\w.])(?:torch(?:_xla)?\.(?:cuda\.)?)?manual_seed(?:_all)?\s*\("
+    r"|(?<![\w.])(?:(?:np|numpy)\.)?random\.seed\s*\("
+    r"|(?<![\w.])(?:\w+\.)?(?:set_seed|seed_everything)\s*\("
+)
+MAX_SEED_SCAN_BYTES = 2 * 1024 * 1024  # a script's tree of sources; bigger files are data, not code
+
+
+def source_fixes_seed(folder: Path) -> bool:
+    """Whether any Python file of the tree calls a seeding function (a hint only: a seed may also come from a
+    flag or a library; two runs of the original are what decides)."""
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts) or not path.is_file():
+            continue
+        if path.stat().st_size <= MAX_SEED_SCAN_BYTES and SEED_CALL.search(path.read_text("utf-8", errors="replace")):
+            return True
+    return False
+
+
+def reference_from_log(config: VerifyConfig, path: str | None = None) -> tuple[RunRecord, float | None]:
+    """The recorded GPU run of `path` (default `config.reference_log`) as a reference run, and the price per hour
+    it states; VerifyUsageError when it cannot be read."""
     try:
-        log = cv.read_reference_log(Path(config.reference_log), config.warmup_steps)
+        log = cv.read_reference_log(Path(path or config.reference_log), config.warmup_steps)
     except ValueError as exc:
         raise VerifyUsageError(str(exc)) from None
     notes = [] if log.step_s is not None else ["the log has no step times: speed and cost (L4) cannot be compared"]
@@ -254,14 +278,25 @@ def reference_from_log(config: VerifyConfig) -> tuple[RunRecord, float | None]:
 
 
 def run_reference(
-    original: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path, subdir: str = ""
+    original: Path,
+    script: str,
+    args: list[str],
+    config: VerifyConfig,
+    scratch: Path,
+    subdir: str = "",
+    repeat: int = 0,
+    timeout_s: float | None = None,
 ) -> RunRecord:
     """The original command, unchanged: on CUDA, or on the CPU with CUDA mapped to it, in a copy of the tree, in
-    its folder `subdir`. Reused from the cache when the same tree, command and settings already ran."""
+    its folder `subdir`. Reused from the cache when the same tree, command and settings already ran. `repeat` > 0
+    is another run of the same command (its run-to-run spread), cut at `timeout_s`: what it logged until then is
+    kept."""
     mode = reference_mode(config)
     device = "cuda" if mode == "cuda" else "cpu (CUDA calls mapped to the CPU)"
     key_data = [CACHE_VERSION, tree_digest(original), script, args, mode, sorted(config.env.items()), config.log_file]
     key_data += [subdir] if subdir else []
+    if repeat:
+        key_data += ["repeat", repeat, timeout_s]
     key = hashlib.sha256(json.dumps(key_data).encode()).hexdigest()[:32]
     cache_file = Path(config.reference_cache) / f"reference-{key}.json" if config.reference_cache else None
     if cache_file is not None and cache_file.is_file():
@@ -270,7 +305,7 @@ def run_reference(
             return _reference_record(saved, script, args, device, config, cached=True)
         except (json.JSONDecodeError, KeyError, OSError):
             pass  # a damaged cache entry is simply run again
-    run_dir = scratch / "reference"
+    run_dir = scratch / ("reference" if not repeat else f"reference-{repeat + 1}")
     work = run_dir / "work"
     copy_tree(original, work)
     env, stamps = _stamp_env(run_dir, dict(config.env))
@@ -281,11 +316,18 @@ def run_reference(
         argv = [sys.executable, str(work / subdir / script), *args]
     before = _files_of(work)
     result = run_sandboxed(
-        argv, cwd=work / subdir, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env, writable=[run_dir]
+        argv,
+        cwd=work / subdir,
+        timeout_s=timeout_s or config.timeout_s,
+        memory_mb=config.memory_mb,
+        env=env,
+        writable=[run_dir],
     )
+    cut = bool(repeat and result.timed_out)  # a repeat stopped at its time budget, on purpose
     saved = {
-        "returncode": None if result.timed_out or result.memory_exceeded else result.returncode,
-        "error": result.describe_failure(),
+        "returncode": 0 if cut else None if result.timed_out or result.memory_exceeded else result.returncode,
+        "error": None if cut else result.describe_failure(),
+        "cut_at_s": timeout_s if cut else None,
         "wall_s": result.wall_s,
         "stamps": _read(stamps) or "\n".join(f"0\t{line}" for line in result.stdout.splitlines()),
         "logs": _log_texts(_written_logs(work, before, config, work / subdir), work),
@@ -302,6 +344,8 @@ def _reference_record(saved: dict, script: str, args: list[str], device: str, co
     if timing.step_s is not None and timing.step_s < 1e-4:
         timing.step_s = None  # all loss lines were printed at once: the stamps say nothing about step time
         notes.append("the loss lines were printed all at once; the reference's step time is unknown")
+    if saved.get("cut_at_s"):
+        notes.append(f"this run of the original was stopped after {saved['cut_at_s']:g} s (repeat_reference_s)")
     return RunRecord(
         role="reference",
         device=device,
