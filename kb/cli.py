@@ -21,6 +21,7 @@ from xlaport.cliutil import (
     LintFormat,
     OutputFormat,
     SelectOption,
+    TargetOption,
     UnsafeFixesOption,
     fail_usage,
     split_codes,
@@ -39,11 +40,11 @@ if TYPE_CHECKING:
     from .analysis.project import ProjectSteps
 
 
-def _rules(select: list[str] | None, ignore: list[str] | None = None):
+def _rules(select: list[str] | None, ignore: list[str] | None = None, target: str = "torch_xla"):
     from . import select_rules
 
     try:
-        return select_rules(split_codes(select), split_codes(ignore))
+        return select_rules(split_codes(select), split_codes(ignore), target)
     except KeyError as exc:
         fail_usage(str(exc.args[0]))
 
@@ -84,12 +85,13 @@ def lint(
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
     from .batch import lint_file
     from .report_formats import as_json, as_sarif, as_text
 
-    rules = _rules(select, ignore)
+    rules = _rules(select, ignore, target)
     files = _files(paths)
     projects = _projects(paths, files)
     results = [lint_file(p, rules, project=projects.get(p)) for p in files]
@@ -120,11 +122,12 @@ def fix(
     force: Annotated[
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Apply the knowledge base's fixes in place (or show them with --diff)."""
     from .batch import fix_file
 
-    rules = _rules(select, ignore)
+    rules = _rules(select, ignore, target)
     files = _files(paths)
     for link in links_out_of(paths, files):
         typer.echo(f"note: {link}: a link to a file outside the folder given; not rewritten", err=True)

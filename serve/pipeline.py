@@ -35,6 +35,7 @@ from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_ru
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
+from xlaport.kb.targets import DEFAULT_TARGET, evidence_note
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -165,7 +166,7 @@ class Pipeline:
         check_file_name(name)
         check_arguments(options.args)
         source = source.removeprefix(BOM)  # a file's encoding mark, not its text (a BOM kept would not parse)
-        rules = self.rules(options.select, options.ignore)
+        rules = self.rules(options.select, options.ignore, options.target)
         try:
             if fix_time_limit_s is None:
                 fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
@@ -186,6 +187,8 @@ class Pipeline:
                 evidence.reason = "nothing to validate: no changes"
             elif not options.validate_patch:
                 evidence.reason = "validation was not requested"
+            elif evidence_note(options.target) is not None:
+                evidence.reason = f"{evidence_note(options.target)}; the patch is unvalidated"
             elif not may_execute:
                 evidence.reason = "validation not allowed: running submitted code needs the server's token"
             else:
@@ -214,9 +217,11 @@ class Pipeline:
             notes=notes,
         )
 
-    def rules(self, select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
+    def rules(
+        self, select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
+    ) -> list[type[Rule]]:
         try:
-            return select_rules(select, ignore)
+            return select_rules(select, ignore, target)
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
 
@@ -381,7 +386,7 @@ class Pipeline:
             script, _ = parse_command(command)
             if not (src / script).is_file():
                 raise ValueError(f"the command's script is not in the source tree: {script}")
-        rules = self.rules(options.select, options.ignore)
+        rules = self.rules(options.select, options.ignore, options.target)
         # the reports and traces quote the sources: none is readable by more people than every source is
         report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
 
@@ -429,6 +434,11 @@ class Pipeline:
             )
         if options.verify_cmd and not may_execute:
             notes.append("verify not run: running code needs permission")
+        no_evidence = evidence_note(options.target)
+        if no_evidence is not None:  # nothing of this target runs here: no run, and the label says so
+            validation = Validation(command=options.validate_cmd, reason=f"{no_evidence}; the migration is unvalidated")
+            notes.append(f"{options.target}: {no_evidence}; validate/verify not run, the migration is unvalidated")
+            may_execute = False
         written = True
         if options.in_place:
             if may_execute and (options.validate_cmd or options.verify_cmd):

@@ -16,6 +16,9 @@ EXIT_USAGE = 2  # bad arguments or input; nothing was done
 UnsafeFixesOption = Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")]
 SelectOption = Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")]
 IgnoreOption = Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")]
+TargetOption = Annotated[
+    str, typer.Option("--target", help="The backend to migrate to: torch_xla or torch_tpu (docs/torchtpu.md).")
+]
 
 
 class OutputFormat(StrEnum):
