@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.cli import app
 from xlaport.kb import all_rules, fix_source, lint_source, select_rules
 from xlaport.kb.batch import lint_file
 from xlaport.kb.targets import evidence_note
+
+from xlaport.cli import app
 
 FIXTURES = Path(__file__).parent / "tpu_fixtures"
 TPU_RULES = all_rules("torch_tpu")

@@ -29,7 +29,7 @@ model = TinyGPT().to("tpu")
 model = torch.compile(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 scaler = torch.cuda.amp.GradScaler()
-for step in range(10):
+for _ in range(10):
     x = torch.randint(0, 64, (4, 16), device=device)
     y = torch.randint(0, 64, (4, 16)).to("tpu")
     with torch.autocast(device_type="tpu", dtype=torch.bfloat16):

@@ -29,7 +29,7 @@ model = TinyGPT().cuda()
 model = torch.compile(model, backend="inductor")
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 scaler = torch.cuda.amp.GradScaler()
-for step in range(10):
+for _ in range(10):
     x = torch.randint(0, 64, (4, 16), device=device)
     y = torch.randint(0, 64, (4, 16)).to("cuda")
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
