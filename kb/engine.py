@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from xlaport.targets import DEFAULT_TARGET, check_target
+
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
@@ -24,7 +26,6 @@ from .edits import ancestors, removal_marker, replace_nodes
 from .imports import add_imports, remove_imports_made_unused
 from .parsing import parse_both
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
-from .targets import DEFAULT_TARGET, check_target
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
@@ -32,7 +33,7 @@ FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the servic
 
 
 def all_rules(target: str = DEFAULT_TARGET) -> list[type[Rule]]:
-    """The rules that apply to `target` (kb/targets.py), by code."""
+    """The rules that apply to `target` (xlaport/targets.py), by code."""
     return sorted((r for r in REGISTRY.rules.values() if target in r.targets), key=lambda r: r.code)
 
 

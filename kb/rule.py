@@ -124,7 +124,7 @@ class Rule(cst.BatchableCSTVisitor):
     # name is spelled in the text, by its import or its attribute chain (`from torch import cuda as c; c.synchronize()`
     # spells "cuda" and "synchronize"), so a rule about `torch.cuda.*` may need "cuda". Empty: the rule always runs.
     needs: ClassVar[tuple[str, ...]] = ()
-    # The backends (kb/targets.py) this entry is about. An entry about torch_xla's lazy tensors (step barriers,
+    # The backends (xlaport/targets.py) this entry is about. An entry about torch_xla's lazy tensors (step barriers,
     # recompiles) says nothing about an eager `tpu` device, so entries apply to torch_xla unless they say more.
     targets: ClassVar[tuple[str, ...]] = ("torch_xla",)
 

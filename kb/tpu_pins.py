@@ -48,7 +48,9 @@ class LibraryPinPredatesTpu(ConfigRule):
         "`next(model.parameters()).device.type == 'tpu'`."
     )
     before = "torch>=2.11\ntransformers==4.30.2\naccelerate<0.21\n"
-    message = "pinned {name}{spec}: a release that predates the `tpu` device silently trains on the CPU; check it knows `tpu`"
+    message = (
+        "pinned {name}{spec}: a release that predates the `tpu` device silently trains on the CPU; check it knows `tpu`"
+    )
     valid = ("torch>=2.11\ntransformers>=4.30\n",)
 
 

@@ -179,7 +179,7 @@ def render_summary(result) -> str:
 
 
 def _check_target(target: str) -> None:
-    from xlaport.kb.targets import check_target
+    from xlaport.targets import check_target
 
     try:
         check_target(target)

@@ -28,9 +28,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from xlaport.kb.retrieval import FixHit
-from xlaport.kb.targets import DEFAULT_TARGET, Target
 
 from xlaport.files import DirtyTree, writes_confined_to
+from xlaport.targets import DEFAULT_TARGET, Target
 
 from .isolated import StoppableCall
 from .pipeline import Pipeline, get_pipeline

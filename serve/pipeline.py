@@ -35,7 +35,6 @@ from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_ru
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
-from xlaport.kb.targets import DEFAULT_TARGET, evidence_note
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -51,6 +50,7 @@ from xlaport.files import (
     writable_too,
 )
 from xlaport.paths import traces_path
+from xlaport.targets import DEFAULT_TARGET, evidence_note
 from xlaport.trace import TRACE_FILE, append_records
 
 from .checks import (

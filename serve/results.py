@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from xlaport.kb import Finding
 from xlaport.kb.retrieval import FixHit
-from xlaport.kb.targets import DEFAULT_TARGET, Target
+
+from xlaport.targets import DEFAULT_TARGET, Target
 
 Status = Literal["validated", "rejected", "unvalidated"]
 

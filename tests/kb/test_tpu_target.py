@@ -1,4 +1,4 @@
-"""The target seam (kb/targets.py): `--target torch_tpu` selects the TorchTPU entries, torch_xla keeps its own."""
+"""The target seam (xlaport/targets.py): `--target torch_tpu` selects the TorchTPU entries, torch_xla keeps its own."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 from xlaport.kb import all_rules, fix_source, lint_source, select_rules
 from xlaport.kb.batch import lint_file
-from xlaport.kb.targets import evidence_note
 
 from xlaport.cli import app
+from xlaport.targets import evidence_note
 
 FIXTURES = Path(__file__).parent / "tpu_fixtures"
 TPU_RULES = all_rules("torch_tpu")
