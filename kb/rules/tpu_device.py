@@ -1,7 +1,7 @@
 """TorchTPU (`torch-tpu` 0.2.0) entries: the native `tpu` device and the CUDA APIs that name it.
 
 `import torch` loads torch_tpu on a TPU host (torch's backend autoload), renames the PrivateUse1 backend to
-`tpu` and registers `torch.tpu` (is_available, device_count, manual_seed_all, synchronize...), the `tpu`
+`tpu` and registers `torch.tpu` (its device queries are framework-only: user code asks `torch.accelerator`), the `tpu`
 distributed backend and a `torch.compile` whose default backend is TorchTPU's. Execution is eager, so the
 torch_xla entries about step barriers and recompiles do not apply (see docs/torchtpu.md).
 """
@@ -24,24 +24,22 @@ from ..rule import IMPORT_TORCH, Rule, register
 
 TPU = ("torch_tpu",)
 
-# torch.cuda functions whose torch.tpu namesake does the same for the TPU (torch_tpu's public `torch.tpu` module).
-TPU_NAMESAKES = frozenset(
-    {
-        "current_device",
-        "device_count",
-        "get_device_name",
-        "get_device_properties",
-        "get_rng_state",
-        "initial_seed",
-        "is_available",
-        "is_initialized",
-        "manual_seed",
-        "manual_seed_all",
-        "set_device",
-        "set_rng_state",
-        "synchronize",
-    }
-)
+# torch.cuda function -> its TorchTPU spelling. torch_tpu 0.2.0 makes most of `torch.tpu`'s CUDA namesakes
+# framework-only: called from user code they raise "is internal to TorchTPU ... Use torch.accelerator.X instead"
+# (measured here, docs/torchtpu.md), so those go to torch's device-generic `torch.accelerator`; the seeding ones
+# stay public on `torch.tpu`.
+TPU_SPELLING = {
+    "is_available": "torch.accelerator.is_available",
+    "device_count": "torch.accelerator.device_count",
+    "current_device": "torch.accelerator.current_device_index",
+    "set_device": "torch.accelerator.set_device_index",
+    "synchronize": "torch.accelerator.synchronize",
+    "initial_seed": "torch.accelerator.random.initial_seed",
+    "get_rng_state": "torch.accelerator.random.get_rng_state",
+    "manual_seed": "torch.tpu.manual_seed",
+    "manual_seed_all": "torch.tpu.manual_seed_all",
+}
+GUARD_TESTS = ("torch.cuda.is_available", "torch.accelerator.is_available")
 
 
 def tpu_string(node: cst.SimpleString) -> cst.SimpleString:
@@ -132,28 +130,28 @@ class CudaModuleForTpu(Rule):
     targets = TPU
     needs = ("cuda",)
     detects = (
-        "`torch.cuda.is_available()`, `device_count()`, `manual_seed(_all)()`, `synchronize()`, `set_device()` and "
-        "the other `torch.cuda` functions that `torch.tpu` has under the same name."
+        "`torch.cuda.is_available()`, `device_count()`, `current_device()`, `set_device()`, `synchronize()`, "
+        "`initial_seed()`, `get_rng_state()`, `manual_seed(_all)()`."
     )
     why = (
         "`torch.cuda.is_available()` is False on a TPU host, so a `'cuda' if torch.cuda.is_available() else 'cpu'` "
-        "guard silently trains on the CPU; CUDA seeding seeds no TPU generator. torch_tpu registers `torch.tpu` "
-        "with the same functions, so the call keeps its meaning for the TPU."
+        "guard silently trains on the CPU; CUDA seeding seeds no TPU generator. torch's device-generic "
+        "`torch.accelerator` answers for the TPU; torch_tpu 0.2.0 refuses user calls of `torch.tpu.is_available` "
+        "and the other framework-only namesakes (RuntimeError: 'is internal to TorchTPU'), but keeps "
+        "`torch.tpu.manual_seed(_all)` public."
     )
     before = "import torch\nuse_gpu = torch.cuda.is_available()\ntorch.cuda.manual_seed_all(0)\n"
-    after = "import torch\nuse_gpu = torch.tpu.is_available()\ntorch.tpu.manual_seed_all(0)\n"
-    message = "asks CUDA; on TorchTPU `torch.tpu` has the same function"
-    valid = ("import torch\nok = torch.tpu.is_available()\n",)
+    after = "import torch\nuse_gpu = torch.accelerator.is_available()\ntorch.tpu.manual_seed_all(0)\n"
+    message = "asks CUDA; on TorchTPU use `torch.accelerator` (or `torch.tpu` for seeding)"
+    valid = ("import torch\nok = torch.accelerator.is_available()\n",)
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.call_name(node)
         if name is None or not name.startswith("torch.cuda."):
             return
-        function = name.removeprefix("torch.cuda.")
-        if function in TPU_NAMESAKES:
-            self.report(
-                node, replacement=node.with_changes(func=expr(f"torch.tpu.{function}")), imports=(IMPORT_TORCH,)
-            )
+        spelling = TPU_SPELLING.get(name.removeprefix("torch.cuda."))
+        if spelling is not None:
+            self.report(node, replacement=node.with_changes(func=expr(spelling)), imports=(IMPORT_TORCH,))
 
 
 @register
@@ -169,20 +167,17 @@ class CudaGuardStringForTpu(Rule):
     needs = ("cuda",)
     detects = "`'cuda'` as the value chosen by `... if torch.cuda/tpu.is_available() else ...`."
     why = (
-        "After `torch.cuda.is_available()` becomes `torch.tpu.is_available()` the guard must choose `tpu`, or a "
+        "After `torch.cuda.is_available()` becomes `torch.accelerator.is_available()` the guard must choose `tpu`, or a "
         "TPU host asks for CUDA."
     )
-    before = "import torch\ndevice = 'cuda' if torch.tpu.is_available() else 'cpu'\n"
-    after = "import torch\ndevice = 'tpu' if torch.tpu.is_available() else 'cpu'\n"
+    before = "import torch\ndevice = 'cuda' if torch.accelerator.is_available() else 'cpu'\n"
+    after = "import torch\ndevice = 'tpu' if torch.accelerator.is_available() else 'cpu'\n"
     message = "the guard's device is CUDA; on TorchTPU it is `tpu`"
-    valid = ("import torch\ndevice = 'tpu' if torch.tpu.is_available() else 'cpu'\n",)
+    valid = ("import torch\ndevice = 'tpu' if torch.accelerator.is_available() else 'cpu'\n",)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         test = node.test
-        if type(test) is not cst.Call or not any(
-            n.endswith(".is_available") and n.startswith(("torch.cuda", "torch.tpu"))
-            for n in self.qualified_names(test.func)
-        ):
+        if type(test) is not cst.Call or self.qualified_names(test.func).isdisjoint(GUARD_TESTS):
             return
         for side in (node.body, node.orelse):
             if type(side) is cst.SimpleString and is_cuda_string(side):

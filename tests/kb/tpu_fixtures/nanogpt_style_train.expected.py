@@ -10,7 +10,7 @@ from torch import nn
 ddp = int(os.environ.get("RANK", -1)) != -1
 if ddp:
     dist.init_process_group(backend="tpu")
-device = "tpu" if torch.tpu.is_available() else "cpu"
+device = "tpu" if torch.accelerator.is_available() else "cpu"
 torch.manual_seed(1337)
 torch.tpu.manual_seed(1337)
 
@@ -37,5 +37,5 @@ for _ in range(10):
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-torch.tpu.synchronize()
+torch.accelerator.synchronize()
 print(loss.item())
