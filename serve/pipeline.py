@@ -35,6 +35,7 @@ from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_ru
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
+from xlaport.kb.tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -426,6 +427,8 @@ class Pipeline:
                 )
             )
 
+        notes += library_pin_notes(src, other, rules)
+
         validation = Validation(reason="validation was not requested (--validate)")
         verification = None
         if options.validate_cmd and not may_execute:
@@ -568,3 +571,17 @@ def get_pipeline() -> Pipeline:
         if _DEFAULT is None:
             _DEFAULT = Pipeline(proposer=load_default_proposer())
         return _DEFAULT
+
+
+def library_pin_notes(src: Path, files: list[Path], rules: list[type[Rule]]) -> list[str]:
+    """The torch_tpu target's library-version trap (kb/tpu_pins.py) in the tree's requirements files and
+    pyproject.toml, one note per pin: nothing to rewrite, a human checks the release."""
+    if LibraryPinPredatesTpu not in rules:
+        return []
+    notes = []
+    for rel in files:
+        path = src / rel
+        if is_pin_file(rel) and not path.is_symlink() and path.stat().st_size < 1_000_000:
+            found = lint_pins(path.read_text(encoding="utf-8", errors="replace"), str(rel))
+            notes += [f"{f.path}:{f.line}: {f.code} {f.message}" for f in found]
+    return notes

@@ -80,3 +80,29 @@ def test_torch_tpu_is_never_validated_here():
     assert 'to("tpu")' in patch.migrated
     assert patch.evidence.status == "unvalidated"
     assert "TorchTPU evidence needs a TPU host" in patch.evidence.reason
+
+
+def test_migrate_tree_for_torch_tpu_is_unvalidated_and_reports_pins(tmp_path):
+    from xlaport.serve.pipeline import MigrateOptions, Pipeline
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text((FIXTURES / "nanogpt_style_train.py").read_text())
+    (src / "requirements.txt").write_text("torch>=2.11\naccelerate==0.20.3\n")
+    options = MigrateOptions(target="torch_tpu", validate_cmd="python train.py")
+    result = Pipeline().migrate(src, tmp_path / "dst", options, may_execute=True).summary()
+    assert (tmp_path / "dst" / "train.py").read_text() == (FIXTURES / "nanogpt_style_train.expected.py").read_text()
+    assert result["validation"]["status"] == "unvalidated"
+    assert "TorchTPU evidence needs a TPU host" in result["validation"]["reason"]
+    assert any("requirements.txt:2: TPU101" in note for note in result["notes"])
+
+
+@pytest.mark.parametrize(("command", "code"), [("check", 1), ("verify", 3)])
+def test_check_and_verify_refuse_to_grade_torch_tpu(tmp_path, command, code):
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    args = [str(script)] if command == "check" else [str(tmp_path), str(tmp_path), "--", "python", "train.py"]
+    result = CliRunner().invoke(app, [command, "--target", "torch_tpu", *args])
+    assert result.exit_code == code
+    assert "TorchTPU evidence needs a TPU host" in result.output
+    assert "ran" not in result.output
