@@ -103,12 +103,17 @@ def run_rules(
     path: str | None = None,
     tree: ast.Module | None = None,
     source: str | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> ModuleAnalysis:
     """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis. `project`: the tree
     `module` is part of, where `path` (relative to the tree's root) names it; `tree`: CPython's AST of the same
-    source (parsed again from the module when not given); `source`: the module's text."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper, tree, source)
+    source (parsed again from the module when not given); `source`: the module's text; `analysis`: an analysis of
+    this same module (with its tree and source) made by an earlier pass, reused: its resolved names are kept."""
+    if analysis is None:
+        analysis = ModuleAnalysis.of(module, MetadataWrapper(module, unsafe_skip_copy=True), tree, source)
+    else:
+        analysis.next_pass()
+    wrapper = analysis.wrapper
     if project is not None and path is not None:
         analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
@@ -175,9 +180,10 @@ def _detect(
     project: ProjectSteps | None = None,
     path: str = "",
     tree: ast.Module | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> list[_Detection]:
     visitors = [rule() for rule in may_report(rules, source)]
-    analysis = run_rules(module, visitors, project, path, tree, source)
+    analysis = run_rules(module, visitors, project, path, tree, source, analysis)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
@@ -225,14 +231,19 @@ def _finding(path: str, d: _Detection) -> Finding:
 
 
 def lint_source(
-    source: str, path: str = "<string>", rules: list[type[Rule]] | None = None, project: ProjectSteps | None = None
+    source: str,
+    path: str = "<string>",
+    rules: list[type[Rule]] | None = None,
+    project: ProjectSteps | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> list[Finding]:
     """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse.
-    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
+    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py;
+    `analysis`: an earlier pass's analysis of `source` (kb/batch.py's tree summary), reused instead of a parse."""
     rules = all_rules() if rules is None else rules
     with without_cycle_collection():
-        module, tree = parse_both(source)
-        return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree)]
+        module, tree = (analysis.module, analysis.tree) if analysis is not None else parse_both(source)
+        return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree, analysis)]
 
 
 @contextmanager
@@ -311,16 +322,18 @@ def fix_source(
     rules: list[type[Rule]] | None = None,
     unsafe: bool = False,
     project: ProjectSteps | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> FixResult:
     """Applies every allowed rewrite until nothing more changes; never returns unparsable code.
     Results are kept by content hash (with the path, rules, `unsafe` and project) for the next identical request.
-    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
+    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py;
+    `analysis`: an earlier pass's analysis of `source`, reused for the first detection instead of a parse."""
     rules = all_rules() if rules is None else rules
     key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
         with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
-            cached = _fix_source(source, path, rules, unsafe, project)
+            cached = _fix_source(source, path, rules, unsafe, project, analysis)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:
             _FIX_CACHE.popitem(last=False)
@@ -330,18 +343,23 @@ def fix_source(
 
 
 def _fix_source(
-    source: str, path: str, rules: list[type[Rule]], unsafe: bool, project: ProjectSteps | None
+    source: str,
+    path: str,
+    rules: list[type[Rule]],
+    unsafe: bool,
+    project: ProjectSteps | None,
+    analysis: ModuleAnalysis | None = None,
 ) -> FixResult:
     """Detect, rewrite, and detect the rewritten text again, until nothing fixable is left. The second detection
     is not a formality: rewrites unlock rewrites nested in them and change what other rules see (code leaves a
     CUDA-only branch, a scaler's uses go); carrying the first pass's findings over to the rewritten text instead
     changed what is left in 51 of 585 fixes (the corpus and kb fixture files that get one, safe and unsafe) and
     missed a second rewrite pass in 17."""
-    module, tree = parse_both(source)
+    module, tree = (analysis.module, analysis.tree) if analysis is not None else parse_both(source)
     original = tree
     text = source
     applied: list[Finding] = []
-    detections = _detect(module, rules, text, project, path, tree)
+    detections = _detect(module, rules, text, project, path, tree, analysis)
     imports_checked = True  # `text` was checked for imports the rewrites left unused (nothing to check before any)
     for _ in range(MAX_FIX_PASSES):
         fixable = _fixable(detections, unsafe)

@@ -69,6 +69,16 @@ def migrate(
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     target: TargetOption = "torch_xla",
+    related: Annotated[
+        int,
+        typer.Option(
+            "--related",
+            min=0,
+            max=20,
+            help="Related kb fixes to search for each finding left for a human (loads the search model: seconds "
+            "and ~1 GB) [default: 0, none].",
+        ),
+    ] = 0,
     keep_trace: Annotated[
         bool,
         typer.Option(
@@ -82,8 +92,6 @@ def migrate(
 
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
-
-    from xlaport.eval.verify.cli import render_text as render_verify_text
 
     from xlaport.files import DirtyTree, WriteFailed
 
@@ -103,6 +111,7 @@ def migrate(
         verify_cmd=verify,
         in_place=in_place,
         force=force,
+        k=related,
         keep_trace=keep_trace,
     )
     try:
@@ -120,6 +129,8 @@ def migrate(
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
     if format is OutputFormat.text and result.verification is not None:
+        from xlaport.eval.verify.cli import render_text as render_verify_text  # only with --verify: eval's imports
+
         typer.echo(render_verify_text(result.verification))
         typer.echo(f"  verify report: {result.verification.reports.get('html')} (also .json)")
     rejected = result.validation.status == "rejected"

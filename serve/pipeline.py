@@ -30,7 +30,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
@@ -54,16 +53,7 @@ from xlaport.paths import traces_path
 from xlaport.targets import DEFAULT_TARGET, evidence_note
 from xlaport.trace import TRACE_FILE, append_records
 
-from .checks import (
-    check_arguments,
-    check_file_name,
-    check_run_of_verify,
-    parse_command,
-    run_generated_tests,
-    run_verify,
-    run_xla_check,
-    verify_outcome,
-)
+from .inputs import check_arguments, check_file_name, parse_command
 from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
@@ -97,6 +87,8 @@ from .tree import (
 )
 
 RULES_ONLY = "rules-only: no code model configured"
+# migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
+NOT_SEARCHED = "related kb fixes not searched (`--related 3` lists 3 per finding left)"
 SNIPPET_NAME = "snippet.py"
 
 
@@ -293,6 +285,10 @@ class Pipeline:
         self, original: str, migrated: str, name: str, options: SuggestOptions, evidence: Evidence
     ) -> Evidence:
         """Runs the checks on a temporary copy of both versions and fills in the verdict."""
+        from xlaport.eval.sandbox import readable_scratch
+
+        from .checks import run_generated_tests, run_xla_check
+
         file_name = Path(name).name if name.endswith(".py") else SNIPPET_NAME
         with readable_scratch("xlaport-validate-") as tmp:
             original_path = Path(tmp, "original", file_name)
@@ -316,6 +312,10 @@ class Pipeline:
         memory_mb: int = 4096,
     ) -> CheckOutcome:
         """The XLA execution check of a script given as text or as a path."""
+        from xlaport.eval.sandbox import readable_scratch
+
+        from .checks import run_xla_check
+
         if (source is None) == (path is None):
             raise ValueError("give either the script's source or its path")
         check_arguments(args or [])
@@ -333,6 +333,8 @@ class Pipeline:
     # -- verify ------------------------------------------------------------------------------------------
     def verify(self, original: Path, migrated: Path, command: str) -> VerifyOutcome:
         """L0–L4 of the migrated tree against a reference run of the original (xlaport.eval.verify)."""
+        from .checks import run_verify, verify_outcome
+
         for folder in (original, migrated):
             if not Path(folder).is_dir():
                 raise ValueError(f"not a directory: {folder}")
@@ -340,6 +342,8 @@ class Pipeline:
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
+        from xlaport.eval.sandbox import readable_scratch
+
         check_file_name(name)
         if not name.endswith(".py") or Path(name).name != name:
             raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
@@ -415,6 +419,8 @@ class Pipeline:
                 )
             )
             notes += [n for n in file_notes if n == RULES_ONLY]
+        if options.k == 0 and any(o.manual for o in outcomes):
+            notes.append(NOT_SEARCHED)
         for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
             by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
             outcomes.append(
@@ -520,6 +526,10 @@ class Pipeline:
         The same command for both: verify runs first and its execution check is validation's, so the
         program runs once for both. Verify's HTML and JSON go to `report_dir`.
         """
+        if not (options.verify_cmd or options.validate_cmd):
+            return validation, None
+        from .checks import check_run_of_verify, run_verify, verify_outcome
+
         verification = None
         shared = None
         if options.verify_cmd:
@@ -541,6 +551,8 @@ class Pipeline:
         xla_check: CheckRun | None = None,
     ) -> Validation:
         """The execution check of the migrated entry script (unless given), then the generated tests."""
+        from .checks import run_generated_tests, run_xla_check
+
         script, args = parse_command(command)
         # run from the tree root, as the command is written (the recorded run and the tests do the same)
         checks = [

@@ -362,6 +362,18 @@ PLANTED_EDITS = {
     # not a regression: a larger learning rate whose loss ends LOWER than the reference's; verify must report
     # the improvement, not fail it (the study's UniPELT false alarm)
     "improved_lower_loss": [('"--lr", type=float, default=0.5', '"--lr", type=float, default=1.0')],
+    # not a regression: the loss read with .item() and printed every step, as the original does. A host sync
+    # per step costs time, not correctness: L3, with a performance finding at the print line
+    "logs_item_every_step": [
+        (
+            "        history.append(torch.stack(losses).mean())\n        torch_xla.sync()\n",
+            '        torch_xla.sync()\n        print(f"step {step} loss {torch.stack(losses).mean().item():.5f}")\n',
+        ),
+        (
+            '    for step, value in enumerate(torch.stack(history).cpu().tolist()):\n        print(f"step {step} loss {value:.5f}")\n',
+            "",
+        ),
+    ],
 }
 
 
@@ -387,6 +399,7 @@ PLANTED = {
     "regress_clip_before_reduce": ("fail", "L2", "same loss at the first step, so the optimization changed"),
     "regress_wrong_checkpoint": ("fail", "L2", "checkpoint save/reload"),
     "improved_lower_loss": ("pass", "L3", "L3: the goal holds"),
+    "logs_item_every_step": ("pass", "L3", "L3: the goal holds"),
 }
 
 
@@ -422,6 +435,10 @@ def test_planted_regressions(variant, planted_reports):
         assert report.loss.verdict == "better" and any("not a failure" in i for i in report.improvements)
     if variant == "migrated":
         assert report.loss.curve_distance < 1e-3 and not report.improvements
+    if variant == "logs_item_every_step":
+        assert report.loss.curve_distance < 1e-3 and not any("L2 failed" in r for r in report.reasons)
+        [finding] = [f for f in report.check["performance"] if f["every_step"]]
+        assert finding["code"] == "XLA401" and finding["site"].endswith("train.py:91") and finding["share"] > 0
 
 
 @pytest.mark.slow

@@ -10,6 +10,8 @@ import typer
 
 from xlaport.cliutil import EXIT_USAGE, OutputFormat, TargetOption, no_evidence_here
 
+from ..check.report import performance_lines
+
 
 class ReferenceMode(StrEnum):
     auto = "auto"
@@ -43,6 +45,10 @@ def render_text(report) -> str:
     if data["improvements"]:
         lines.append("  improvements over the reference (reported, not failures):")
         lines += [f"    + {item}" for item in data["improvements"]]
+    performance = performance_lines(data.get("check") or {})
+    if performance:
+        lines.append("  the migrated run's time (costs time, not correctness):")
+        lines += [f"    * {line}" for line in performance]
     return "\n".join(lines)
 
 

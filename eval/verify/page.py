@@ -16,8 +16,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from xlaport.files import atomic_write
-from xlaport.htmlpage import esc, fmt, page, row
+from xlaport.htmlpage import bullets, esc, fmt, page, row
 
+from ..check.report import performance_lines
 from .curves import Series, parse_claim, reference_band
 from .report import VerifyReport
 
@@ -349,6 +350,9 @@ def render_html(report: VerifyReport | dict) -> str:
         ):
             parts.append(row([key, check.get(key)]))
         parts.append("</table>")
+        performance = performance_lines(check)
+        if performance:
+            parts.append(bullets(performance))
     parts.append("<h2>Settings</h2><pre>" + esc("\n".join(f"{k} = {v!r}" for k, v in data["config"].items())))
     parts.append("</pre>" + (f"<p>from {esc(data['config_file'])}</p>" if data.get("config_file") else ""))
     return page(f"xlaport verify: {data['level']} ({data['status']})", parts)

@@ -142,6 +142,13 @@ class ModuleAnalysis:
         nodes.add_all(parents)
         return cls(module, nodes, parents, wrapper, tree=tree, source=source)
 
+    def next_pass(self) -> None:
+        """Ready for another pass over the same module, maybe with another tree summary (kb/batch.py's summary
+        rounds, then the lint): what depends on the summary is found again (`climb` is keyed by it), the rest
+        (names, scopes, positions) is kept."""
+        self.barrier_sites = None
+        self.tensor_guard.clear()
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
