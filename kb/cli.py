@@ -183,12 +183,13 @@ def fix(
     raise typer.Exit(1 if errors else 0)
 
 
-def kb_list(format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text) -> None:
-    """Every entry: code, category, fix applicability, title."""
-    from . import all_rules
+def kb_list(
+    format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text, target: TargetOption = "torch_xla"
+) -> None:
+    """Every entry of the target: code, category, fix applicability, title."""
     from .docs import entry_dict
 
-    rules = all_rules()
+    rules = _rules(None, None, target)
     if format is OutputFormat.json:
         typer.echo(json.dumps([entry_dict(r) for r in rules], indent=2))
         return

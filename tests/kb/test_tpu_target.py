@@ -106,3 +106,15 @@ def test_check_and_verify_refuse_to_grade_torch_tpu(tmp_path, command, code):
     assert result.exit_code == code
     assert "TorchTPU evidence needs a TPU host" in result.output
     assert "ran" not in result.output
+
+
+def test_kb_list_and_http_request_take_the_target():
+    from pydantic import ValidationError
+    from xlaport.serve.http import SuggestRequest
+
+    listed = CliRunner().invoke(app, ["kb", "list", "--target", "torch_tpu"]).output
+    assert "TPU201" in listed and "XLA" not in listed
+    request = SuggestRequest.model_validate({"source": "x = 1\n", "options": {"target": "torch_tpu"}})
+    assert request.options.target == "torch_tpu"
+    with pytest.raises(ValidationError):
+        SuggestRequest.model_validate({"source": "x = 1\n", "options": {"target": "cuda"}})
