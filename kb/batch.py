@@ -282,12 +282,14 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
                     linked.add(rel)
                 if rel in summaries:
                     old = summaries[rel]
-                    found = ModuleSteps(found.module, found.steppers, old.signatures, old.passes)
+                    found = replace(found, signatures=old.signatures, passes=old.passes)
                 summaries[rel] = found
         unread = _link_all_callers(plan, index, summaries, linked, tokens, executor, project)
         combined = ProjectSteps.combine(list(summaries.values()))
         bound = frozenset(b for b in combined.param_classes if b[0].rsplit(".", 1)[-1] not in unread)
-        found_project = ProjectSteps(project.modules, combined.steppers, bound, exports=plan.start.exports)
+        found_project = ProjectSteps(
+            project.modules, combined.steppers, bound, exports=plan.start.exports, per_step=combined.per_step
+        )
         if found_project == project:
             break
         words = {part for name in found_project.steppers - project.steppers for part in name.split(".")[-2:]}
@@ -302,6 +304,8 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
             for rel in tokens
             if _names_any(words, tokens[rel], plan.texts[rel])
             or any(f.startswith(module_name(rel) + ".") for f in stepping)
+            # a function newly known to run every step: what it calls runs every step too
+            or any(f.startswith(module_name(rel) + ".") for f in found_project.per_step - project.per_step)
         }
         project = found_project
     if plan.tree.named_from is not None:

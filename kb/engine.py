@@ -182,7 +182,11 @@ def _detect(
     tree: ast.Module | None = None,
     analysis: ModuleAnalysis | None = None,
 ) -> list[_Detection]:
-    visitors = [rule() for rule in may_report(rules, source)]
+    chosen = may_report(rules, source)
+    implied = _implied_words(project, path)
+    if implied:  # the tree runs this module's functions every step: its step rules may report here
+        chosen += [rule for rule in rules if rule not in chosen and not implied.isdisjoint(rule.needs)]
+    visitors = [rule() for rule in chosen]
     analysis = run_rules(module, visitors, project, path, tree, source, analysis)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
@@ -208,6 +212,15 @@ def _detect(
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
     return detections
+
+
+def _implied_words(project: ProjectSteps | None, path: str) -> frozenset[str]:
+    """{"step"} when the tree runs a function of this module once per training step (its text may name no
+    step: a helper of the loop, a model's method)."""
+    if project is None or not project.per_step or not path:
+        return frozenset()
+    prefix = project.module_of(path) + "."
+    return frozenset({"step"}) if any(name.startswith(prefix) for name in project.per_step) else frozenset()
 
 
 def _inside(pos, regions) -> bool:

@@ -115,6 +115,9 @@ class ModuleAnalysis:
     project: ProjectSteps | None = None
     module_name: str | None = None
     climb: tuple | None = None  # (the project, steps._climb's result): the update calls, loops and helpers
+    # steps.per_step_functions: (the project, ids of the functions that run once per training step)
+    per_step: tuple | None = None
+    tensor_attrs: dict[int, frozenset[str]] | None = None  # class id -> its buffers and parameters (context.py)
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
@@ -147,6 +150,7 @@ class ModuleAnalysis:
         rounds, then the lint): what depends on the summary is found again (`climb` is keyed by it), the rest
         (names, scopes, positions) is kept."""
         self.barrier_sites = None
+        self.per_step = None
         self.tensor_guard.clear()
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
