@@ -26,6 +26,7 @@ from .configs import config_kind, fix_config, lint_config
 from .engine import fix_source, get_rule, lint_source, run_rules, without_cycle_collection
 from .parsing import SourceError, parse_both
 from .rule import Finding, Rule
+from .tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 
 
 @dataclass
@@ -76,6 +77,9 @@ def lint_file(
         source, error = _read(path)
         if error:
             return FileResult(name, error=error)
+    if is_pin_file(path) and LibraryPinPredatesTpu.code in (_codes(rules) or ()):  # only the torch_tpu target has it
+        found = lint_config(source, name, _codes(rules)) if config_kind(path) else []
+        return FileResult(name, findings=found + lint_pins(source, name), source=source)
     if config_kind(path):
         return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
     try:

@@ -21,6 +21,7 @@ from xlaport.cliutil import (
     LintFormat,
     OutputFormat,
     SelectOption,
+    TargetOption,
     UnsafeFixesOption,
     fail_usage,
     split_codes,
@@ -36,11 +37,11 @@ from xlaport.files import (
 )
 
 
-def _rules(select: list[str] | None, ignore: list[str] | None = None):
+def _rules(select: list[str] | None, ignore: list[str] | None = None, target: str = "torch_xla"):
     from . import select_rules
 
     try:
-        return select_rules(split_codes(select), split_codes(ignore))
+        return select_rules(split_codes(select), split_codes(ignore), target)
     except KeyError as exc:
         fail_usage(str(exc.args[0]))
 
@@ -100,12 +101,13 @@ def lint(
     ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
     jobs: JobsOption = 0,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
     from .batch import TreeTask, run_files
     from .report_formats import as_json, as_sarif, as_text
 
-    rules = _rules(select, ignore)
+    rules = _rules(select, ignore, target)
     files = _files(paths)
     found, trees = _jobs(paths, files)
     task = TreeTask(codes=tuple(r.code for r in rules), keep_source=False)
@@ -138,11 +140,12 @@ def fix(
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,
     jobs: JobsOption = 0,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Apply the knowledge base's fixes in place (or show them with --diff)."""
     from .batch import TreeTask, run_files
 
-    rules = _rules(select, ignore)
+    rules = _rules(select, ignore, target)
     files = _files(paths)
     for link in links_out_of(paths, files):
         typer.echo(f"note: {link}: a link to a file outside the folder given; not rewritten", err=True)
@@ -180,12 +183,13 @@ def fix(
     raise typer.Exit(1 if errors else 0)
 
 
-def kb_list(format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text) -> None:
-    """Every entry: code, category, fix applicability, title."""
-    from . import all_rules
+def kb_list(
+    format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text, target: TargetOption = "torch_xla"
+) -> None:
+    """Every entry of the target: code, category, fix applicability, title."""
     from .docs import entry_dict
 
-    rules = all_rules()
+    rules = _rules(None, None, target)
     if format is OutputFormat.json:
         typer.echo(json.dumps([entry_dict(r) for r in rules], indent=2))
         return

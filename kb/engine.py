@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from xlaport.targets import DEFAULT_TARGET, check_target
+
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
@@ -30,21 +32,23 @@ MAX_FIX_PASSES = 6
 FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
 
 
-def all_rules() -> list[type[Rule]]:
-    return sorted(REGISTRY.rules.values(), key=lambda r: r.code)
+def all_rules(target: str = DEFAULT_TARGET) -> list[type[Rule]]:
+    """The rules that apply to `target` (xlaport/targets.py), by code."""
+    return sorted((r for r in REGISTRY.rules.values() if target in r.targets), key=lambda r: r.code)
 
 
 def get_rule(code: str) -> type[Rule]:
-    all_rules()
     try:
         return REGISTRY.rules[code.upper()]
     except KeyError:
         raise KeyError(f"unknown rule code {code!r}") from None
 
 
-def select_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
-    """Rules whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
-    chosen = all_rules()
+def select_rules(
+    select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
+) -> list[type[Rule]]:
+    """Rules of `target` whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
+    chosen = all_rules(check_target(target))
 
     def matches(rule: type[Rule], patterns: list[str]) -> bool:
         return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)

@@ -20,6 +20,7 @@ from xlaport.cliutil import (
     IgnoreOption,
     OutputFormat,
     SelectOption,
+    TargetOption,
     UnsafeFixesOption,
     fail_usage,
     split_codes,
@@ -67,6 +68,7 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    target: TargetOption = "torch_xla",
     related: Annotated[
         int,
         typer.Option(
@@ -98,10 +100,12 @@ def migrate(
 
     if out is None and not in_place:
         fail_usage("give --out DST (or --in-place to rewrite SRC itself)")
+    _check_target(target)
     options = MigrateOptions(
         unsafe_fixes=unsafe_fixes,
         select=split_codes(select),
         ignore=split_codes(ignore),
+        target=target,
         jobs=jobs,
         validate_cmd=validate,
         verify_cmd=verify,
@@ -185,6 +189,15 @@ def render_summary(result) -> str:
     return "\n".join(lines)
 
 
+def _check_target(target: str) -> None:
+    from xlaport.targets import check_target
+
+    try:
+        check_target(target)
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+
+
 def suggest(
     file: Annotated[Path, typer.Argument(help="A Python file (only read).")],
     model: Annotated[
@@ -199,6 +212,7 @@ def suggest(
         list[str] | None, typer.Option("--arg", help="An argument of FILE for the execution check (repeatable).")
     ] = None,
     format: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = OutputFormat.text,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Rules first, then the code model on the functions they left; every proposal goes through the pipeline."""
 
@@ -219,7 +233,8 @@ def suggest(
         fail_usage(str(exc))
     if proposer is None:
         typer.echo(no_model_message(), err=True)
-    options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [])
+    _check_target(target)
+    options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], target=target)
     try:
         patch = Pipeline(proposer=proposer).suggest(source, str(file), options)
     except (SourceError, ValueError) as exc:

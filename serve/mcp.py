@@ -31,6 +31,7 @@ from pydantic import Field
 from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree, writes_confined_to
+from xlaport.targets import DEFAULT_TARGET, Target
 
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
 
@@ -122,11 +123,14 @@ def create_server(
         validate: bool = False,
         args: list[str] | None = None,
         k: SuggestK = 3,
+        target: Target = DEFAULT_TARGET,
     ) -> Patch:
         """Migrate one Python file's text: unified diff, fixes applied, findings left with related fixes,
         and evidence (validated only when `validate` is set and execution is allowed)."""
         with _as_tool_errors():
-            options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k)
+            options = SuggestOptions(
+                unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k, target=target
+            )
             if validate and access.execute:  # runs the program: stoppable
                 return await _stoppable(_suggest_validated, source, path, options)
             # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
@@ -171,11 +175,12 @@ def create_server(
         jobs: Jobs = None,
         in_place: bool = False,
         force: bool = False,
+        target: Target = DEFAULT_TARGET,
     ) -> dict[str, Any]:
         """Migrate a whole tree into `dst` (or in place): summary, validation and verify verdicts, report paths.
         `validate_cmd` / `verify_cmd`: e.g. "python train.py --steps 20"; the same command runs the program once."""
         access.need(write=True, tool="migrate_repo")
-        source, target = access.path(src), access.path(dst) if dst else None
+        source, destination = access.path(src), access.path(dst) if dst else None
         with _as_tool_errors():
             options = MigrateOptions(
                 unsafe_fixes=unsafe_fixes,
@@ -184,13 +189,14 @@ def create_server(
                 verify_cmd=verify_cmd,
                 in_place=in_place,
                 force=force,
+                target=target,
             )
             if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
-                return await _stoppable(_migrate, source, target, options, write_root=access.root)
+                return await _stoppable(_migrate, source, destination, options, write_root=access.root)
 
             def migrate() -> dict[str, Any]:
                 with writes_confined_to(access.root):
-                    return pipe().migrate(source, target, options, may_execute=access.execute).summary()
+                    return pipe().migrate(source, destination, options, may_execute=access.execute).summary()
 
             return await anyio.to_thread.run_sync(migrate)
 

@@ -34,6 +34,7 @@ from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_ru
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
+from xlaport.kb.tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -49,6 +50,7 @@ from xlaport.files import (
     writable_too,
 )
 from xlaport.paths import traces_path
+from xlaport.targets import DEFAULT_TARGET, evidence_note
 from xlaport.trace import TRACE_FILE, append_records
 
 from .inputs import check_arguments, check_file_name, parse_command
@@ -157,7 +159,7 @@ class Pipeline:
         check_file_name(name)
         check_arguments(options.args)
         source = source.removeprefix(BOM)  # a file's encoding mark, not its text (a BOM kept would not parse)
-        rules = self.rules(options.select, options.ignore)
+        rules = self.rules(options.select, options.ignore, options.target)
         try:
             if fix_time_limit_s is None:
                 fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
@@ -178,6 +180,8 @@ class Pipeline:
                 evidence.reason = "nothing to validate: no changes"
             elif not options.validate_patch:
                 evidence.reason = "validation was not requested"
+            elif evidence_note(options.target) is not None:
+                evidence.reason = f"{evidence_note(options.target)}; the patch is unvalidated"
             elif not may_execute:
                 evidence.reason = "validation not allowed: running submitted code needs the server's token"
             else:
@@ -206,9 +210,11 @@ class Pipeline:
             notes=notes,
         )
 
-    def rules(self, select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
+    def rules(
+        self, select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
+    ) -> list[type[Rule]]:
         try:
-            return select_rules(select, ignore)
+            return select_rules(select, ignore, target)
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
 
@@ -385,7 +391,7 @@ class Pipeline:
             script, _ = parse_command(command)
             if not (src / script).is_file():
                 raise ValueError(f"the command's script is not in the source tree: {script}")
-        rules = self.rules(options.select, options.ignore)
+        rules = self.rules(options.select, options.ignore, options.target)
         # the reports and traces quote the sources: none is readable by more people than every source is
         report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
 
@@ -427,6 +433,8 @@ class Pipeline:
                 )
             )
 
+        notes += library_pin_notes(src, other, rules)
+
         validation = Validation(reason="validation was not requested (--validate)")
         verification = None
         if options.validate_cmd and not may_execute:
@@ -435,6 +443,11 @@ class Pipeline:
             )
         if options.verify_cmd and not may_execute:
             notes.append("verify not run: running code needs permission")
+        no_evidence = evidence_note(options.target)
+        if no_evidence is not None:  # nothing of this target runs here: no run, and the label says so
+            validation = Validation(command=options.validate_cmd, reason=f"{no_evidence}; the migration is unvalidated")
+            notes.append(f"{options.target}: {no_evidence}; validate/verify not run, the migration is unvalidated")
+            may_execute = False
         written = True
         if options.in_place:
             if may_execute and (options.validate_cmd or options.verify_cmd):
@@ -570,3 +583,17 @@ def get_pipeline() -> Pipeline:
         if _DEFAULT is None:
             _DEFAULT = Pipeline(proposer=load_default_proposer())
         return _DEFAULT
+
+
+def library_pin_notes(src: Path, files: list[Path], rules: list[type[Rule]]) -> list[str]:
+    """The torch_tpu target's library-version trap (kb/tpu_pins.py) in the tree's requirements files and
+    pyproject.toml, one note per pin: nothing to rewrite, a human checks the release."""
+    if LibraryPinPredatesTpu not in rules:
+        return []
+    notes = []
+    for rel in files:
+        path = src / rel
+        if is_pin_file(rel) and not path.is_symlink() and path.stat().st_size < 1_000_000:
+            found = lint_pins(path.read_text(encoding="utf-8", errors="replace"), str(rel))
+            notes += [f"{f.path}:{f.line}: {f.code} {f.message}" for f in found]
+    return notes

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
-from xlaport.cliutil import EXIT_USAGE, OutputFormat
+from xlaport.cliutil import EXIT_USAGE, OutputFormat, TargetOption, no_evidence_here
 
 
 def check(
@@ -72,6 +72,7 @@ def check(
             "(said in the report's first line).",
         ),
     ] = False,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Run SCRIPT under torch_xla and report fallbacks, recompiles, host syncs, NaN and stale optimizers.
 
@@ -85,6 +86,7 @@ def check(
     if not (workdir / script).is_file():  # an absolute SCRIPT stays itself
         typer.echo(f"error: no such script: {script} (in {workdir})", err=True)
         raise typer.Exit(EXIT_USAGE)
+    no_evidence_here(target)
     if memory_mb is None:
         memory_mb = min(DEFAULT_MEMORY_MB, host_memory_mb())
     elif memory_mb > host_memory_mb():
