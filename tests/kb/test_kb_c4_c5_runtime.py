@@ -78,7 +78,9 @@ print(json.dumps({
 def run(source: str, tmp_path, name: str) -> dict:
     script = tmp_path / name
     script.write_text(source)
-    result = run_sandboxed([sys.executable, str(script)], cwd=tmp_path, timeout_s=420, env={"PJRT_DEVICE": "CPU"})
+    result = run_sandboxed(
+        [sys.executable, str(script)], cwd=tmp_path, timeout_s=420, env={"PJRT_DEVICE": "CPU"}, reveal=True
+    )
     assert result.ok, result.describe_failure()
     return json.loads(result.stdout.strip().splitlines()[-1])
 
