@@ -23,6 +23,7 @@ from . import (  # noqa: F401
     c4_recompiles,
     c5_amp,
     c5_fallback_ops,
+    c5_inference_mode,
     c5_numerics,
     c5_op_rewrites,
     c6_memory,
