@@ -426,6 +426,7 @@ def test_tiny_end_to_end_lora_training_passes_the_xla_check(tmp_path, monkeypatc
         steps_warmup=batches.warmup_steps,
         timeout_s=600,
         writable=[tmp_path / "models"],  # the sandboxed child reads the job and base, writes its checkpoint
+        reveal=True,  # the job lies in pytest's 0700 tmp_path: this test's own files
     )
     assert report.level == "L2", report.reasons
     assert report.steps == 6 and report.compiles_total == 3 and report.compiles_after_warmup == 0

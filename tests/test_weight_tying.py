@@ -68,11 +68,11 @@ def test_rewritten_module_keeps_its_tie_on_the_xla_device():
 def test_check_reports_the_lost_tie_and_not_after_the_fix(tmp_path):
     script = tmp_path / "tied.py"
     script.write_text(TIED_MODEL)
-    report = run_check(script, timeout_s=300)
+    report = run_check(script, timeout_s=300, reveal=True)
     assert report.level == "L0"
     assert any("tied weights lost" in r and "embed.weight = head.weight" in r for r in report.reasons), report.reasons
     script.write_text(fix_source(TIED_MODEL, rules=XLA314).fixed)
-    fixed = run_check(script, timeout_s=300)
+    fixed = run_check(script, timeout_s=300, reveal=True)
     assert fixed.lost_ties == [] and "parameters 1" in fixed.stdout_tail
 
 
@@ -100,6 +100,6 @@ def test_check_accepts_a_tie_the_program_restores_right_after_the_move(tmp_path)
             "model = LM()\nmodel.to(torch_xla.device())\nmodel.head.weight = model.embed.weight\n",
         )
     )
-    report = run_check(script, timeout_s=300)
+    report = run_check(script, timeout_s=300, reveal=True)
     assert report.lost_ties == [] and report.level == "L2", report.reasons
     assert "parameters 1" in report.stdout_tail

@@ -25,7 +25,7 @@ def migrate_default(name: str, tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "steps"), [("cuda_scaler_loop", 12), ("cuda_trainer_helper", 24)])
 def test_migrated_program_compiles_only_during_warm_up(name, steps, tmp_path):
-    report = run_check(migrate_default(name, tmp_path), timeout_s=300)
+    report = run_check(migrate_default(name, tmp_path), timeout_s=300, reveal=True)
     assert report.error is None, report.error
     assert report.steps == steps
     assert report.compiles_after_warmup == 0, report.recompile_sources
@@ -44,7 +44,7 @@ def test_migrated_tree_with_the_step_in_another_module_compiles_only_during_warm
         (tmp_path / rel).write_text(result.fixed)
     syncs = {str(rel): (tmp_path / rel).read_text().count("torch_xla.sync()") for rel in python}
     assert syncs == {"loop.py": 1, "support/__init__.py": 0, "support/updates.py": 0, "train.py": 0}
-    report = run_check(tmp_path / "train.py", timeout_s=300, workdir=tmp_path)
+    report = run_check(tmp_path / "train.py", timeout_s=300, workdir=tmp_path, reveal=True)
     assert report.error is None, report.error
     assert report.steps == 16
     assert report.compiles_after_warmup == 0, report.recompile_sources
@@ -59,7 +59,7 @@ def test_kept_grad_scaler_runs_on_xla_and_the_check_says_what_removes_its_syncs(
     source = (PROGRAMS / "cuda_amp_scaler.py").read_text()
     script = tmp_path / "train.py"
     script.write_text(fix_source(source, "train.py").fixed)
-    report = run_check(script, timeout_s=300)
+    report = run_check(script, timeout_s=300, reveal=True)
     assert report.error is None, report.error
     assert report.steps == 32
     assert report.compiles_after_warmup == 0, report.recompile_sources
@@ -67,6 +67,6 @@ def test_kept_grad_scaler_runs_on_xla_and_the_check_says_what_removes_its_syncs(
     (finding,) = [f for f in report.performance if f.code == "XLA502"]
     assert finding.every_step and finding.share > 0 and "--unsafe-fixes" in finding.fix
     script.write_text(fix_source(source, "train.py", unsafe=True).fixed)
-    report = run_check(script, timeout_s=300)
+    report = run_check(script, timeout_s=300, reveal=True)
     assert report.level == "L2", report.reasons
     assert not [f for f in report.performance if f.code == "XLA502"]
