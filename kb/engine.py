@@ -21,7 +21,7 @@ from .analysis.devices import analyse as analyse_devices
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
-from .imports import add_imports, remove_imports_made_unused
+from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -359,6 +359,7 @@ def _fix_source(
             final_tree = _checked_tree(final, path)
             found = _detect(cleaned, rules, final, project, path, final_tree)
             if not _fixable(found, unsafe):
+                final = mark_device_imports(original, cleaned, final_tree).code
                 return FixResult(path, source, final, applied, [_finding(path, d) for d in found])
         # the rewritten tree itself, not a parse of its text (which CPython checked above): parsing it again was
         # ~15% of a 200-line fix, and gives the same fixes and findings on the corpus and kb fixture files (784
@@ -372,6 +373,9 @@ def _fix_source(
         if cleaned is not module:
             text = cleaned.code
             remaining = lint_source(text, path, rules, project)
+            module, tree = cleaned, ast.parse(text, path)
+    if applied:  # a comment at a line's end: the findings' positions stay
+        text = mark_device_imports(original, module, tree).code
     return FixResult(path=path, source=source, fixed=text, applied=applied, remaining=remaining)
 
 

@@ -91,6 +91,10 @@ class DeviceFacts:
     int_devices: list[cst.BaseExpression] = field(default_factory=list)
     # `map_location=x` where the name x holds a CUDA or XLA device value: load on the CPU instead (XLA711).
     map_locations: list[cst.BaseExpression] = field(default_factory=list)
+    # Keys used only as `map_location` (`loc = 'cuda:{}'.format(gpu)`): their origins become 'cpu', not 'xla'.
+    map_location_keys: set[str] = field(default_factory=set)
+    # The key each origin in `string_origins` is made for (id(origin) -> key; consumers' literals have none).
+    origin_keys: dict[int, str] = field(default_factory=dict)
     accelerator_calls: list[cst.Call] = field(default_factory=list)
     guards: list[Guard] = field(default_factory=list)
 

@@ -77,6 +77,12 @@ class DeviceAnalysis:
         consumers = self._consumers()
         facts = self.facts
         facts.device_keys = {k for k in (key_of(a) for a, kind in consumers if kind != "backend") if k}
+        elsewhere = {key_of(a) for a, kind in consumers if kind not in ("backend", "map_location")}
+        facts.map_location_keys = {
+            k
+            for k in (key_of(a) for a, kind in consumers if kind == "map_location")
+            if k and k not in elsewhere and not DEVICE_NAME.match(k)
+        }
         facts.int_keys = self._int_keys()
         for arg, kind in consumers:
             self._consumer(arg, kind)
@@ -215,13 +221,18 @@ class DeviceAnalysis:
         facts = self.facts
         found: list[cst.BaseExpression] = []
         for target, value in self.walker.assigns:
-            if self._is_device_key(key_of(target)):
-                found.extend(self._value_strings(value))
+            key = key_of(target)
+            if self._is_device_key(key):
+                made = list(self._value_strings(value))
+                found.extend(made)
+                facts.origin_keys.update((id(n), key) for n in made)  # type: ignore[misc]
             facts.nccl_origins.extend(self._nccl_values(value))
         for param in self.walker.params:
             if param.default is not None:
                 if self._is_device_key(param.name.value):
-                    found.extend(self._value_strings(param.default))
+                    made = list(self._value_strings(param.default))
+                    found.extend(made)
+                    facts.origin_keys.update((id(n), param.name.value) for n in made)
                 if string_value(param.default) == "nccl":
                     facts.nccl_origins.append(param.default)
         for entry in self.walker.dict_entries:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.device_facts import key_of
 from ..analysis.devices import analyse as analyse_devices
 from ..analysis.saves import holds_state_dict, moved_to_cpu
 from ..analysis.scopes import ScopedRule
@@ -118,8 +119,11 @@ class LoadOntoCudaOrXla(Rule):
         self.report(value, replacement=cpu)
 
     def _device_target(self, value: cst.BaseExpression) -> bool:
-        if any(value is n for n in analyse_devices(self.analysis.module).facts.map_locations):
-            return True  # a name that holds the device (`map_location=device`, `device = 'cuda'` above)
+        facts = analyse_devices(self.analysis.module).facts
+        if any(value is n for n in facts.map_locations):
+            # a name that holds the device (`map_location=device`, `device = 'cuda'` above), unless XLA226 makes
+            # its CUDA origin 'cpu' (a name used only as a map_location)
+            return not (key_of(value) in facts.map_location_keys and key_of(value) in facts.origin_keys.values())
         text = string_value(value)
         if text is not None:
             return is_cuda_string(value) or text == "xla" or text.startswith("xla:")
