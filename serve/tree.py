@@ -27,6 +27,7 @@ from xlaport.files import (
     WriteFailed,
     atomic_write,
     in_place_backups,
+    is_own_output,
     is_temporary,
     keep_backup,
     remove_stale_temporaries,
@@ -59,7 +60,7 @@ def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], li
     python, other, special, temporaries = [], [], [], 0
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts):
+        if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts) or is_own_output(rel.name):
             continue
         if path.is_symlink():
             other.append(rel)
