@@ -7,6 +7,7 @@ import libcst as cst
 from ..analysis.context import StepContextRule
 from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
+from ..analysis.saves import flows_to_save
 from ..cst_helpers import (
     add_kwarg,
     code_of,
@@ -345,7 +346,9 @@ class Float16(_AmpRule):
     why = (
         "TPUs compute in bfloat16; float16 is emulated, slower, and its narrow range overflows without a "
         "GradScaler (which XLA502 removes). bfloat16 keeps float32's range with fewer mantissa bits, so results "
-        "change slightly: check the numerics after the switch."
+        "change slightly: check the numerics after the switch. float16 in what a program saves (`torch.save`, "
+        "`save_pretrained`, a state dict filled for a save) is a file format its readers expect, not a "
+        "computation on the TPU: it is left alone."
     )
     before = "import torch\n\nmodel = model.half()\nx = torch.zeros(4, dtype=torch.float16)\n"
     after = "import torch\n\nmodel = model.bfloat16()\nx = torch.zeros(4, dtype=torch.bfloat16)\n"
@@ -361,24 +364,28 @@ class Float16(_AmpRule):
         if self.facts().cpu_script:
             return  # float16 on the CPU of a script that names no device: nothing moves to the TPU
         if method_name(node) == "half" and not node.args:
-            self.report(node.func.attr, replacement=cst.Name("bfloat16"))
+            self._report(node.func.attr, cst.Name("bfloat16"))
             return
         for keyword in ("torch_dtype", "dtype"):
             arg = keyword_arg(node, keyword)
             if arg is not None and string_value(arg.value) in ("float16", "half", "fp16"):
                 quote = arg.value.value[0]
-                self.report(arg.value, replacement=cst.SimpleString(f"{quote}bfloat16{quote}"))
+                self._report(arg.value, cst.SimpleString(f"{quote}bfloat16{quote}"))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if self.qualified_names(node) & FLOAT16 and self._is_dtype_value(node):
-            self.report(node, replacement=node.with_changes(attr=cst.Name("bfloat16")))
+            self._report(node, node.with_changes(attr=cst.Name("bfloat16")))
 
     def visit_Name(self, node: cst.Name) -> None:  # `from torch import float16`
         parent = self.parent(node)
         if isinstance(parent, (cst.Attribute, cst.ImportAlias)):
             return
         if self.qualified_names(node) & FLOAT16 and self._is_dtype_value(node):
-            self.report(node, replacement=expr("torch.bfloat16"), imports=(IMPORT_TORCH,))
+            self._report(node, expr("torch.bfloat16"), (IMPORT_TORCH,))
+
+    def _report(self, node: cst.CSTNode, replacement: cst.CSTNode, imports: tuple = ()) -> None:
+        if not flows_to_save(self, node):  # a float16 checkpoint is a file format its readers expect: no TPU matter
+            self.report(node, replacement=replacement, imports=imports)
 
     def _is_dtype_value(self, node: cst.CSTNode) -> bool:
         if self.facts().cpu_script:
