@@ -21,6 +21,8 @@ from .analysis.devices import analyse as analyse_devices
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
+from .flips import FLIP_CODES, Span, blocked_flips
+from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
@@ -90,6 +92,19 @@ class _Detection:
     column: int
     end: tuple[int, int]
     start: tuple[int, int]
+
+    # what the flip audit (flips.py) reads
+    @property
+    def code(self) -> str:
+        return self.rule.code
+
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.report.node
+
+    @property
+    def safe_fix(self) -> bool:
+        return self.report.replacement is not None and _applicability(self) == "safe"
 
 
 def run_rules(
@@ -197,6 +212,25 @@ def _detect(
                 )
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
+    return _withhold_blocked_flips(module, detections, positions, dead)
+
+
+def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], positions, dead) -> list[_Detection]:
+    """Flips that would make a CUDA-only call run on a TPU host become manual findings that name the call
+    (flips.py)."""
+    if not any(d.rule.code in FLIP_CODES for d in detections):
+        return detections
+
+    def span_of(node: cst.CSTNode) -> Span:
+        pos = positions[node]
+        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+
+    dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]
+    blocked = blocked_flips(analyse_devices(module), detections, span_of, dead_spans)
+    for index, blocker in blocked.items():
+        d = detections[index]
+        report = replace(d.report, message=flip_message(d.rule.code, blocker), replacement=None, imports=())
+        detections[index] = replace(d, report=report)
     return detections
 
 

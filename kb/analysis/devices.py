@@ -89,6 +89,7 @@ class DeviceAnalysis:
         self._origins()
         self._accelerator()
         self._guards()
+        self._cpu_tests()
 
     def _consumers(self) -> list[tuple[cst.BaseExpression, str]]:
         """(argument, kind) for every place a device value is used. kind: device, device_type, map_location,
@@ -287,6 +288,34 @@ class DeviceAnalysis:
                 )
                 self.facts.guards.append(guard)
 
+    def _cpu_tests(self) -> None:
+        for comp in self.walker.comparisons:
+            found = self._cpu_test_literal(comp)
+            if found is None:
+                continue
+            literal, key = found
+            test = self._guard(literal, not_cpu=True)
+            if test is not None and test.regions:
+                self.facts.cpu_tests.append((key, test))
+
+    def _cpu_test_literal(self, comp: cst.Comparison) -> tuple[cst.SimpleString, str] | None:
+        """The `'cpu'` literal of `device_type == 'cpu'`, `device != "cpu"`, `device.type == 'cpu'`, `'cpu' in
+        device`, and the key of the device value it tests (`device` for `device.type`)."""
+        if len(comp.comparisons) != 1:
+            return None
+        operator = comp.comparisons[0].operator
+        if not isinstance(operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)):
+            return None
+        sides = (comp.left, comp.comparisons[0].comparator)
+        literal = next((s for s in sides if isinstance(s, cst.SimpleString) and string_value(s) == "cpu"), None)
+        other = next((s for s in sides if s is not literal), None)
+        if literal is None or other is None:
+            return None
+        key = key_of(other)
+        if key == "type" and isinstance(other, cst.Attribute):
+            key = key_of(other.value)  # `device.type`, `x.device.type`
+        return (literal, key) if self._is_device_key(key) else None  # type: ignore[return-value]
+
     def _cuda_test_literal(self, comp: cst.Comparison) -> cst.SimpleString | None:
         """The `'cuda'` literal of `'cuda' in device`, `device.type == 'cuda'`, `device_type != "cuda"` (or the
         `'nccl'` of `args.dist_backend == 'nccl'`)."""
@@ -317,10 +346,11 @@ class DeviceAnalysis:
             return None
         return literal if self._is_device_key(key_of(func.value)) else None
 
-    def _guard(self, test: cst.CSTNode) -> Guard | None:
+    def _guard(self, test: cst.CSTNode, not_cpu: bool = False) -> Guard | None:
         """The condition around `test` and the code it protects; None when the test is not a plain guard
-        (an `or`, a call argument, an assert)."""
-        positive = True
+        (an `or`, a call argument, an assert). `not_cpu`: `test` is the `'cpu'` of a CPU test, and the code
+        wanted is what runs when the device is not the CPU."""
+        positive = not not_cpu
         node: cst.CSTNode = test
         if isinstance(test, cst.SimpleString) and isinstance(self.parent(test), cst.Arg):
             node = self.parent(self.parent(test))  # the `device.startswith('cuda')` call
@@ -330,12 +360,14 @@ class DeviceAnalysis:
                 comp = self.parent(comp)
             assert isinstance(comp, cst.Comparison)
             if isinstance(comp.comparisons[0].operator, (cst.NotEqual, cst.NotIn, cst.IsNot)):
-                positive = False
+                positive = not positive
             node = comp
         while True:
             parent = self.parent(node)
             if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And) and positive:
                 node = parent
+            elif isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.Or) and not positive:
+                node = parent  # `args.no_cuda or not torch.cuda.is_available()`: False only with CUDA
             elif isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 positive = not positive
                 node = parent
@@ -413,14 +445,22 @@ class DeviceAnalysis:
         return bool(cuda_reference_list(self, region))
 
     def is_cuda_fallback(self, node: cst.IfExp) -> bool:
-        """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
-        the whole expression, so neither its string nor its test is reported again here."""
+        """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)`, `f'cuda:{i}'`, or a device
+        variable such as `args.device` as the body): XLA203 rewrites the whole expression, so neither its string
+        nor its test is reported again here."""
         test_is_probe = isinstance(node.test, cst.Call) and self.call_name(node.test) == "torch.cuda.is_available"
         body = node.body
-        body_is_device = (isinstance(body, cst.SimpleString) and is_cuda_value(body)) or (
-            isinstance(body, cst.Call) and self.call_name(body) == "torch.device"
+        body_is_device = (
+            is_cuda_value(body)
+            or (isinstance(body, cst.Call) and self.call_name(body) == "torch.device")
+            or self.is_device_variable(body)
         )
         return test_is_probe and body_is_device
+
+    def is_device_variable(self, node: cst.CSTNode) -> bool:
+        """`device`, `args.device`, `cfg["device"]`: a value held under a device key (named so, or given to a
+        device consumer), whose CUDA origins XLA226 rewrites where they are made."""
+        return isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)) and self._is_device_key(key_of(node))
 
     def _gives_up_otherwise(self, guard: Guard) -> bool:
         """`if torch.cuda.is_available(): ... else: print('needs a GPU'); sys.exit(1)`: without the accelerator

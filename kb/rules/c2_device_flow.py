@@ -294,11 +294,12 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
     def walk(n: cst.BaseExpression) -> cst.BaseExpression:
         if n is test:
             return true
-        if isinstance(n, cst.BooleanOperation) and isinstance(n.operator, cst.And):
+        if isinstance(n, cst.BooleanOperation) and isinstance(n.operator, (cst.And, cst.Or)):
             left, right = walk(n.left), walk(n.right)
-            if const(left) == "True":
+            neutral = "True" if isinstance(n.operator, cst.And) else "False"  # `x and True` / `x or False` is x
+            if const(left) == neutral:
                 return right.with_changes(lpar=n.lpar, rpar=n.rpar) if n.lpar else right
-            if const(right) == "True":
+            if const(right) == neutral:
                 return left.with_changes(lpar=n.lpar, rpar=n.rpar) if n.lpar else left
             return n.with_changes(left=left, right=right)
         if isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Not):

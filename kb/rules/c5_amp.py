@@ -28,8 +28,13 @@ DEVICE_AUTOCAST = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.
 CUDA_SCALER = frozenset({"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"})
 DEVICE_SCALER = frozenset({"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.GradScaler"})
 FLOAT16 = frozenset({"torch.float16", "torch.half"})
+BFLOAT16 = frozenset({"torch.bfloat16"})
+BF16_RAISES = (
+    "CUDA autocast with bfloat16 raises `RuntimeError: Current CUDA Device does not support bfloat16` on a host "
+    'without CUDA; the XLA autocast keeps bfloat16: `torch.autocast("xla", dtype=torch.bfloat16)`'
+)
 OFF_ON_XLA = (
-    "CUDA autocast is a no-op on XLA tensors, and its `enabled=` is a CUDA test that is False on a TPU: "
+    "CUDA autocast does not reach XLA tensors, and its `enabled=` is a CUDA test that is False on a TPU: "
     'use `torch.autocast("xla", dtype=torch.bfloat16)` and decide by hand when it is enabled'
 )
 
@@ -63,7 +68,7 @@ class _AmpRule(StepContextRule):
 class CudaAutocast(_AmpRule):
     code = "XLA501"
     needs = ("autocast",)
-    title = "CUDA autocast does nothing on XLA tensors"
+    title = "CUDA autocast does not reach XLA tensors (and raises with bfloat16 without CUDA)"
     category = "C5"
     fix = "unsafe"
     autofix = True
@@ -78,12 +83,21 @@ class CudaAutocast(_AmpRule):
         "loss scaling; with the torch_xla wrapper a float16 dtype only warns "
         "`TPU Autocast only supports dtype of torch.bfloat16` and disables autocast. Unsafe: float16 (or the "
         "float32 the untouched region computes in on XLA) becomes bfloat16, which rounds differently: the "
-        "numbers change. Left alone, the CUDA region still runs on XLA, in float32."
+        "numbers change. Left alone, the CUDA region still runs on XLA, in float32. With `dtype=torch.bfloat16` "
+        "it is not a no-op: on a host without CUDA it raises `RuntimeError: Current CUDA Device does not support "
+        "bfloat16` when entered (measured, torch 2.9); that fix is safe, the dtype it asked for stays."
     )
     before = "import torch\n\nwith torch.cuda.amp.autocast(dtype=torch.float16):\n    loss = model(x)\n"
     after = 'import torch\n\nwith torch.autocast("xla", dtype=torch.bfloat16):\n    loss = model(x)\n'
-    message = 'CUDA autocast is a no-op on XLA tensors; use `torch.autocast("xla", dtype=torch.bfloat16)`'
-    symptoms = ("TPU Autocast only supports dtype of torch.bfloat16", "matmul output dtype stays float32")
+    message = (
+        "CUDA autocast does not reach XLA tensors (without CUDA it disables itself): the region runs in float32; "
+        'use `torch.autocast("xla", dtype=torch.bfloat16)`'
+    )
+    symptoms = (
+        "TPU Autocast only supports dtype of torch.bfloat16",
+        "matmul output dtype stays float32",
+        "RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.",
+    )
     references = ("pytorch/xla docs: perf/amp.md", "torch_xla/amp/autocast_mode.py")
     valid = (
         "import torch\nwith torch.autocast('xla', dtype=torch.bfloat16):\n    y = model(x)\n",
@@ -106,7 +120,12 @@ class CudaAutocast(_AmpRule):
             if name in found:
                 args.append(kwarg(name, found[name].value))
         replacement = cst.Call(func=expr("torch.autocast"), args=with_commas(args))
-        self.report(node, replacement=replacement, imports=(IMPORT_TORCH,))
+        dtype = found.get("dtype")
+        if dtype is not None and self.qualified_names(dtype.value) & BFLOAT16:
+            # it asked for bfloat16 and keeps it; left alone it raises at start-up on a host without CUDA
+            self.report(node, BF16_RAISES, replacement=replacement, imports=(IMPORT_TORCH,), fix="safe")
+        else:
+            self.report(node, replacement=replacement, imports=(IMPORT_TORCH,))
 
 
 HALF_REASON = "the code still trains in float16 (fix XLA503 first)"
