@@ -18,10 +18,11 @@ from libcst.metadata import MetadataWrapper
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
+from .analysis.devices import cpu_utility
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
-from .flips import FLIP_CODES, Span, blocked_flips
+from .flips import CPU_UTILITY, FLIP_CODES, Span, blocked_flips
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
@@ -225,8 +226,14 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
         pos = positions[node]
         return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
 
+    devices = analyse_devices(module)
+    if cpu_utility(module):  # a conversion script keeps its CPU fallback; nothing else is held back
+        for index, d in enumerate(detections):
+            if d.rule.code in ("XLA203", "XLA230"):
+                detections[index] = replace(d, report=replace(d.report, message=CPU_UTILITY, replacement=None))
+        return detections
     dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]
-    blocked = blocked_flips(analyse_devices(module), detections, span_of, dead_spans)
+    blocked = blocked_flips(devices, detections, span_of, dead_spans)
     for index, blocker in blocked.items():
         d = detections[index]
         report = replace(d.report, message=flip_message(d.rule.code, blocker), replacement=None, imports=())

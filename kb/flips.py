@@ -114,6 +114,13 @@ def blocked_flips(
     return out
 
 
+CPU_UTILITY = (
+    "kept on the CPU: this script loads, converts or saves models and never trains (no backward, no optimizer "
+    "step); on a TPU host it ran on the CPU, and its saves need CPU tensors. Rewrite the device by hand "
+    "(`torch_xla.device()`) if it should run on the TPU"
+)
+
+
 def message(code: str, blocker: Blocker) -> str:
     return (
         f"not rewritten: this flip makes the device XLA, and then `{blocker.what}` at line {blocker.line} runs "

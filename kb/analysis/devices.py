@@ -52,6 +52,7 @@ class DeviceAnalysis:
         self.nodes, self.parents = module_walk(module)
         self.walker = DeviceWalker(self.nodes)
         self.facts = DeviceFacts()
+        self.cpu_utility: bool | None = None  # see `cpu_utility`, asked for by few rules
         self._run()
 
     # --- name resolution ---------------------------------------------------------------------------------
@@ -509,6 +510,56 @@ def imports_torch_xla(module: cst.Module) -> bool:
     """Is `module` torch_xla code? A CUDA program that works on GPUs already has, somewhere in its files, what
     torch_xla idioms replace (a process group, a gradient all-reduce): findings about their absence need this."""
     return any(m == "torch_xla" or m.startswith("torch_xla.") for m in analyse(module).walker.aliases.values())
+
+
+# What a script that only converts, exports or evaluates does with its model.
+CHECKPOINT_CALLS = frozenset(
+    {
+        "torch.load",
+        "torch.save",
+        "torch.onnx.export",
+        "torch.jit.trace",
+        "torch.jit.script",
+        "torch.jit.save",
+        "torch.export.export",
+        "safetensors.torch.save_file",
+        "safetensors.torch.load_file",
+    }
+)
+CHECKPOINT_METHODS = frozenset({"save_pretrained", "from_pretrained", "load_state_dict", "push_to_hub"})
+# Calls that train (or may: a Trainer, a fit loop, a stepping helper).
+TRAINING_METHODS = frozenset({"backward", "step", "train", "fit", "optimizer_step", "training_step"})
+
+
+def cpu_utility(module: cst.Module) -> bool:
+    """A script (a `__main__` block or module-level statements that run) that works on checkpoints (load, save,
+    convert, export) and trains nowhere: its cuda-if-available device is a convenience, and moving it onto
+    XLA breaks its saves (`save_pretrained` of XLA tensors: `invalid python storage`) for no speed that matters."""
+    analysis = analyse(module)
+    if analysis.cpu_utility is None:
+        analysis.cpu_utility = _is_script(module) and _checkpoints_without_training(analysis)
+    return analysis.cpu_utility
+
+
+def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
+    checkpoints = False
+    for call in analysis.walker.calls:
+        func = call.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in TRAINING_METHODS:
+            return False
+        if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
+            checkpoints = True
+    return checkpoints
+
+
+def _is_script(module: cst.Module) -> bool:
+    for stmt in module.body:
+        if isinstance(stmt, (cst.For, cst.While)):
+            return True
+        if isinstance(stmt, cst.If) and "__main__" in cst.Module(body=[]).code_for_node(stmt.test):
+            return True
+    return False
 
 
 _CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..analysis.device_facts import key_of
 from ..analysis.devices import analyse as analyse_devices
+from ..analysis.devices import cpu_utility
 from ..analysis.saves import holds_state_dict, moved_to_cpu
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
@@ -59,8 +60,8 @@ class TorchSaveDeviceTensors(ScopedRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, "torch.save") or self.facts().cpu_script:
-            return  # a script that names no device saves CPU tensors
+        if not self.is_call_to(node, "torch.save") or self.facts().cpu_script or cpu_utility(self.analysis.module):
+            return  # a script that names no device, or keeps it on the CPU (a conversion script), saves CPU tensors
         args = positional_args(node)
         data = args[0].value if args else getattr(keyword_arg(node, "obj"), "value", None)
         if data is None or not holds_state_dict(data) or moved_to_cpu(self, node, data):

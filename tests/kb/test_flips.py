@@ -39,9 +39,9 @@ print("ran on", x.device, "in", loss.dtype)
 
 # A CUDA-only call without a safe rewrite behind the same test: the flip of `device_type` is withheld.
 EVENT_BEHIND_CPU_TEST = AUTOCAST_BEHIND_CPU_TEST.replace(
-    'model = nn.Linear(8, 8).to(device)\n',
+    "model = nn.Linear(8, 8).to(device)\n",
     'timer = None if device_type == "cpu" else torch.cuda.Event(enable_timing=True)\n'
-    'model = nn.Linear(8, 8).to(device)\n',
+    "model = nn.Linear(8, 8).to(device)\n",
 )
 
 
@@ -135,23 +135,73 @@ def test_migrated_programs_run_where_the_originals_ran(tmp_path: Path):
     migrated program, through torch_xla on the CPU, must finish too (before: `Current CUDA Device does not support
     bfloat16` at start-up)."""
     runner = tmp_path / "run_all.py"
-    programs = []
-    for name, source in (("autocast", AUTOCAST_BEHIND_CPU_TEST), ("event", EVENT_BEHIND_CPU_TEST)):
-        for kind, text in (("original", source), ("migrated", fix_source(source).fixed)):
-            path = tmp_path / f"{name}_{kind}.py"
-            path.write_text(text)
-            programs.append(str(path))
     runner.write_text(
         "import runpy, sys\n"
-        "import torch_xla  # before the first backward of the process (STACK.md)\n"
         "for path in sys.argv[1:]:\n"
         "    runpy.run_path(path, run_name='__main__')\n"
         "    print('finished', path, flush=True)\n"
     )
-    env = {**os.environ, "PJRT_DEVICE": "CPU"}
-    done = subprocess.run(
-        [sys.executable, str(runner), *programs], capture_output=True, text=True, env=env, timeout=600
+    outputs = []
+    for kind in ("original", "migrated"):  # one process each: a CPU backward before an XLA one trips autograd
+        programs = []
+        for name, source in (("autocast", AUTOCAST_BEHIND_CPU_TEST), ("event", EVENT_BEHIND_CPU_TEST)):
+            path = tmp_path / f"{name}_{kind}.py"
+            path.write_text(source if kind == "original" else fix_source(source).fixed)
+            programs.append(str(path))
+        env = {**os.environ, "PJRT_DEVICE": "CPU"}
+        done = subprocess.run(
+            [sys.executable, str(runner), *programs], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("finished") == 2
+        outputs.append(done.stdout)
+    assert "ran on cpu" in outputs[0]
+    assert "ran on xla:0" in outputs[1]  # the migrated programs train on the XLA device
+
+
+CONVERSION_SCRIPT = '''\
+"""Turns a training checkpoint into a Hugging Face folder."""
+import argparse
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def convert(src, base, dst):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    state = torch.load(src, map_location=device)
+    state = {k.replace("module.", "", 1): v for k, v in state["model"].items()}
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base))
+    model.load_state_dict(state)
+    model.to(device)
+    model.save_pretrained(dst)
+    torch.save(model.state_dict(), dst + "/weights.pt")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("src")
+    parser.add_argument("dst")
+    args = parser.parse_args()
+    convert(args.src, "base", args.dst)
+'''
+
+
+def test_a_conversion_script_stays_on_the_cpu():
+    result = fix_source(CONVERSION_SCRIPT, unsafe=True)
+    assert result.fixed == CONVERSION_SCRIPT  # nothing moves onto XLA, and the saves stay as they were
+    (kept,) = [f for f in result.remaining if f.code == "XLA203"]
+    assert not kept.fixable and "kept on the CPU" in kept.message
+    assert not [f for f in result.remaining if f.code in ("XLA308", "XLA701")]
+
+
+def test_the_same_device_line_in_a_training_script_still_flips():
+    training = CONVERSION_SCRIPT.replace(
+        "    model.save_pretrained(dst)\n",
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for batch in range(3):\n"
+        "        model(torch.ones(1, 4, dtype=torch.long, device=device)).logits.sum().backward()\n"
+        "        opt.step()\n"
+        "    model.save_pretrained(dst)\n",
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.count("finished") == 4
-    assert "ran on xla:0 in torch.float32" in done.stdout  # the migrated one trains on the XLA device
+    assert "device = torch_xla.device()" in fix_source(training).fixed
