@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -29,11 +28,11 @@ from xlaport.cliutil import (
 from xlaport.files import (
     DirtyTree,
     WriteFailed,
-    atomic_write,
+    each_file_once,
     in_place_backups,
     iter_python_files,
-    keep_backup,
-    remove_stale_temporaries,
+    links_out_of,
+    write_with_backup,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ def _files(paths: list[Path]) -> list[Path]:
     from .configs import CONFIG_KINDS
 
     try:
-        return list(iter_python_files(paths, (".py", *CONFIG_KINDS)))
+        return each_file_once(list(iter_python_files(paths, (".py", *CONFIG_KINDS))))  # a file reached twice: once
     except FileNotFoundError as exc:
         fail_usage(str(exc))
 
@@ -98,7 +97,7 @@ def lint(
     if format is LintFormat.json:
         typer.echo(as_json(findings))
     elif format is LintFormat.sarif:
-        typer.echo(as_sarif(findings))
+        typer.echo(as_sarif(findings, [(r.path, r.error) for r in results if r.error]))
     else:
         if findings:
             typer.echo(as_text(findings))
@@ -127,6 +126,9 @@ def fix(
 
     rules = _rules(select, ignore)
     files = _files(paths)
+    for link in links_out_of(paths, files):
+        typer.echo(f"note: {link}: a link to a file outside the folder given; not rewritten", err=True)
+        files.remove(link)
     projects = _projects(paths, files)
     results = [fix_file(p, rules, unsafe=unsafe_fixes, project=projects.get(p)) for p in files]
     changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
@@ -143,16 +145,13 @@ def fix(
         except DirtyTree as exc:
             fail_usage(str(exc))
         for path, r in list(changed):
-            try:
-                if path in needs_backup:
-                    keep_backup(path)
-                atomic_write(path, r.fixed)
+            try:  # not over an edit made while the tree was analysed (ChangedMeanwhile)
+                write_with_backup(path, r.fixed, path in needs_backup, expected=r.source)
             except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
                 r.error = str(exc)
                 changed.remove((path, r))
-        for folder in {Path(os.path.realpath(p)).parent for p, _ in changed}:
-            remove_stale_temporaries(folder)
-    applied = Counter(f.code for r in results for f in r.applied)
+    # what was written (or, with --diff, would be): a file whose write failed counts no fix
+    applied = Counter(f.code for _, r in changed for f in r.applied)
     remaining = sum(len(r.findings) for r in results)
     verb = "would apply" if diff else "applied"
     typer.echo(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import sys
 import tokenize
 
 import libcst as cst
@@ -186,12 +187,47 @@ def parse(source: str) -> cst.Module:
     return parse_both(source)[0]
 
 
+NEWER_PYTHON = "3.14"  # the newest grammar libcst 1.9 parses
+MAX_TOKENS_PER_LINE = 1_000  # libcst's parser handled a 3,000-term `and` chain and crashed on 10,000
+
+
+def _newer_syntax(source: str) -> bool:
+    """True when `source`, which this interpreter's parser refused, is Python of a newer version (3.12's `type X`,
+    `def f[T]`, nested f-string quotes): then the file is not wrong, this interpreter is too old for it. libcst
+    decides, but only for a text whose shape (bracket depth, tokens per line) is known to be safe for its
+    native parser: CPython's tree, which the limits above are checked on, does not exist here."""
+    depth = tokens = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+                if depth > _limit("MAX_NESTING", MAX_NESTING):
+                    return False
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth -= 1
+            tokens = 0 if token.type == tokenize.NEWLINE else tokens + 1
+            if tokens > MAX_TOKENS_PER_LINE:
+                return False
+        cst.parse_module(source, config=cst.PartialParserConfig(python_version=NEWER_PYTHON))
+    except (tokenize.TokenError, SyntaxError, cst.ParserSyntaxError, RecursionError, ValueError):
+        return False
+    return True
+
+
 def parse_both(source: str) -> tuple[cst.Module, ast.Module]:
     """`parse`, and CPython's AST of the same text (the name analysis reads its bindings)."""
     check_size(source)
     try:
         tree = compile(source, "<source>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+    except SyntaxError as exc:
+        if _newer_syntax(source):
+            raise SourceError(
+                f"not analysed: Python syntax newer than the Python {sys.version_info.major}."
+                f"{sys.version_info.minor} running xlaport (line {exc.lineno}; valid for a newer Python, not an "
+                "error in the file); run xlaport under that Python to analyse it"
+            ) from None
+        raise _not_python(exc) from None
+    except (ValueError, RecursionError, MemoryError) as exc:
         raise _not_python(exc) from None
     check_statements_per_line(tree)
     check_parse_limits(tree, source)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import PurePosixPath
+from urllib.parse import quote
 
 from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
 from .engine import all_rules
@@ -23,7 +25,25 @@ def as_json(findings: list[Finding]) -> str:
     return json.dumps([f.to_dict() for f in findings], indent=2)
 
 
-def as_sarif(findings: list[Finding]) -> str:
+def sarif_uri(path: str) -> str:
+    """A file's path as a SARIF artifact URI: percent-encoded (a space, `#` or `%` in a name is not a URI
+    character); an absolute path as a file:// URI, a relative one as a relative reference."""
+    posix = PurePosixPath(path)
+    return posix.as_uri() if posix.is_absolute() else quote(posix.as_posix())
+
+
+def as_sarif(findings: list[Finding], unanalysed: list[tuple[str, str]] | None = None) -> str:
+    """The SARIF log of `findings`; `unanalysed`: (path, reason) of each file that could not be read or parsed,
+    reported as tool execution notifications (an unparsable file is not a clean one)."""
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": reason},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": sarif_uri(path)}}}],
+            "descriptor": {"id": "unanalysed-file"},
+        }
+        for path, reason in unanalysed or []
+    ]
     rules = [
         {
             "id": r.code,
@@ -42,7 +62,7 @@ def as_sarif(findings: list[Finding]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": f.path},
+                        "artifactLocation": {"uri": sarif_uri(f.path)},
                         "region": {"startLine": f.line, "startColumn": f.column},
                     }
                 }
@@ -54,6 +74,14 @@ def as_sarif(findings: list[Finding]) -> str:
     log = {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "xlaport", "rules": rules}}, "results": results}],
+        "runs": [
+            {
+                "tool": {"driver": {"name": "xlaport", "rules": rules}},
+                "invocations": [
+                    {"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}
+                ],
+                "results": results,
+            }
+        ],
     }
     return json.dumps(log, indent=2)

@@ -67,8 +67,16 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    keep_trace: Annotated[
+        bool,
+        typer.Option(
+            "--keep-trace",
+            help="Keep the migration trace (the source of every changed file and function, before and after) in "
+            "DST/xlaport-trace.jsonl and the training trace file (see README); off by default.",
+        ),
+    ] = False,
 ) -> None:
-    """Migrate a whole tree: rewritten copy, reports (JSON, Markdown, HTML) and a trace in --out.
+    """Migrate a whole tree: rewritten copy and reports (JSON, Markdown, HTML) in --out.
 
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
@@ -91,6 +99,7 @@ def migrate(
         verify_cmd=verify,
         in_place=in_place,
         force=force,
+        keep_trace=keep_trace,
     )
     try:
         with ProgressBar() as progress:
@@ -160,7 +169,8 @@ def render_summary(result) -> str:
     )
     lines += [f"  note: {n}" for n in data["notes"]]
     if data["reports"].get("html"):
-        lines.append(f"  report: {data['reports']['html']} (also .json, .md; trace {data['reports'].get('trace')})")
+        trace = f"; trace {data['reports']['trace']}" if data["reports"].get("trace") else ""
+        lines.append(f"  report: {data['reports']['html']} (also .json, .md{trace})")
     return "\n".join(lines)
 
 
@@ -259,11 +269,34 @@ def mcp(
             "--exec/--no-exec", help="Let tools run code in the sandbox (default: on for stdio, off for http)."
         ),
     ] = None,
+    allow_write: Annotated[
+        bool | None,
+        typer.Option("--write/--no-write", help="Let migrate_repo write files (default: on for stdio, off for http)."),
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", help="The only folder tools may read or write in [default: the current folder]."),
+    ] = None,
+    unauthenticated_read_only: Annotated[
+        bool,
+        typer.Option(
+            "--unauthenticated-read-only",
+            help="Serve HTTP without XLAPORT_TOKEN: any local process may call it; no tool runs code or writes.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo, verify_migration)."""
-    from .mcp import run_server
+    """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo, verify_migration).
 
-    run_server(transport.value, host, port, allow_exec)
+    Over HTTP, clients must send `Authorization: Bearer $XLAPORT_TOKEN` (the server refuses to start without it,
+    unless --unauthenticated-read-only)."""
+    from .mcp import StartRefused, run_server
+
+    if root is not None and not root.is_dir():
+        fail_usage(f"--root: not a directory: {root}")
+    try:
+        run_server(transport.value, host, port, allow_exec, allow_write, root, unauthenticated_read_only)
+    except StartRefused as exc:
+        fail_usage(str(exc))
 
 
 def register(app: typer.Typer) -> None:

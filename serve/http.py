@@ -4,8 +4,10 @@ Running submitted code (validation of a suggestion, `/v1/check`, `/v1/verify`) h
 process of the execution check, and only when the server was started with a token (`XLAPORT_TOKEN`)
 and the request carries it (`Authorization: Bearer …`). Without a server token `/v1/check` and
 `/v1/verify` answer 403
-and suggestions come back unvalidated, saying why. Requests are size-limited (413), time-limited (504)
-and the heavy endpoints run at most `max_concurrency` at a time (more: 429).
+and suggestions come back unvalidated, saying why. Requests are size-limited (413) and time-limited (504).
+Search and the heavy endpoints (suggest, check, verify) have separate slots, `max_concurrency` each, so a search
+never waits behind slow suggestions; one client (the holders of the token, or one address) holds at most
+`per_client` of them (more: 429), so one client cannot hold every slot.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from xlaport.eval.sandbox import host_memory_mb, sandbox_status
 from xlaport.kb.retrieval import FixHit
 
 from .pipeline import Pipeline, get_pipeline
-from .results import CheckOutcome, FixEntry, Patch, SuggestOptions, VerifyOutcome
+from .results import CheckOutcome, FixEntry, Patch, SuggestOptions, VerifyOutcome, WholeInt
 
 MAX_BODY_BYTES = 1_000_000
-MAX_CONCURRENCY = 4
+MAX_CONCURRENCY = 4  # requests at once, for search and for the heavy endpoints each
 TIMEOUT_S = 60.0  # for requests that run no code; runs of code get their own limit plus this margin
 _ENV_TOKEN = object()
 T = TypeVar("T")
@@ -50,7 +52,7 @@ class SuggestRequest(BaseModel):
 class SearchRequest(BaseModel):
     model_config = STRICT
     text: str = Field(min_length=1, description="Code, a finding, or an error message / log excerpt.")
-    k: int = Field(5, ge=1, le=50)
+    k: WholeInt = Field(5, ge=1, le=50)
 
 
 class CheckRequest(BaseModel):
@@ -58,7 +60,7 @@ class CheckRequest(BaseModel):
     source: str = Field(description="The script to run under the XLA execution check.")
     args: list[str] = []
     timeout_s: float = Field(300.0, gt=0, le=3600)
-    memory_mb: int = Field(4096, ge=256, le=65536)
+    memory_mb: WholeInt = Field(4096, ge=256, le=65536)
 
 
 class VerifyRequest(BaseModel):
@@ -82,6 +84,7 @@ class Health(BaseModel):
     proposer: str
     execution_enabled: bool
     max_concurrency: int
+    per_client: int = Field(description="Requests of one kind one client may have in progress at once.")
     sandbox: SandboxStatus
 
 
@@ -97,7 +100,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         403: "Running submitted code is disabled on this server.",
         404: "No such kb entry.",
         413: "Request body too large.",
-        429: "Busy: all slots are in use; retry after `Retry-After` seconds.",
+        429: "Busy: all slots, or this client's share of them, are in use; retry after `Retry-After` seconds.",
         504: "The request took longer than its time limit; its work was stopped.",
     }
     return {code: {"model": ErrorMessage, "description": meaning[code]} for code in codes}
@@ -115,6 +118,53 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         for e in exc.errors()
     ]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+class Slots:
+    """Requests of one kind in progress: at most `total` at once, at most `per_client` of one client."""
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total = total
+        self.per_client = per_client
+        self.held: dict[str, int] = {}
+
+    def take(self, client: str) -> str | None:
+        """Takes a slot for `client`; None when taken, else why not. One event loop calls it: no lock needed."""
+        if sum(self.held.values()) >= self.total:
+            return "busy: too many requests in progress, retry later"
+        if self.held.get(client, 0) >= self.per_client:
+            return f"busy: this client already has {self.per_client} such request(s) in progress, retry later"
+        self.held[client] = self.held.get(client, 0) + 1
+        return None
+
+    def give_back(self, client: str) -> None:
+        self.held[client] -= 1
+        if not self.held[client]:
+            del self.held[client]
+
+
+class StripBom:
+    """ASGI middleware: a request body that starts with a UTF-8 BOM is read without it (RFC 8259 lets a JSON
+    parser ignore one; Python's refuses it)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        first = True
+
+        async def without_bom():
+            nonlocal first
+            message = await receive()
+            if first and message["type"] == "http.request":
+                first = False
+                message = {**message, "body": message.get("body", b"").removeprefix(b"\xef\xbb\xbf")}
+            return message
+
+        await self.app(scope, without_bom, send)
 
 
 class BodyLimit:
@@ -174,18 +224,22 @@ def create_app(
     max_concurrency: int = MAX_CONCURRENCY,
     timeout_s: float = TIMEOUT_S,
     warm_up: bool = True,
+    per_client: int | None = None,
 ) -> FastAPI:
     """The ASGI app. `token` defaults to `$XLAPORT_TOKEN`; None disables running submitted code.
 
     `warm_up` loads the kb index and the embedding model at start-up rather than on the first search.
+    `per_client` (default: half of `max_concurrency`, at least 1): slots of one kind one client may hold.
     """
+    per_client = per_client or max(1, max_concurrency // 2)
     server_token = (os.environ.get("XLAPORT_TOKEN") if token is _ENV_TOKEN else token) or None
     state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         state["pipeline"] = pipeline or get_pipeline()
-        state["slots"] = asyncio.Semaphore(max_concurrency)
+        state["search"] = Slots(max_concurrency, per_client)  # search never waits behind suggest
+        state["heavy"] = Slots(max_concurrency, per_client)
         if warm_up:
             await run_in_threadpool(state["pipeline"].warm_up)
         yield
@@ -196,7 +250,8 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(StripBom)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: runs first
     app.add_exception_handler(RequestValidationError, _validation_error)
 
     def may_execute(authorization: str | None) -> bool:
@@ -208,14 +263,23 @@ def create_app(
             raise HTTPException(401, "running code needs `Authorization: Bearer <token>` with the server's token")
         return True
 
-    async def limited(work: Callable[[], T], seconds: float) -> T:
-        """Runs `work` in a thread: 429 when all slots are busy, 504 past `seconds`, 4xx for bad input."""
-        slots: asyncio.Semaphore = state["slots"]
-        if slots.locked():
-            raise HTTPException(429, "busy: too many requests in progress, retry later", headers={"Retry-After": "5"})
-        await slots.acquire()
+    def client_of(request: Request, authorization: str | None) -> str:
+        """Who holds a slot: the holders of the server's token are one client, any other caller its address."""
+        scheme, _, given = (authorization or "").partition(" ")
+        if server_token is not None and scheme.lower() == "bearer":
+            if hmac.compare_digest(given.strip().encode(), str(server_token).encode()):
+                return "token"
+        return f"address {request.client.host if request.client else 'unknown'}"
+
+    async def limited(work: Callable[[], T], seconds: float, kind: str, client: str) -> T:
+        """Runs `work` in a thread: 429 when `kind`'s slots (or this client's share) are busy, 504 past `seconds`,
+        4xx for bad input."""
+        slots: Slots = state[kind]
+        refused = slots.take(client)
+        if refused:
+            raise HTTPException(429, refused, headers={"Retry-After": "5"})
         future = asyncio.ensure_future(run_in_threadpool(work))
-        future.add_done_callback(lambda _: slots.release())  # a timed-out run keeps its slot until it ends
+        future.add_done_callback(lambda _: slots.give_back(client))  # a timed-out run keeps its slot until it ends
         try:
             return await asyncio.wait_for(asyncio.shield(future), seconds)
         except TimeoutError:
@@ -232,11 +296,12 @@ def create_app(
             proposer=p.proposer.name if p.proposer else "none (rules-only)",
             execution_enabled=server_token is not None,
             max_concurrency=max_concurrency,
+            per_client=per_client,
             sandbox=SandboxStatus(**sandbox_status().to_dict()),
         )
 
     @app.post("/v1/suggest", responses=_errors(400, 401, 413, 429, 504))
-    async def suggest(body: SuggestRequest, authorization: str | None = Header(None)) -> Patch:
+    async def suggest(body: SuggestRequest, request: Request, authorization: str | None = Header(None)) -> Patch:
         """Patch + evidence for one file. Validation runs only with the server's token."""
         execute = body.options.validate_patch and may_execute(authorization)
         seconds = timeout_s + (2 * body.options.timeout_s if execute else 0)
@@ -244,37 +309,36 @@ def create_app(
         run = lambda: state["pipeline"].suggest(  # noqa: E731
             body.source, body.path, body.options, may_execute=execute, fix_time_limit_s=0.9 * timeout_s
         )
-        return await limited(run, seconds)
+        return await limited(run, seconds, "heavy", client_of(request, authorization))
 
     @app.post("/v1/search", responses=_errors(400, 413, 429, 504))
-    async def search(body: SearchRequest) -> list[FixHit]:
+    async def search(body: SearchRequest, request: Request, authorization: str | None = Header(None)) -> list[FixHit]:
         """The kb entries closest to a code snippet, finding or error message."""
-        return await limited(lambda: state["pipeline"].search(body.text, body.k), timeout_s)
+        run = lambda: state["pipeline"].search(body.text, body.k)  # noqa: E731
+        return await limited(run, timeout_s, "search", client_of(request, authorization))
 
     @app.post("/v1/check", responses=_errors(400, 401, 403, 413, 429, 504))
-    async def check(body: CheckRequest, authorization: str | None = Header(None)) -> CheckOutcome:
+    async def check(body: CheckRequest, request: Request, authorization: str | None = Header(None)) -> CheckOutcome:
         """The XLA execution check of a script (sandboxed child process). Needs the server's token."""
         if server_token is None:
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
         if "memory_mb" in body.model_fields_set and body.memory_mb > host_memory_mb():
-            raise HTTPException(
-                422, f"memory_mb={body.memory_mb} is more than this machine has ({host_memory_mb()} MB)"
-            )
+            raise bad_input(f"memory_mb={body.memory_mb} is more than this machine has ({host_memory_mb()} MB)")
         run = lambda: state["pipeline"].check(  # noqa: E731
             source=body.source, args=body.args, timeout_s=body.timeout_s, memory_mb=body.memory_mb
         )
-        return await limited(run, timeout_s + body.timeout_s)
+        return await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
 
     @app.post("/v1/verify", responses=_errors(400, 401, 403, 413, 429, 504))
-    async def verify(body: VerifyRequest, authorization: str | None = Header(None)) -> VerifyOutcome:
+    async def verify(body: VerifyRequest, request: Request, authorization: str | None = Header(None)) -> VerifyOutcome:
         """L0–L4 of a migrated script against a reference run of the original (both run, sandboxed).
         Needs the server's token."""
         if server_token is None:
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
         run = lambda: state["pipeline"].verify_sources(body.original, body.migrated, body.args, body.name)  # noqa: E731
-        return await limited(run, timeout_s + body.timeout_s)
+        return await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
 
     @app.get("/v1/fixes")
     def fixes() -> list[dict[str, Any]]:

@@ -16,12 +16,17 @@ import multiprocessing
 import os
 import resource
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import TypeVar
 
 from xlaport.kb import FixResult, SourceError, fix_source, get_rule
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT
 from xlaport.kb.rule import Rule
+
+from xlaport.files import writes_confined_to
 
 # Every worker process of the service and of `migrate` forks from one forkserver, which imported the modules a
 # worker needs once: a new worker is a fork of it, not an import, and inherits no threads from its parent.
@@ -33,6 +38,7 @@ WORKER_CONTEXT.set_forkserver_preload(
     ["xlaport.kb.engine", "xlaport.kb.configs", __name__, "xlaport.serve.tree", "xlaport.serve.warm_up"]
 )
 
+T = TypeVar("T")
 MEMORY_MB_ENV = "XLAPORT_WORKER_MEMORY_MB"
 RECYCLE_MB_ENV = "XLAPORT_WORKER_RECYCLE_MB"
 DEFAULT_MEMORY_MB = 2048  # issue 12: any input is analysed within 2 GB or refused
@@ -214,3 +220,59 @@ FIX_WORKERS = FixWorkers()
 def fix_source_killable(source: str, path: str, rules: list[type[Rule]], unsafe: bool, timeout_s: float) -> FixResult:
     """`fix_source` in a warm worker process, killed after `timeout_s` (AnalysisTimeout)."""
     return FIX_WORKERS.fix(source, path, rules, unsafe, timeout_s)
+
+
+def _call(conn: Connection, function: Callable[..., object], args: tuple, write_root: str | None) -> None:
+    """A stoppable call's child side: sends back ("ok", result) or ("error", the exception)."""
+    try:
+        if write_root is None:
+            result = function(*args)
+        else:
+            with writes_confined_to(Path(write_root)):
+                result = function(*args)
+        conn.send(("ok", result))
+    except Exception as exc:  # raised again in the parent; a type that does not pickle goes as its text
+        try:
+            conn.send(("error", exc))
+        except Exception:
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
+
+
+class StoppableCall:
+    """`function(*args)` in its own process, started at once: `stop` kills it, and with it what it started (the
+    sandbox's runs die with their parent), which no thread can do. `function` must be importable by name and its
+    result picklable. Not daemonic: a migration in it may start its own worker processes."""
+
+    def __init__(self, function: Callable[..., T], args: tuple, write_root: Path | None = None) -> None:
+        self.conn, child_end = WORKER_CONTEXT.Pipe(duplex=False)
+        root = None if write_root is None else str(write_root)
+        self.process: BaseProcess = WORKER_CONTEXT.Process(
+            target=_call, args=(child_end, function, args, root), name="xlaport-tool-call"
+        )
+        self.process.start()
+        child_end.close()
+
+    def done(self) -> bool:
+        return self.conn.poll() or not self.process.is_alive()
+
+    def result(self) -> object:
+        """The call's result, or its exception raised here (RuntimeError when the process died without one)."""
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            self.process.join(5)
+            raise RuntimeError(f"the call's process died (exit code {self.process.exitcode})") from None
+        finally:
+            self.conn.close()
+        self.process.join(5)
+        if status == "error":
+            raise value
+        return value
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()

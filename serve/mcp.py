@@ -1,24 +1,37 @@
 """The agent tool: an MCP server whose tools call the same `Pipeline` as the CLI and the HTTP service.
 
 Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`, `verify_migration`.
-Tools that run code (`check_xla`, `verify_migration`, validation in `suggest_patch` / `migrate_repo`) do so only in the execution check's
-sandboxed child, and only when the server allows execution (on by default over stdio, where the agent
-already acts for the local user; off by default over HTTP).
+
+What a caller may do is the server's `Access`: tools that run code (`check_xla`, `verify_migration`, validation in
+`suggest_patch` / `migrate_repo`) need `execute`, and run only in the execution check's sandboxed child; tools that
+write files (`migrate_repo`) need `write`. Over stdio, where the agent already acts for the local user, both are
+on by default; over HTTP both are off unless the server was started with `--exec` / `--write`, and every request
+must carry the server's token (`XLAPORT_TOKEN`, as for the HTTP service). Every path a tool reads or writes is
+resolved (links included) and must lie inside the allowed root (`--root`, default the current folder); a
+migration's every write is checked again where the file is written (`xlaport.files.writes_confined_to`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hmac
+import json
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 from xlaport.kb.retrieval import FixHit
 
-from xlaport.files import DirtyTree
+from xlaport.files import DirtyTree, writes_confined_to
 
+from .isolated import StoppableCall
 from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
 
@@ -31,6 +44,38 @@ INSTRUCTIONS = (
 )
 
 
+TOKEN_ENV = "XLAPORT_TOKEN"
+POLL_S = 0.2  # how often a stoppable call is looked at: the delay its result may wait
+T = TypeVar("T")
+# the bounds the HTTP service and the CLI put on the same arguments
+Timeout = Annotated[float, Field(gt=0, le=3600, description="Seconds the run may take.")]
+SuggestK = Annotated[int, Field(ge=0, le=20, description="Fixes retrieved per finding left for a human.")]
+SearchK = Annotated[int, Field(ge=1, le=50, description="How many entries.")]
+Jobs = Annotated[int | None, Field(ge=1, le=64, description="Worker processes; None: one per core for 8+ files.")]
+
+
+@dataclass(frozen=True)
+class Access:
+    """What callers of this server may do: run code, write files, and where (`root`, resolved)."""
+
+    root: Path
+    execute: bool
+    write: bool
+
+    def path(self, given: str) -> Path:
+        """`given` (relative to the root) resolved, links included; ToolError when that is outside the root."""
+        resolved = Path(os.path.realpath(self.root / given))
+        if not resolved.is_relative_to(self.root):
+            raise ToolError(f"{given}: outside the folder this server may use ({self.root}; see --root)")
+        return resolved
+
+    def need(self, execute: bool = False, write: bool = False, tool: str = "") -> None:
+        if execute and not self.execute:
+            raise ToolError(f"this server does not run code (start it with --exec to allow {tool})")
+        if write and not self.write:
+            raise ToolError(f"this server does not write files (start it with --write to allow {tool})")
+
+
 @contextmanager
 def _as_tool_errors() -> Iterator[None]:
     """Bad input becomes a ToolError: the agent sees the message (other exceptions are crashes)."""
@@ -38,34 +83,47 @@ def _as_tool_errors() -> Iterator[None]:
         yield
     except KeyError as exc:
         raise ToolError(str(exc.args[0]) if exc.args else "not found") from None
-    except (ValueError, OSError, DirtyTree) as exc:  # SourceError is a ValueError
+    except (ValueError, OSError, DirtyTree) as exc:  # SourceError is a ValueError, WriteFailed an OSError
         raise ToolError(str(exc)) from None
 
 
-def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True) -> MCPServer:
+def create_server(
+    pipeline: Pipeline | None = None,
+    allow_execution: bool = True,
+    allow_writes: bool = True,
+    root: Path | None = None,
+) -> MCPServer:
+    """The MCP server; `root` (default: the current folder) bounds every path a tool is given."""
     server = MCPServer("xlaport", instructions=INSTRUCTIONS)
+    access = Access(Path(os.path.realpath(root or Path.cwd())), allow_execution, allow_writes)
 
     def pipe() -> Pipeline:
         return pipeline or get_pipeline()
 
     @server.tool()
-    def suggest_patch(
+    async def suggest_patch(
         source: str,
         path: str | None = None,
         unsafe_fixes: bool = False,
         validate: bool = False,
         args: list[str] | None = None,
-        k: int = 3,
+        k: SuggestK = 3,
     ) -> Patch:
         """Migrate one Python file's text: unified diff, fixes applied, findings left with related fixes,
         and evidence (validated only when `validate` is set and execution is allowed)."""
         with _as_tool_errors():
             options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k)
+            if validate and access.execute:  # runs the program: stoppable
+                return await _stoppable(_suggest_validated, source, path, options)
             # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
-            return pipe().suggest(source, path, options, may_execute=allow_execution, fix_time_limit_s=FIX_TIME_LIMIT_S)
+            return await anyio.to_thread.run_sync(
+                lambda: pipe().suggest(
+                    source, path, options, may_execute=access.execute, fix_time_limit_s=FIX_TIME_LIMIT_S
+                )
+            )
 
     @server.tool()
-    def search_fixes(text: str, k: int = 5) -> list[FixHit]:
+    def search_fixes(text: str, k: SearchK = 5) -> list[FixHit]:
         """The knowledge-base fixes closest to a code snippet, a finding, or an error message / log excerpt."""
         with _as_tool_errors():
             return pipe().search(text, k)
@@ -77,32 +135,33 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
             return pipe().explain(code)
 
     @server.tool()
-    def check_xla(
+    async def check_xla(
         script_path: str | None = None,
         source: str | None = None,
         args: list[str] | None = None,
-        timeout_s: float = 300.0,
+        timeout_s: Timeout = 300.0,
     ) -> CheckOutcome:
         """Run a script (a path, or its source) under the XLA execution check: level reached and reasons."""
-        if not allow_execution:
-            raise ToolError("this server does not run code (start it with --exec to allow check_xla)")
+        access.need(execute=True, tool="check_xla")
+        path = access.path(script_path) if script_path else None
         with _as_tool_errors():
-            path = Path(script_path) if script_path else None
-            return pipe().check(source=source, path=path, args=args or [], timeout_s=timeout_s)
+            return await _stoppable(_check, source, path, args or [], timeout_s)
 
     @server.tool()
-    def migrate_repo(
+    async def migrate_repo(
         src: str,
         dst: str | None = None,
         validate_cmd: str | None = None,
         verify_cmd: str | None = None,
         unsafe_fixes: bool = False,
-        jobs: int | None = None,
+        jobs: Jobs = None,
         in_place: bool = False,
         force: bool = False,
     ) -> dict[str, Any]:
         """Migrate a whole tree into `dst` (or in place): summary, validation and verify verdicts, report paths.
         `validate_cmd` / `verify_cmd`: e.g. "python train.py --steps 20"; the same command runs the program once."""
+        access.need(write=True, tool="migrate_repo")
+        source, target = access.path(src), access.path(dst) if dst else None
         with _as_tool_errors():
             options = MigrateOptions(
                 unsafe_fixes=unsafe_fixes,
@@ -112,31 +171,123 @@ def create_server(pipeline: Pipeline | None = None, allow_execution: bool = True
                 in_place=in_place,
                 force=force,
             )
-            result = pipe().migrate(Path(src), Path(dst) if dst else None, options, may_execute=allow_execution)
-            return result.summary()
+            if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
+                return await _stoppable(_migrate, source, target, options, write_root=access.root)
+
+            def migrate() -> dict[str, Any]:
+                with writes_confined_to(access.root):
+                    return pipe().migrate(source, target, options, may_execute=access.execute).summary()
+
+            return await anyio.to_thread.run_sync(migrate)
 
     @server.tool()
-    def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
+    async def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
         """Grade a migrated tree against a reference run of the original (L0-L4: runs, numerics, on the XLA
         device, the goal, speed), e.g. command "python train.py --steps 40"."""
-        if not allow_execution:
-            raise ToolError("this server does not run code (start it with --exec to allow verify_migration)")
+        access.need(execute=True, tool="verify_migration")
+        original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
-            return pipe().verify(Path(original_dir), Path(migrated_dir), command)
+            return await _stoppable(_verify, original, migrated, command)
 
     return server
 
 
+# The tools that run a program run it in a StoppableCall (serve/isolated.py): a thread cannot be stopped, and the
+# SDK cancels a tool's task when the client cancels the call or closes its end of stdio; the process, and the
+# sandboxed run it started, are killed then. The work is done by the process-wide pipeline of that child.
+async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
+    call = StoppableCall(function, args, write_root)
+    try:
+        while not call.done():
+            await anyio.sleep(POLL_S)
+        return call.result()  # type: ignore[return-value]
+    finally:
+        call.stop()
+
+
+def _check(source: str | None, path: Path | None, args: list[str], timeout_s: float) -> CheckOutcome:
+    return get_pipeline().check(source=source, path=path, args=args, timeout_s=timeout_s)
+
+
+def _verify(original: Path, migrated: Path, command: str) -> VerifyOutcome:
+    return get_pipeline().verify(original, migrated, command)
+
+
+def _migrate(src: Path, dst: Path | None, options: MigrateOptions) -> dict[str, Any]:
+    return get_pipeline().migrate(src, dst, options, may_execute=True).summary()
+
+
+def _suggest_validated(source: str, path: str | None, options: SuggestOptions) -> Patch:
+    return get_pipeline().suggest(source, path, options, may_execute=True, fix_time_limit_s=FIX_TIME_LIMIT_S)
+
+
+class BearerToken:
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>` (compared in constant time);
+    401 otherwise. Host/Origin checks keep browsers out, not the other processes of the machine."""
+
+    def __init__(self, app, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), self.token):
+                body = json.dumps({"error": "unauthorized: send `Authorization: Bearer <XLAPORT_TOKEN>`"}).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, token: str, host: str = "127.0.0.1"):
+    """The streamable-HTTP ASGI app of `server`, behind the token."""
+    return BearerToken(server.streamable_http_app(host=host), token)
+
+
+class StartRefused(RuntimeError):
+    """The server was asked for an unsafe combination of options: the reason and the fix."""
+
+
 def run_server(
-    transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765, allow_execution: bool | None = None
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    allow_execution: bool | None = None,
+    allow_writes: bool | None = None,
+    root: Path | None = None,
+    unauthenticated_read_only: bool = False,
 ) -> None:
-    """Serves over stdio or streamable HTTP; loads the index before the first call."""
-    if allow_execution is None:
-        allow_execution = transport == "stdio"
+    """Serves over stdio or streamable HTTP; loads the index before the first call.
+
+    Over HTTP the server needs `$XLAPORT_TOKEN` (StartRefused without it), unless `unauthenticated_read_only`:
+    then any local process may call it, and nothing runs code or writes files.
+    """
+    token = os.environ.get(TOKEN_ENV) or None
+    if transport == "stdio":
+        execute, write = allow_execution is not False, allow_writes is not False
+    else:
+        execute, write = bool(allow_execution), bool(allow_writes)
+        if token is None and not unauthenticated_read_only:
+            raise StartRefused(
+                f"the MCP server over HTTP needs a token: set {TOKEN_ENV} (clients send `Authorization: Bearer "
+                "<token>`), or pass --unauthenticated-read-only for a local server whose tools run no code and "
+                "write no files"
+            )
+        if token is None and (execute or write):
+            raise StartRefused("--unauthenticated-read-only cannot be combined with --exec or --write")
     pipeline = get_pipeline()
     pipeline.warm_up()
-    server = create_server(pipeline, allow_execution)
+    server = create_server(pipeline, execute, write, root)
     if transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    import uvicorn
+
+    app = server.streamable_http_app(host=host) if token is None else http_app(server, token, host)
+    uvicorn.run(app, host=host, port=port)

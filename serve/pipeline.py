@@ -39,11 +39,29 @@ from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
-from xlaport.files import WriteFailed, in_place_backups
+from xlaport.files import (
+    BOM,
+    REPORT_MODE,
+    WriteFailed,
+    check_writable,
+    in_place_backups,
+    quoting_mode,
+    restrict_mode,
+    writable_too,
+)
 from xlaport.paths import traces_path
 from xlaport.trace import TRACE_FILE, append_records
 
-from .checks import check_run_of_verify, parse_command, run_generated_tests, run_verify, run_xla_check, verify_outcome
+from .checks import (
+    check_arguments,
+    check_file_name,
+    check_run_of_verify,
+    parse_command,
+    run_generated_tests,
+    run_verify,
+    run_xla_check,
+    verify_outcome,
+)
 from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
@@ -144,6 +162,9 @@ class Pipeline:
         """
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
+        check_file_name(name)
+        check_arguments(options.args)
+        source = source.removeprefix(BOM)  # a file's encoding mark, not its text (a BOM kept would not parse)
         rules = self.rules(options.select, options.ignore)
         try:
             if fix_time_limit_s is None:
@@ -291,10 +312,12 @@ class Pipeline:
         """The XLA execution check of a script given as text or as a path."""
         if (source is None) == (path is None):
             raise ValueError("give either the script's source or its path")
+        check_arguments(args or [])
         if path is not None:
             if not path.is_file():
                 raise ValueError(f"no such script: {path}")
             return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
+        source = source.removeprefix(BOM)
         parse(source)  # refuse what is not Python before running it
         with readable_scratch("xlaport-check-") as tmp:
             script = Path(tmp, "script.py")
@@ -311,8 +334,11 @@ class Pipeline:
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
+        check_file_name(name)
         if not name.endswith(".py") or Path(name).name != name:
             raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
+        check_arguments(args)
+        original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
         parse(original)
         parse(migrated)
         with readable_scratch("xlaport-verify-") as tmp:
@@ -356,6 +382,8 @@ class Pipeline:
             if not (src / script).is_file():
                 raise ValueError(f"the command's script is not in the source tree: {script}")
         rules = self.rules(options.select, options.ignore)
+        # the reports and traces quote the sources: none is readable by more people than every source is
+        report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
 
         results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, progress)
         by_rel = dict(zip(python, results, strict=True))
@@ -404,9 +432,11 @@ class Pipeline:
         written = True
         if options.in_place:
             if may_execute and (options.validate_cmd or options.verify_cmd):
-                with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage:
+                with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage, writable_too(Path(stage)):
                     write_tree(src, Path(stage), other, by_rel, texts)
-                    validation, verification = self.evidence(src, Path(stage), options, validation, report_dir)
+                    validation, verification = self.evidence(
+                        src, Path(stage), options, validation, report_dir, report_mode
+                    )
             if validation.status == "rejected" or (verification is not None and verification.status == "fail"):
                 written = False
                 notes.append(
@@ -415,9 +445,10 @@ class Pipeline:
                     + " rejected the migration"
                 )
             else:
-                backups = write_in_place(src, originals, texts, options.force)
+                backups, skipped = write_in_place(src, originals, texts, options.force)
                 if backups:
                     notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
+                notes += [f"not written: {reason}" for reason in skipped]
             copied = 0
         else:
             created = not dst.exists()
@@ -428,7 +459,7 @@ class Pipeline:
                     shutil.rmtree(dst, ignore_errors=True)
                 raise
             if may_execute:
-                validation, verification = self.evidence(src, dst, options, validation, report_dir)
+                validation, verification = self.evidence(src, dst, options, validation, report_dir, report_mode)
 
         migration = MigrationResult(
             run_id=uuid.uuid4().hex[:12],
@@ -449,12 +480,17 @@ class Pipeline:
             report_dir=str(report_dir),
         )
         migration.wall_s = round(time.perf_counter() - start, 3)
-        migration.reports = write_reports(migration, report_dir)
-        records = trace_records(migration, originals, texts, by_rel)
-        migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
-        global_trace = append_records(records, traces_path())
-        if global_trace is not None:
-            migration.reports["trace_global"] = str(global_trace)
+        migration.reports = write_reports(migration, report_dir, report_mode)
+        if options.keep_trace:  # opt-in: the records quote the user's source
+            records = trace_records(migration, originals, texts, by_rel)
+            check_writable(report_dir / TRACE_FILE)  # appended to, not replaced: checked here, not in atomic_write
+            migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
+            global_trace = append_records(records, traces_path())
+            for trace in (report_dir / TRACE_FILE, global_trace):  # they quote the sources too
+                if trace is not None:
+                    restrict_mode(trace, report_mode)
+            if global_trace is not None:
+                migration.reports["trace_global"] = str(global_trace)
         return migration
 
     def evidence(
@@ -464,6 +500,7 @@ class Pipeline:
         options: MigrateOptions,
         validation: Validation,
         report_dir: Path,
+        report_mode: int = REPORT_MODE,
     ) -> tuple[Validation, VerifyOutcome | None]:
         """Validation (execution check + generated tests) and verify of a migrated tree, as asked.
 
@@ -475,7 +512,7 @@ class Pipeline:
         if options.verify_cmd:
             report = run_verify(original_root, migrated_root, options.verify_cmd)
             verification = verify_outcome(report, options.verify_cmd)
-            verification.reports = write_verify_reports(report, report_dir)
+            verification.reports = write_verify_reports(report, report_dir, report_mode)
             if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
                 shared = check_run_of_verify(verification.report)
         if options.validate_cmd:

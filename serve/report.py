@@ -13,7 +13,7 @@ from pathlib import Path
 from xlaport.eval.verify.page import write_report as write_verify_report
 from xlaport.eval.verify.report import VerifyReport
 
-from xlaport.files import atomic_write
+from xlaport.files import REPORT_MODE, atomic_write
 from xlaport.htmlpage import bullets, diff_block, esc, page
 
 from .results import MigrationResult
@@ -25,21 +25,20 @@ VERIFY_HTML_NAME = "xlaport-verify.html"
 VERIFY_JSON_NAME = "xlaport-verify.json"
 
 
-def write_reports(migration: MigrationResult, directory: Path) -> dict[str, str]:
-    """Writes the three reports into `directory`; returns {"json"|"markdown"|"html": path}."""
+def write_reports(migration: MigrationResult, directory: Path, mode: int = REPORT_MODE) -> dict[str, str]:
+    """Writes the three reports into `directory` with `mode` (`xlaport.files.quoting_mode` of the sources they
+    quote); returns {"json"|"markdown"|"html": path}."""
     paths = {"json": directory / JSON_NAME, "markdown": directory / MARKDOWN_NAME, "html": directory / HTML_NAME}
-    atomic_write(paths["json"], as_json(migration))
-    atomic_write(paths["markdown"], as_markdown(migration))
-    atomic_write(paths["html"], as_html(migration))
-    for path in paths.values():
-        path.chmod(0o644)  # atomic_write creates new files private (0600); a report is for sharing
+    atomic_write(paths["json"], as_json(migration), mode=mode)
+    atomic_write(paths["markdown"], as_markdown(migration), mode=mode)
+    atomic_write(paths["html"], as_html(migration), mode=mode)
     return {kind: str(path) for kind, path in paths.items()}
 
 
-def write_verify_reports(report: VerifyReport, directory: Path) -> dict[str, str]:
-    """Writes verify's HTML page and JSON into `directory`; returns {"html"|"json": path}."""
+def write_verify_reports(report: VerifyReport, directory: Path, mode: int = REPORT_MODE) -> dict[str, str]:
+    """Writes verify's HTML page and JSON into `directory` with `mode`; returns {"html"|"json": path}."""
     paths = {"html": directory / VERIFY_HTML_NAME, "json": directory / VERIFY_JSON_NAME}
-    write_verify_report(report, html_path=paths["html"], json_path=paths["json"])
+    write_verify_report(report, html_path=paths["html"], json_path=paths["json"], mode=mode)
     return {kind: str(path) for kind, path in paths.items()}
 
 

@@ -7,13 +7,22 @@ it "rejected" (with the reason); checks that were not asked for, not allowed or 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from xlaport.kb import Finding
 from xlaport.kb.retrieval import FixHit
 
 Status = Literal["validated", "rejected", "unvalidated"]
+
+
+def _whole_number(value: object) -> object:
+    """43.0 is 43: JSON has one kind of number and many clients write every number as a float. 43.5, true and
+    "43" are still refused (the models are strict)."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+WholeInt = Annotated[int, BeforeValidator(_whole_number)]  # an integer field that accepts a whole-number float
 
 
 class ManualItem(BaseModel):
@@ -63,11 +72,11 @@ class SuggestOptions(BaseModel):
     unsafe_fixes: bool = Field(False, description="Also apply fixes that may change behaviour.")
     select: list[str] | None = Field(None, description="Codes, prefixes or categories (C1..C7) to use.")
     ignore: list[str] | None = Field(None, description="Codes, prefixes or categories to skip.")
-    k: int = Field(3, ge=0, le=20, description="Fixes retrieved per finding left for a human.")
+    k: WholeInt = Field(3, ge=0, le=20, description="Fixes retrieved per finding left for a human.")
     validate_patch: bool = Field(False, description="Run the XLA execution check and generated tests.")
     args: list[str] = Field([], description="Arguments of the script for the execution check.")
     timeout_s: float = Field(300.0, gt=0, le=3600)
-    memory_mb: int = Field(4096, ge=256, le=65536)
+    memory_mb: WholeInt = Field(4096, ge=256, le=65536)
 
 
 class MigrateOptions(BaseModel):
@@ -84,6 +93,11 @@ class MigrateOptions(BaseModel):
     )
     in_place: bool = False
     force: bool = False
+    keep_trace: bool = Field(
+        False,
+        description="Keep the migration trace (every changed file's and function's source, before and after) "
+        "beside the migrated tree and in the training trace file; off by default: it holds the user's code.",
+    )
     timeout_s: float = Field(600.0, gt=0, le=7200)
     memory_mb: int = Field(8192, ge=256, le=131072)
 

@@ -24,13 +24,12 @@ from xlaport.model.spans import enclosing_function, function_sources, function_s
 
 from xlaport.files import (
     SKIP_DIRS,
-    WriteFailed,
+    ChangedMeanwhile,
     atomic_write,
+    copy_file,
     in_place_backups,
     is_own_output,
-    is_temporary,
-    keep_backup,
-    remove_stale_temporaries,
+    write_with_backup,
 )
 from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
 
@@ -54,18 +53,16 @@ class DestinationNotEmpty(FileExistsError):
 def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """(python files, other files) under `src`, relative to it, skipping VCS, cache and report folders.
 
-    Symlinks are other files (copied as links, never rewritten through); FIFOs, sockets and devices, and
-    temporaries of interrupted writes, are skipped: `notes` (when given) says which.
+    Symlinks are other files (copied as links, never rewritten through); FIFOs, sockets and devices are skipped:
+    `notes` (when given) says which. Every other file is the user's, also one that looks like a temporary.
     """
-    python, other, special, temporaries = [], [], [], 0
+    python, other, special = [], [], []
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
         if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts) or is_own_output(rel.name):
             continue
         if path.is_symlink():
             other.append(rel)
-        elif is_temporary(path):
-            temporaries += 1
         elif path.is_file():
             (python if path.suffix == ".py" else other).append(rel)
         elif not path.is_dir():
@@ -78,8 +75,6 @@ def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], li
             )
         if special:
             notes.append(f"skipped, not regular files: {', '.join(special[:5])}" + (" ..." if len(special) > 5 else ""))
-        if temporaries:
-            notes.append(f"skipped {temporaries} temporary file(s) left by an interrupted write")
     return python, other
 
 
@@ -167,37 +162,33 @@ def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None
 def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
     """Writes the migrated copy: migrated text where there is one, the original bytes otherwise."""
     for rel in other:
-        _copy(src / rel, dst / rel)
+        copy_file(src / rel, dst / rel)
     for rel, result in results.items():
         if result.error or rel not in texts:
-            _copy(src / rel, dst / rel)  # never written as migrated
+            copy_file(src / rel, dst / rel)  # never written as migrated
         else:
             atomic_write(dst / rel, texts[rel], like=src / rel)
             shutil.copystat(src / rel, dst / rel)
     return len(other)
 
 
-def _copy(source: Path, target: Path) -> None:
-    """A byte copy (a symlink stays a link); WriteFailed when the disk is full."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target, follow_symlinks=False)
-    except OSError as exc:
-        raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from None
-
-
-def write_in_place(src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool) -> list[str]:
-    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies where git cannot restore them."""
+def write_in_place(
+    src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool
+) -> tuple[list[str], list[str]]:
+    """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies where git cannot restore them.
+    (backups, files left as they were because they were edited while the tree was analysed, with the reason)."""
     changed = [rel for rel, text in texts.items() if text != originals[rel]]
     needs_backup = in_place_backups([src / rel for rel in changed], force)
-    backups = []
+    backups, skipped = [], []
     for rel in changed:
-        if src / rel in needs_backup:
-            backups.append(str(keep_backup(src / rel)))
-        atomic_write(src / rel, texts[rel])
-    for folder in {(src / rel).parent for rel in changed}:
-        remove_stale_temporaries(folder)
-    return backups
+        try:
+            backup = write_with_backup(src / rel, texts[rel], src / rel in needs_backup, expected=originals[rel])
+        except ChangedMeanwhile as exc:
+            skipped.append(str(exc))
+            continue
+        if backup is not None:
+            backups.append(str(backup))
+    return backups, skipped
 
 
 # --- the migration trace ------------------------------------------------------------------------------------

@@ -373,3 +373,13 @@ def test_parse_compilation_analysis():
     [compilation] = parse_compilation_analysis(text)
     assert compilation.cause.startswith("most likely user code trying to access tensor value")
     assert compilation.location == "/home/me/train.py:9"
+
+
+@pytest.mark.slow
+def test_max_steps_stops_an_endless_loop_cleanly_and_grades_its_steps():
+    report = run_check(PROGRAMS / "endless_loop.py", max_steps=6, timeout_s=300)
+    assert report.steps == 6
+    assert report.exit_code == 0 and not report.timed_out
+    assert report.level == "L2", report.reasons
+    assert any("--max-steps" in note for note in report.notes)
+    assert "cleanup ran" in report.stdout_tail  # the script's own finally blocks still run

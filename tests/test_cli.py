@@ -172,3 +172,14 @@ def test_lint_and_fix_of_a_folder_see_steps_in_other_modules(tmp_path: Path):
     assert [(f["line"], f["fix"]) for f in json.loads(alone.stdout)] == [(27, "manual")]
     diff = run("fix", "--diff", str(src), "--select", "XLA406")
     assert diff.stdout.count("+            torch_xla.sync()") == 1
+
+
+def test_version_and_env_answer_without_a_command():
+    from importlib import metadata
+
+    runner = CliRunner()
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.stdout.strip() == f"xlaport {metadata.version('xlaport')}"
+    env = runner.invoke(app, ["env"], env={"PJRT_DEVICE": "CPU"})
+    assert env.exit_code == 0
+    assert f"torch_xla: {metadata.version('torch_xla')}" in env.stdout and "PJRT_DEVICE=CPU" in env.stdout

@@ -1,6 +1,7 @@
 """The HTTP service through its ASGI app: endpoints, bad input, the token rule, 413, 429, 504."""
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,115 @@ def test_verify_grades_a_migrated_script_against_its_original_with_the_token():
     report = outcome["report"]
     assert report["check"]["level"] == "L2" and report["migrated_run"]["device"].startswith("xla")
     assert report["reference_run"]["returncode"] == 0
+
+
+# --- issue 25 -------------------------------------------------------------------------------------------------
+class SlowSuggest(Pipeline):
+    """A pipeline whose suggest waits until released (a slow request holding a heavy slot)."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.waiting = threading.Semaphore(0)
+
+    def suggest(self, source, path=None, options=None, **kwargs):
+        self.waiting.release()
+        self.release.wait(60)
+        return super().suggest(source, path, options, **kwargs)
+
+    def search(self, text, k=5):
+        return []
+
+
+def test_one_client_cannot_hold_every_slot_and_search_never_waits_behind_suggest():
+    """F5: four unauthenticated slow requests blocked every client, search included. Real HTTP: clients are told
+    apart by their address and by the token, as a deployed server sees them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from live_server import running
+
+    pipeline = SlowSuggest()
+    body = {"source": CUDA_SOURCE, "options": FAST}
+    with running(create_app(pipeline, token=TOKEN, warm_up=False, max_concurrency=4)) as url:
+        with ThreadPoolExecutor(4) as pool:
+            slow = [pool.submit(httpx.post, f"{url}/v1/suggest", json=body, timeout=60) for _ in range(2)]
+            for _ in slow:
+                assert pipeline.waiting.acquire(timeout=30)  # both hold a heavy slot
+            # the same client (same address, no token) gets no third slot ...
+            third = httpx.post(f"{url}/v1/suggest", json=body, timeout=30)
+            assert third.status_code == 429 and "this client" in third.json()["detail"]
+            # ... while search answers at once, and another client (the token's holders) still gets a slot
+            start = time.monotonic()
+            assert httpx.post(f"{url}/v1/search", json={"text": "cuda"}, timeout=30).status_code == 200
+            assert time.monotonic() - start < 5
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            other = pool.submit(httpx.post, f"{url}/v1/suggest", json=body, headers=auth, timeout=60)
+            assert pipeline.waiting.acquire(timeout=30)
+            pipeline.release.set()
+            assert [f.result().status_code for f in [*slow, other]] == [200, 200, 200]
+        health = httpx.get(f"{url}/healthz").json()
+        assert health["per_client"] == 2 and health["max_concurrency"] == 4
+
+
+def test_unusable_names_and_arguments_are_a_422_with_the_reason():
+    """N7/N8/N9: a file name over 255 bytes, an argument over 128 KB, or a NUL in one was a 500 (or a 200 with the
+    sandbox's traceback)."""
+    long_name = "a" * 252 + ".py"  # 255 bytes: allowed
+    too_long = "é" * 130 + ".py"  # 263 bytes in UTF-8, 133 characters
+    with client(token=TOKEN) as c:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert (
+            c.post("/v1/suggest", json={"source": CUDA_SOURCE, "path": long_name, "options": FAST}).status_code == 200
+        )
+        cases = [
+            ("/v1/suggest", {"source": CUDA_SOURCE, "path": too_long, "options": FAST}, "at most 255"),
+            ("/v1/suggest", {"source": CUDA_SOURCE, "path": "a\0.py", "options": FAST}, "NUL"),
+            ("/v1/verify", {"original": "x = 1\n", "migrated": "x = 1\n", "name": too_long}, "at most 255"),
+            ("/v1/verify", {"original": "x = 1\n", "migrated": "x = 1\n", "args": ["a" * 131_072]}, "at most 131,071"),
+            ("/v1/check", {"source": "x = 1\n", "args": ["--x", "a" * 200_000]}, "argument 2"),
+            ("/v1/check", {"source": "x = 1\n", "args": ["a\0b"]}, "NUL"),
+            ("/v1/suggest", {"source": CUDA_SOURCE, "options": {"k": 0, "args": ["a\0b"]}}, "NUL"),
+        ]
+        for route, request, reason in cases:
+            response = c.post(route, json=request, headers=auth)
+            assert response.status_code == 422, (route, response.text[:300])
+            detail = response.json()["detail"]
+            assert isinstance(detail, list) and reason in detail[0]["msg"], (route, detail)
+
+
+def test_422_details_are_arrays_and_whole_number_floats_are_integers():
+    """F17: one 422 detail was a string; 43.0 was refused for an integer field."""
+    with client(token=TOKEN) as c:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        too_much = c.post("/v1/check", json={"source": "x = 1\n", "memory_mb": 65536}, headers=auth)
+        if too_much.status_code == 422:  # only on a machine with less than 64 GB
+            assert isinstance(too_much.json()["detail"], list)
+        assert c.post("/v1/search", json={"text": "cuda", "k": 3.0}).status_code == 200
+        assert c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0.0}}).status_code == 200
+        for bad in (3.5, True, "3"):
+            assert c.post("/v1/search", json={"text": "cuda", "k": bad}).status_code == 422, bad
+
+
+def test_memory_over_the_host_is_a_422_with_an_array_detail(monkeypatch):
+    monkeypatch.setattr("xlaport.serve.http.host_memory_mb", lambda: 1024)
+    with client(token=TOKEN) as c:
+        response = c.post(
+            "/v1/check", json={"source": "x = 1\n", "memory_mb": 2048}, headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+    assert response.status_code == 422
+    assert (
+        isinstance(response.json()["detail"], list) and "more than this machine" in response.json()["detail"][0]["msg"]
+    )
+
+
+def test_a_leading_bom_is_accepted():
+    """F12: a BOM at the start of the body, or of the source text, was refused."""
+    import json
+
+    with client() as c:
+        body = json.dumps({"source": "\ufeff" + CUDA_SOURCE, "options": FAST}).encode()
+        for data in (body, b"\xef\xbb\xbf" + body):
+            response = c.post("/v1/suggest", content=data, headers={"content-type": "application/json"})
+            assert response.status_code == 200, response.text[:300]
+            assert "torch_xla" in response.json()["migrated"]

@@ -3,10 +3,16 @@
 import asyncio
 import json
 import shutil
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
+import httpx
 import mcp
 import pytest
+from live_server import running
 from xlaport.kb.retrieval import FixIndex, cache_dir
 from xlaport.serve.mcp import create_server
 from xlaport.serve.pipeline import Pipeline
@@ -51,7 +57,7 @@ def test_suggest_and_explain_call_the_pipeline():
     assert explained.structured_content["entry"]["code"] == "XLA204"
 
 
-def test_bad_input_and_disabled_execution_are_clear_tool_errors():
+def test_bad_input_and_disabled_execution_are_clear_tool_errors(tmp_path):
     server = create_server(Pipeline(), allow_execution=False)
     unknown = call(server, "explain_fix", {"code": "XLA000"})
     assert unknown.is_error and "XLA000" in unknown.content[0].text
@@ -62,9 +68,9 @@ def test_bad_input_and_disabled_execution_are_clear_tool_errors():
     verify = call(server, "verify_migration", {"original_dir": ".", "migrated_dir": ".", "command": "python t.py"})
     assert verify.is_error and "does not run code" in verify.content[0].text
     missing = call(
-        create_server(Pipeline()),
+        create_server(Pipeline(), root=tmp_path),
         "verify_migration",
-        {"original_dir": "/nonexistent", "migrated_dir": ".", "command": "python t.py"},
+        {"original_dir": "nonexistent", "migrated_dir": ".", "command": "python t.py"},
     )
     assert missing.is_error and "not a directory" in missing.content[0].text
 
@@ -73,7 +79,7 @@ def test_migrate_repo(tmp_path, monkeypatch):
     monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
     src = tmp_path / "project"
     shutil.copytree(PROJECT, src)
-    server = create_server(Pipeline(), allow_execution=False)
+    server = create_server(Pipeline(), allow_execution=False, root=tmp_path)
     result = call(
         server, "migrate_repo", {"src": str(src), "dst": str(tmp_path / "out"), "validate_cmd": "python train.py"}
     )
@@ -104,8 +110,259 @@ def test_verify_migration_grades_a_migrated_tree():
         "migrated_dir": str(programs / "migrated"),
         "command": "python train.py --steps 24",
     }
-    result = call(create_server(Pipeline()), "verify_migration", arguments)
+    result = call(create_server(Pipeline(), root=programs), "verify_migration", arguments)
     assert not result.is_error, result.content
     outcome = result.structured_content
     assert outcome["status"] in {"pass", "inconclusive"} and outcome["level"] in {"L2", "L3", "L4"}, outcome["reasons"]
     assert outcome["report"]["check"]["level"] == "L2" and outcome["report"]["reference_run"]["returncode"] == 0
+
+
+# --- issue 25 N1: an authenticated MCP server over HTTP, writes and runs off unless enabled, paths confined -------
+TOKEN = "mcp-s3cret"
+
+
+def call_http(url: str, name: str, arguments: dict, token: str | None):
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def go():
+        transport = streamable_http_client(f"{url}/mcp", http_client=create_mcp_http_client(headers=headers))
+        async with mcp.Client(transport) as client:
+            return await client.call_tool(name, arguments)
+
+    return asyncio.run(go())
+
+
+def evil_and_victim(base: Path) -> tuple[Path, Path]:
+    """The issue's repro: a tree that plants a key and replaces a config, and a root-only folder it aims at."""
+    evil = base / "allowed" / "evil"
+    evil.mkdir(parents=True)
+    (evil / "authorized_keys").write_text("ssh-ed25519 AAAA attacker\n")
+    (evil / "config.txt").write_text("owned\n")
+    victim = base / "victim"
+    victim.mkdir()
+    (victim / "config.txt").write_text("original\n")
+    victim.chmod(0o700)
+    return evil, victim
+
+
+def untouched(victim: Path) -> bool:
+    return (
+        sorted(p.name for p in victim.iterdir()) == ["config.txt"]
+        and (victim / "config.txt").read_text() == "original\n"
+    )
+
+
+def test_mcp_over_http_needs_the_token(tmp_path):
+    from xlaport.serve.mcp import http_app
+
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=False, root=tmp_path)
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    with running(http_app(server, TOKEN)) as url:
+        for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": TOKEN}):
+            refused = httpx.post(f"{url}/mcp", json=initialize, headers=headers)
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", headers
+        with pytest.raises(Exception):  # noqa: B017, PT011  (the SDK wraps the 401 in its own error types)
+            call_http(url, "explain_fix", {"code": "XLA201"}, "wrong-token")
+        ok = call_http(url, "explain_fix", {"code": "XLA201"}, TOKEN)
+        assert not ok.is_error and ok.structured_content["entry"]["code"] == "XLA201"
+
+
+def test_mcp_over_http_refuses_to_start_without_a_token(monkeypatch):
+    from xlaport.serve.mcp import StartRefused, run_server
+
+    monkeypatch.delenv("XLAPORT_TOKEN", raising=False)
+    with pytest.raises(StartRefused, match="XLAPORT_TOKEN"):
+        run_server("http", port=0)
+    with pytest.raises(StartRefused, match="cannot be combined"):
+        run_server("http", port=0, allow_writes=True, unauthenticated_read_only=True)
+
+
+def test_the_repro_migrate_repo_into_a_folder_outside_the_root_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    evil, victim = evil_and_victim(tmp_path)
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=True, root=tmp_path / "allowed")
+    result = call(server, "migrate_repo", {"src": str(evil), "dst": str(victim), "force": True})
+    assert result.is_error and "outside the folder" in result.content[0].text
+    assert untouched(victim)
+    # a link inside the root that points at the victim is resolved before the check
+    (tmp_path / "allowed" / "door").symlink_to(victim)
+    through_link = call(server, "migrate_repo", {"src": str(evil), "dst": "door", "force": True})
+    assert through_link.is_error and "outside the folder" in through_link.content[0].text
+    assert untouched(victim)
+    # reading outside the root is refused too: a tree the server can read is not one the caller may copy
+    outside = call(server, "migrate_repo", {"src": str(victim), "dst": "copy"})
+    assert outside.is_error and "outside the folder" in outside.content[0].text
+    assert not (tmp_path / "allowed" / "copy").exists()
+
+
+def test_force_never_writes_through_a_link_out_of_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    evil, victim = evil_and_victim(tmp_path)
+    dst = tmp_path / "allowed" / "out"
+    dst.mkdir()
+    (dst / "config.txt").symlink_to(victim / "config.txt")  # planted in a folder the caller may use
+    (dst / "authorized_keys").symlink_to(victim / "authorized_keys")
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=True, root=tmp_path / "allowed")
+    result = call(server, "migrate_repo", {"src": str(evil), "dst": str(dst), "force": True})
+    assert result.is_error and "outside the allowed folder" in result.content[0].text
+    assert untouched(victim)
+
+
+def test_in_place_never_writes_outside_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "train.py").write_text("import torch\n\nx = torch.zeros(2).cuda()\n")
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=True, root=tmp_path / "allowed")
+    (tmp_path / "allowed").mkdir()
+    result = call(server, "migrate_repo", {"src": str(victim), "in_place": True, "force": True})
+    assert result.is_error and "outside the folder" in result.content[0].text
+    assert "cuda()" in (victim / "train.py").read_text() and sorted(p.name for p in victim.iterdir()) == ["train.py"]
+
+
+def test_writing_and_running_tools_are_off_unless_enabled(tmp_path):
+    evil, victim = evil_and_victim(tmp_path)
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=False, root=tmp_path / "allowed")
+    refused = call(server, "migrate_repo", {"src": str(evil), "dst": "out"})
+    assert refused.is_error and "does not write files" in refused.content[0].text
+    assert not (tmp_path / "allowed" / "out").exists()
+    script = tmp_path / "allowed" / "t.py"
+    script.write_text("print(1)\n")
+    for name, arguments in (
+        ("check_xla", {"script_path": str(script)}),
+        ("verify_migration", {"original_dir": str(evil), "migrated_dir": str(evil), "command": "python t.py"}),
+    ):
+        result = call(server, name, arguments)
+        assert result.is_error and "does not run code" in result.content[0].text
+
+
+def test_paths_of_running_tools_are_confined_to_the_root(tmp_path):
+    secret = tmp_path / "secret.py"
+    secret.write_text("print('secret')\n")
+    (tmp_path / "allowed").mkdir()
+    (tmp_path / "allowed" / "alias.py").symlink_to(secret)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=False, root=tmp_path / "allowed")
+    for path in (str(secret), "alias.py", "../secret.py"):
+        result = call(server, "check_xla", {"script_path": path})
+        assert result.is_error and "outside the folder" in result.content[0].text, path
+    verify = call(server, "verify_migration", {"original_dir": str(tmp_path), "migrated_dir": ".", "command": "x"})
+    assert verify.is_error and "outside the folder" in verify.content[0].text
+
+
+def test_out_of_range_arguments_are_refused_as_over_http(tmp_path):
+    """N13: MCP accepted timeout_s <= 0 and any k, which HTTP and the CLI refuse."""
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=True, root=tmp_path)
+    (tmp_path / "src").mkdir()
+    for name, arguments in (
+        ("check_xla", {"source": "print(1)\n", "timeout_s": 0}),
+        ("check_xla", {"source": "print(1)\n", "timeout_s": -5}),
+        ("check_xla", {"source": "print(1)\n", "timeout_s": 1e9}),
+        ("suggest_patch", {"source": "x = 1\n", "k": 99}),
+        ("suggest_patch", {"source": "x = 1\n", "k": -1}),
+        ("search_fixes", {"text": "cuda", "k": 0}),
+        ("search_fixes", {"text": "cuda", "k": 51}),
+        ("migrate_repo", {"src": "src", "dst": "out", "jobs": 0}),
+    ):
+        result = call(server, name, arguments)
+        assert result.is_error, (name, arguments)
+        assert any(word in result.content[0].text for word in ("greater", "less")), result.content[0].text
+    assert not (tmp_path / "out").exists()
+    whole = call(server, "suggest_patch", {"source": "x = 1\n", "k": 2.0})
+    assert not whole.is_error, whole.content
+
+
+def running_with(marker: str) -> list[int]:
+    """Pids of the processes whose command line holds `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.mark.slow
+def test_stdio_server_stops_a_running_tool_on_cancel_and_on_eof(tmp_path):
+    """N12: a running check went on after the client cancelled the call or closed stdin (the server waited for it)."""
+    start = f"from pathlib import Path; from xlaport.serve.mcp import create_server; create_server(root=Path({str(tmp_path)!r})).run('stdio')"
+    server = subprocess.Popen(
+        [sys.executable, "-c", start], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+
+    def send(message: dict) -> None:
+        server.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        server.stdin.flush()
+
+    def answer(request_id: int) -> dict:
+        while True:
+            message = json.loads(server.stdout.readline())
+            if message.get("id") == request_id:
+                return message
+
+    sleeper = {"source": "import time\ntime.sleep(600)\n", "timeout_s": 900}
+    try:
+        client = {"name": "test", "version": "1"}
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client},
+            }
+        )
+        assert "result" in answer(1)
+        send({"method": "notifications/initialized"})
+        first, second = f"--marker-{uuid.uuid4().hex}", f"--marker-{uuid.uuid4().hex}"
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "check_xla", "arguments": {**sleeper, "args": [first]}},
+            }
+        )
+        assert wait_for(lambda: running_with(first), 120), "the check never started"
+        send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+        assert wait_for(lambda: not running_with(first), 15), "the cancelled check still runs"
+        send({"id": 3, "method": "tools/call", "params": {"name": "explain_fix", "arguments": {"code": "XLA201"}}})
+        assert not answer(3)["result"].get("isError")  # the server goes on serving
+        send(
+            {
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "check_xla", "arguments": {**sleeper, "args": [second]}},
+            }
+        )
+        assert wait_for(lambda: running_with(second), 120), "the check never started"
+        server.stdin.close()  # the client goes away
+        assert server.wait(30) == 0
+        assert wait_for(lambda: not running_with(second), 15), "the check outlived the server"
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+@pytest.mark.slow
+def test_migrate_repo_in_place_with_validation_stages_outside_the_root(tmp_path, monkeypatch):
+    """Confined writes still let the in-place migration write its own staging copy (in the temporary folder)."""
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    src = tmp_path / "project"
+    shutil.copytree(PROJECT, src)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=True, root=tmp_path)
+    result = call(server, "migrate_repo", {"src": "project", "in_place": True, "validate_cmd": "python train.py"})
+    assert not result.is_error, result.content
+    summary = result.structured_content
+    assert summary["validation"]["status"] != "unvalidated" or "outside" not in str(summary["validation"]["reason"])
+    assert summary["written"] and "torch_xla" in (src / "train.py").read_text()

@@ -75,7 +75,7 @@ def test_examples_end_to_end_reports_and_trace(tmp_path, pipeline, global_trace)
     src = EXAMPLES if any(EXAMPLES.rglob("*.py")) else PROJECT
     before = tree_digest(src)
     dst = tmp_path / "out"
-    result = pipeline.migrate(src, dst, MigrateOptions())
+    result = pipeline.migrate(src, dst, MigrateOptions(keep_trace=True))
     assert tree_digest(src) == before  # the source is only read
 
     python, other = plan_tree(src)
@@ -172,6 +172,30 @@ def test_in_place_outside_git_keeps_backups(tmp_path):
     assert result.reports["html"] == str(tmp_path / "reports" / "xlaport-report.html")
 
 
+def test_no_trace_is_kept_unless_asked(tmp_path, global_trace, monkeypatch):
+    """Traces quote the user's source: a plain migrate writes none, in the tree or in the cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("XLAPORT_CACHE_DIR", raising=False)
+    src = copy_project(tmp_path)
+    result = Pipeline().migrate(src, tmp_path / "out", MigrateOptions(k=0))
+    assert result.files_changed >= 1
+    assert not (tmp_path / "out" / "xlaport-trace.jsonl").exists() and not global_trace.exists()
+    assert "trace" not in result.reports
+    asked = Pipeline().migrate(src, tmp_path / "asked", MigrateOptions(k=0, keep_trace=True))
+    assert (tmp_path / "asked" / "xlaport-trace.jsonl").is_file() and global_trace.is_file()
+    assert asked.reports["trace"] == str(tmp_path / "asked" / "xlaport-trace.jsonl")
+
+
+def test_cache_root_honours_xdg_cache_home(tmp_path, monkeypatch):
+    from xlaport.paths import cache_root
+
+    monkeypatch.delenv("XLAPORT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "xlaport"
+    monkeypatch.setenv("XLAPORT_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_root() == tmp_path / "mine"
+
+
 @pytest.mark.slow
 def test_parallel_jobs_give_the_same_tree_in_the_same_order(tmp_path):
     src = copy_project(tmp_path)
@@ -182,7 +206,7 @@ def test_parallel_jobs_give_the_same_tree_in_the_same_order(tmp_path):
     assert [f.path for f in one.files] == [f.path for f in two.files]
     assert [f.diff for f in one.files] == [f.diff for f in two.files]
     digest_one, digest_two = tree_digest(tmp_path / "one"), tree_digest(tmp_path / "two")
-    for name in ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html", "xlaport-trace.jsonl"):
+    for name in ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html"):
         digest_one.pop(name), digest_two.pop(name)
     assert digest_one == digest_two
 
@@ -209,7 +233,9 @@ def test_cli_keeps_its_flags_and_summary(tmp_path):
 @pytest.mark.slow
 def test_validated_migration_reaches_l2_with_passing_generated_tests(tmp_path, pipeline):
     """The migrated entry script passes the execution check, and the generated tests pass."""
-    result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(validate_cmd="python train.py --steps 4"))
+    result = pipeline.migrate(
+        PROJECT, tmp_path / "out", MigrateOptions(validate_cmd="python train.py --steps 4", keep_trace=True)
+    )
     checks = {c.name: c for c in result.validation.checks}
     assert checks["xla_check"].passed and checks["xla_check"].level == "L2", checks["xla_check"].reasons
     assert checks["generated_tests"].passed, checks["generated_tests"].reasons

@@ -34,6 +34,16 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def cli_env(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "xlaport", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "USE_TORCH_XLA": "0", **env},
+        timeout=300,
+    )
+
+
 def run(*args: str):
     return CliRunner().invoke(app, list(args))
 
@@ -256,7 +266,9 @@ def test_fix_on_a_full_disk_reports_and_leaves_no_temporary(tmp_path: Path, monk
     result = run("fix", str(path))
     assert result.exit_code == 1 and "No space left on device" in result.output and "Traceback" not in result.output
     assert path.read_text() == CUDA_SOURCE and synced  # fsynced before the (failed) rename
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py", "t.py.xlaport.bak"]
+    # no temporary, and no backup of a rewrite that did not happen (issue 25 F13)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py"]
+    assert "applied 0 fix(es) in 0 file(s)" in result.output  # nothing was written
 
 
 def test_migrate_on_a_full_disk_removes_the_partial_copy(tmp_path: Path, monkeypatch):
@@ -277,15 +289,19 @@ def test_migrate_on_a_full_disk_removes_the_partial_copy(tmp_path: Path, monkeyp
     assert not (tmp_path / "out").exists()
 
 
-def test_stray_temporaries_are_never_copied_and_are_cleaned(tmp_path: Path):
+def test_files_that_look_like_temporaries_are_the_users(tmp_path: Path):
+    """Issue 25 N2: fix deleted every `.NAME.XXXXXXXX.tmp` beside a file it rewrote, and migrate left them out."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.py").write_text(CUDA_SOURCE)
-    (src / ".a.py.k3j9x0qa.tmp").write_text("half a file")  # what a kill during a write left
+    for name in (".notes.txt.abcd1234.tmp", ".a.py.k3j9x0qa.tmp", ".a.py.k3j9x0qa.xlaport.tmp"):
+        (src / name).write_text("precious\n")
     done = cli("migrate", str(src), "--out", str(tmp_path / "out"))
-    assert done.returncode == 0 and not (tmp_path / "out" / ".a.py.k3j9x0qa.tmp").exists()
-    assert run("fix", str(src / "a.py")).exit_code == 0
-    assert not (src / ".a.py.k3j9x0qa.tmp").exists()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / ".notes.txt.abcd1234.tmp").read_text() == "precious\n"
+    assert run("fix", str(src)).exit_code == 0 and "torch_xla" in (src / "a.py").read_text()
+    kept = sorted(p.name for p in src.iterdir() if p.name.endswith(".tmp"))
+    assert kept == [".a.py.k3j9x0qa.tmp", ".a.py.k3j9x0qa.xlaport.tmp", ".notes.txt.abcd1234.tmp"]
 
 
 # --- 13: an unknown code is a usage error in --ignore as in --select ------------------------------------------------
@@ -326,3 +342,208 @@ def test_timed_out_suggest_stops_its_work_and_frees_the_slot():
             ok = c.post("/v1/suggest", json={"source": CUDA_SOURCE, "options": {"k": 0}})
         assert ok.status_code == 200 and ok.json()["changed"], ok.text
         assert time.monotonic() - start < 15
+
+
+# --- issue 25: nothing of the user's lost or exposed -------------------------------------------------------------
+def edit_while_analysed(monkeypatch, edited: dict[Path, str]) -> None:
+    """Every file in `edited` gets its new text right after fix_file read it (the analysis is then of the old)."""
+    from xlaport.kb import batch
+
+    real_fix_file = batch.fix_file
+
+    def fix_file(path, *args, **kwargs):
+        result = real_fix_file(path, *args, **kwargs)
+        if Path(path) in edited:
+            Path(path).write_text(edited[Path(path)])
+        return result
+
+    monkeypatch.setattr(batch, "fix_file", fix_file)
+
+
+def test_fix_never_overwrites_an_edit_made_while_it_analysed(tmp_path: Path, monkeypatch):
+    """N4: a file outside git edited during the analysis was overwritten with the fix of its old text."""
+    edited, other = tmp_path / "edited.py", tmp_path / "other.py"
+    edited.write_text(CUDA_SOURCE)
+    other.write_text(CUDA_SOURCE)
+    new_text = CUDA_SOURCE + "y = 2  # typed while fix ran\n"
+    edit_while_analysed(monkeypatch, {edited: new_text})
+    result = run("fix", str(tmp_path))
+    assert result.exit_code == 1 and "changed while it was analysed" in result.output, result.output
+    assert edited.read_text() == new_text and not (tmp_path / "edited.py.xlaport.bak").exists()
+    assert "torch_xla" in other.read_text()  # the others are still fixed
+    assert "applied 1 fix(es) in 1 file(s)" in result.output
+
+
+def test_migrate_in_place_never_overwrites_an_edit_made_while_it_analysed(tmp_path: Path, monkeypatch):
+    from xlaport.serve import tree
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text(CUDA_SOURCE)
+    new_text = CUDA_SOURCE + "y = 2\n"
+    real_rewrite = tree.rewrite_files
+
+    def rewrite_then_edit(*args, **kwargs):
+        results = real_rewrite(*args, **kwargs)
+        (src / "a.py").write_text(new_text)
+        return results
+
+    monkeypatch.setattr("xlaport.serve.pipeline.rewrite_files", rewrite_then_edit)
+    done = run("migrate", str(src), "--in-place")
+    assert done.exit_code == 0, done.output
+    assert (src / "a.py").read_text() == new_text and "changed while it was analysed" in done.output
+
+
+@pytest.mark.parametrize("flag", ["--skip-worktree", "--assume-unchanged"])
+def test_files_git_hides_edits_of_get_a_backup(tmp_path: Path, flag):
+    """N5: git status calls a skip-worktree / assume-unchanged file clean even with local edits."""
+    repo = make_repo(tmp_path / "a", {"local.py": CUDA_SOURCE})
+    git(repo, "update-index", flag, "local.py")
+    local_edit = CUDA_SOURCE + "LOCAL = 1\n"
+    (repo / "local.py").write_text(local_edit)
+    assert run("fix", str(repo)).exit_code == 0
+    assert (repo / "local.py.xlaport.bak").read_text() == local_edit
+    assert "torch_xla" in (repo / "local.py").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_the_backup_belongs_to_the_files_owner_with_its_mode(tmp_path: Path):
+    """F10: the backup was root's, 0640, so the file's owner could not read it."""
+    path = tmp_path / "t.py"
+    path.write_text(CUDA_SOURCE)
+    os.chown(path, 1234, 5678)
+    path.chmod(0o640)
+    assert run("fix", str(path)).exit_code == 0
+    info = (tmp_path / "t.py.xlaport.bak").stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1234, 5678, 0o640)
+
+
+def test_reports_are_no_more_readable_than_the_sources_they_quote(tmp_path: Path):
+    """N6: reports were 0644 and quoted a 0600 source."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "open.py").write_text(CUDA_SOURCE)
+    (src / "private.py").write_text(CUDA_SOURCE)
+    (src / "private.py").chmod(0o600)
+    traces = tmp_path / "traces.jsonl"
+    done = cli_env(
+        "migrate", str(src), "--out", str(tmp_path / "out"), "--keep-trace", env={"XLAPORT_TRACES": str(traces)}
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "out"
+    quoting = [out / n for n in ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html")]
+    for path in [*quoting, out / "xlaport-trace.jsonl", traces]:
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    (src / "private.py").unlink()
+    again = cli_env("migrate", str(src), "--out", str(tmp_path / "out2"), env={"XLAPORT_TRACES": str(tmp_path / "t2")})
+    assert again.returncode == 0 and (tmp_path / "out2" / "xlaport-report.html").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_file_reached_twice_is_fixed_once(tmp_path: Path):
+    """F13/N11: a symlink beside its target, or a path given twice, was processed (and counted) twice."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "real.py").write_text(CUDA_SOURCE)
+    (tree / "alias.py").symlink_to("real.py")
+    result = run("fix", str(tree), str(tree / "real.py"))
+    assert result.exit_code == 0, result.output
+    assert "applied 1 fix(es) in 1 file(s)" in result.output
+    assert (tree / "alias.py").is_symlink() and (tree / "real.py").read_text().count("torch_xla.device()") == 1
+    assert sorted(p.name for p in tree.iterdir()) == ["alias.py", "real.py", "real.py.xlaport.bak"]
+
+
+def test_summary_counts_only_fixes_really_written(tmp_path: Path, monkeypatch):
+    import errno
+
+    (tmp_path / "a.py").write_text(CUDA_SOURCE)
+    (tmp_path / "b.py").write_text(CUDA_SOURCE)
+    real_replace = os.replace
+
+    def fail_for_b(source, target, *args, **kwargs):
+        if Path(target).name == "b.py":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", fail_for_b)
+    result = run("fix", str(tmp_path))
+    assert result.exit_code == 1 and "applied 1 fix(es) in 1 file(s)" in result.output, result.output
+    assert not (tmp_path / "b.py.xlaport.bak").exists() and (tmp_path / "a.py.xlaport.bak").exists()
+
+
+def test_fix_of_a_folder_never_writes_outside_it_through_a_link(tmp_path: Path):
+    """N18: `fix DIR` rewrote files outside DIR that a link inside it pointed at."""
+    outside = tmp_path / "outside.py"
+    outside.write_text(CUDA_SOURCE)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "link.py").symlink_to(outside)
+    (tree / "own.py").write_text(CUDA_SOURCE)
+    result = run("fix", str(tree))
+    assert result.exit_code == 0, result.output
+    assert outside.read_text() == CUDA_SOURCE and not (tmp_path / "outside.py.xlaport.bak").exists()
+    assert "link.py: a link to a file outside the folder given; not rewritten" in result.output
+    assert "torch_xla" in (tree / "own.py").read_text()
+    assert run("fix", str(tree / "link.py")).exit_code == 0  # named by the user: followed, as before
+    assert "torch_xla" in outside.read_text()
+
+
+def test_sarif_uris_are_percent_encoded_and_unparsable_files_are_notifications(tmp_path: Path):
+    """N17: a file URI with a space or `#` was written as it is; an unparsable file was missing from the log."""
+    import json
+
+    folder = tmp_path / "my project#1"
+    folder.mkdir()
+    (folder / "train 100%.py").write_text(CUDA_SOURCE)
+    (folder / "broken.py").write_text("def f(:\n")
+    result = run("lint", "--format", "sarif", str(folder))
+    assert result.exit_code == 1
+    log = json.loads(result.stdout)
+    run_ = log["runs"][0]
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run_["results"]}
+    assert uris == {(folder / "train 100%.py").as_uri()} and "my%20project%231/train%20100%25.py" in uris.pop()
+    invocation = run_["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    [notification] = invocation["toolExecutionNotifications"]
+    assert notification["level"] == "error" and "cannot parse" in notification["message"]["text"]
+    uri = notification["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri == (folder / "broken.py").as_uri()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "type Vector = list[float]\n",
+        "def first[T](items: list[T]) -> T:\n    return items[0]\n",
+        'config = {"lr": 1}\nprint(f"{config["lr"]}")\n',
+    ],
+    ids=["type-alias", "generic-def", "nested-fstring-quotes"],
+)
+def test_newer_python_syntax_is_not_the_users_syntax_error(source):
+    """N10: valid Python 3.12 syntax (which libcst parses) was reported as the user's syntax error."""
+    if sys.version_info >= (3, 12):
+        pytest.skip("this interpreter parses 3.12 syntax")
+    with pytest.raises(SourceError) as refused:
+        lint_source(source)
+    assert "newer than the Python 3.11" in str(refused.value) and "not an error in the file" in str(refused.value)
+    with pytest.raises(SourceError, match="cannot parse: SyntaxError"):
+        lint_source("def f(:\n")  # a real syntax error is still one
+    with pytest.raises(SourceError, match="cannot parse"):  # a shape unsafe for libcst is never handed to it
+        lint_source("y = " + " and ".join(["x"] * 10_000) + " +\n")
+
+
+def test_confined_writes_refuse_outside_and_allow_a_staging_folder(tmp_path: Path):
+    from xlaport.files import WriteFailed, atomic_write, writable_too, writes_confined_to
+
+    root, stage = tmp_path / "root", tmp_path / "stage"
+    root.mkdir()
+    stage.mkdir()
+    with writes_confined_to(root):
+        atomic_write(root / "ok.txt", "x\n")
+        with pytest.raises(WriteFailed, match="outside the allowed folder"):
+            atomic_write(stage / "a.txt", "x\n")
+        with writable_too(stage):
+            atomic_write(stage / "a.txt", "x\n")
+        with pytest.raises(WriteFailed):
+            atomic_write(stage / "b.txt", "x\n")
+    atomic_write(stage / "b.txt", "x\n")  # not confined outside the block
+    assert sorted(p.name for p in stage.iterdir()) == ["a.txt", "b.txt"]

@@ -10,6 +10,8 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,31 @@ def iter_python_files(paths: Iterable[Path], suffixes: tuple[str, ...] = (".py",
             raise FileNotFoundError(f"no such file or directory: {path}")
 
 
+def each_file_once(files: list[Path]) -> list[Path]:
+    """`files` without a second path to the same file (a symlink beside its target, a path given twice): the
+    file itself is kept rather than a link to it, in the order of `files`."""
+    chosen: dict[str, Path] = {}
+    for path in files:
+        real = os.path.realpath(path)
+        if real not in chosen or (chosen[real].is_symlink() and not path.is_symlink()):
+            chosen[real] = path
+    keep = set(chosen.values())
+    return [path for path in dict.fromkeys(files) if path in keep]
+
+
+def links_out_of(folders: list[Path], files: list[Path]) -> list[Path]:
+    """The `files` found under one of `folders` that are links to a file outside that folder: rewriting a folder
+    never writes outside it (a file given by name is followed where its link points, as the user asked)."""
+    roots = [(folder, Path(os.path.realpath(folder))) for folder in folders if folder.is_dir()]
+    outside = []
+    for path in files:
+        for folder, real_folder in roots:
+            if folder in path.parents and not Path(os.path.realpath(path)).is_relative_to(real_folder):
+                outside.append(path)
+                break
+    return outside
+
+
 BOM = "\ufeff"
 
 
@@ -79,6 +106,43 @@ class WriteFailed(OSError):
     """A file could not be written; the old file is unchanged and nothing half-written is left."""
 
 
+# A server acting for someone else (the MCP tools) confines every write of the call to an allowed folder: the
+# check is here, where files are written, so that no path of a migration (copy, in-place rewrite, backup, report)
+# can miss it. A context variable follows the call into the thread that runs it and no further.
+_WRITE_ROOTS: ContextVar[tuple[Path, ...] | None] = ContextVar("xlaport_write_roots", default=None)
+
+
+@contextmanager
+def writes_confined_to(root: Path) -> Iterator[None]:
+    """Within this block, `atomic_write`, `keep_backup` and `copy_file` refuse (WriteFailed) any file whose real
+    path (links resolved) is not inside `root`."""
+    token = _WRITE_ROOTS.set((Path(os.path.realpath(root)),))
+    try:
+        yield
+    finally:
+        _WRITE_ROOTS.reset(token)
+
+
+@contextmanager
+def writable_too(folder: Path) -> Iterator[None]:
+    """Within confined writes, `folder` (one the caller created for itself, e.g. a staging copy) is allowed too."""
+    roots = _WRITE_ROOTS.get()
+    token = _WRITE_ROOTS.set(None if roots is None else (*roots, Path(os.path.realpath(folder))))
+    try:
+        yield
+    finally:
+        _WRITE_ROOTS.reset(token)
+
+
+def check_writable(path: Path) -> None:
+    """Raises WriteFailed when writes are confined (`writes_confined_to`) and `path`, links resolved, is outside."""
+    roots = _WRITE_ROOTS.get()
+    if roots is not None:
+        real = Path(os.path.realpath(path))
+        if not any(real.is_relative_to(root) for root in roots):
+            raise WriteFailed(f"refusing to write {path}: it is outside the allowed folder {roots[0]}")
+
+
 def _has_bom(path: Path) -> bool:
     try:
         with open(path, "rb") as handle:
@@ -87,14 +151,24 @@ def _has_bom(path: Path) -> bool:
         return False
 
 
-def atomic_write(path: Path, text: str, like: Path | None = None) -> None:
+class ChangedMeanwhile(WriteFailed):
+    """The file no longer holds the text the new one was computed from (edited meanwhile): left as it is."""
+
+
+def atomic_write(
+    path: Path, text: str, like: Path | None = None, *, expected: str | None = None, mode: int | None = None
+) -> None:
     """Writes `text` to `path` so that readers see the old or the new file, never half of one.
 
     A symlink stays a link (its target is rewritten). The file keeps the mode, owner, group and UTF-8 BOM
-    of `like` (default: the file being replaced). The data is on disk (fsync) before the rename. Raises
-    WriteFailed, with the reason, when the disk is full or the file cannot be replaced.
+    of `like` (default: the file being replaced); `mode` sets the mode instead. With `expected`, the file must
+    still hold that text (as `read_source` reads it) just before it is replaced, else ChangedMeanwhile and the
+    file is left as it is: an edit made while the new text was computed is never lost. The data is on disk
+    (fsync) before the rename. Raises WriteFailed, with the reason, when the disk is full or the file cannot be
+    replaced, or when writes are confined elsewhere (`writes_confined_to`).
     """
     path = Path(os.path.realpath(path)) if path.is_symlink() else path
+    check_writable(path)
     like = like if like is not None else (path if path.exists() else None)
     if like is not None and _has_bom(like) and not text.startswith(BOM):
         text = BOM + text
@@ -113,38 +187,71 @@ def atomic_write(path: Path, text: str, like: Path | None = None) -> None:
                     os.chown(tmp, info.st_uid, info.st_gid)
                 except PermissionError:
                     pass  # only root may give a file away: it becomes ours, as with any editor
-            os.chmod(tmp, info.st_mode & 0o7777)
+            os.chmod(tmp, info.st_mode & 0o7777 if mode is None else mode)
         else:  # mkstemp creates 0600; a new file gets the usual permissions
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
+            os.chmod(tmp, 0o666 & ~umask if mode is None else mode)
+        if expected is not None and not _holds(path, expected):  # checked last: the window is the rename alone
+            raise ChangedMeanwhile(f"{path}: changed while it was analysed; left as it is (run again to fix it)")
         os.replace(tmp, path)
         tmp = None
+    except WriteFailed:
+        raise
     except OSError as exc:
         raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from None
     finally:
-        if tmp is not None:
+        if tmp is not None:  # only the temporary this call created is ever deleted
             Path(tmp).unlink(missing_ok=True)
 
 
-TMP_SUFFIX = ".xlaport.tmp"  # atomic_write's temporary files: `.NAME.XXXXXXXX.xlaport.tmp`
-# ... and those of older versions, `.NAME.XXXXXXXX.tmp` (mkstemp's eight random characters)
-_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}(\.xlaport)?\.tmp")
+REPORT_MODE = 0o644  # a report is for sharing, unless what it quotes is not
 
 
-def is_temporary(path: Path) -> bool:
-    """A temporary file left by an interrupted `atomic_write` (never copied, safe to delete)."""
-    return _TEMPORARY.fullmatch(path.name) is not None
+def quoting_mode(sources: Iterable[Path], default: int = REPORT_MODE) -> int:
+    """The mode of a file that quotes `sources` (a report, a trace): `default` less each permission of group or
+    others that one of them withholds. A report quoting a 0600 file is 0600; its owner keeps read and write."""
+    mode = default
+    for path in sources:
+        try:
+            mode &= os.stat(path).st_mode | 0o600
+        except OSError:
+            mode &= 0o600  # unknown: the most restrictive
+    return mode & 0o777
 
 
-def remove_stale_temporaries(directory: Path) -> int:
-    """Deletes what interrupted writes left in `directory`; how many."""
-    removed = 0
-    for path in directory.glob(".*.tmp"):
-        if is_temporary(path) and path.is_file() and not path.is_symlink():
-            path.unlink(missing_ok=True)
-            removed += 1
-    return removed
+def restrict_mode(path: Path, mode: int) -> None:
+    """Takes away from `path` the permissions `mode` lacks (never adds any): for a file appended to, not replaced."""
+    try:
+        current = os.stat(path).st_mode & 0o7777
+        if current & ~mode:
+            os.chmod(path, current & mode)
+    except OSError:
+        pass  # a file that cannot be read back was not written either (append_records says so)
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return read_source(path) == text.removeprefix(BOM)
+    except (OSError, UnreadableSource):
+        return False
+
+
+# atomic_write's temporary files, `.NAME.XXXXXXXX.xlaport.tmp`. Each call deletes its own; one left by a killed
+# run stays where it is: a file that merely looks like a temporary may be the user's, and is never deleted or
+# skipped.
+TMP_SUFFIX = ".xlaport.tmp"
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """A byte copy with mode and times (a symlink stays a link); WriteFailed when the disk is full, or when writes
+    are confined elsewhere (`writes_confined_to`)."""
+    check_writable(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def _git(directory: Path, *args: str) -> str | None:
@@ -155,7 +262,8 @@ def _git(directory: Path, *args: str) -> str | None:
 
 
 def _repository_state(paths: list[Path]) -> dict[Path, str]:
-    """Each file's state in ITS OWN git repository: "clean", "dirty", "untracked" (also ignored) or "no-git"."""
+    """Each file's state in ITS OWN git repository: "clean", "dirty", "untracked" (also ignored), "hidden"
+    (skip-worktree or assume-unchanged: git does not say whether it was edited) or "no-git"."""
     by_top: dict[str | None, list[Path]] = {}
     tops: dict[Path, str | None] = {}
     for path in paths:
@@ -169,12 +277,20 @@ def _repository_state(paths: list[Path]) -> dict[Path, str]:
         if top is None:
             state.update((p, "no-git") for p in files)
             continue
-        listed = _git(Path(top), "ls-files", "-z", "--full-name", "--", *(str(p) for p in files)) or ""
-        tracked = {(Path(top) / entry).resolve() for entry in filter(None, listed.split("\0"))}
+        # -v tags each entry: "H" tracked, "S" skip-worktree, a lower-case tag assume-unchanged. git status hides
+        # local edits of the last two, so such a file is never taken as clean: it gets a backup
+        listed = _git(Path(top), "ls-files", "-v", "-z", "--full-name", "--", *(str(p) for p in files)) or ""
+        tags = {(Path(top) / entry[2:]).resolve(): entry[0] for entry in filter(None, listed.split("\0"))}
         status = _git(Path(top), "status", "--porcelain", "-z", "--untracked-files=no") or ""
         dirty = {(Path(top) / entry[3:]).resolve() for entry in filter(None, status.split("\0")) if len(entry) > 3}
         for p in files:
-            state[p] = "untracked" if p not in tracked else "dirty" if p in dirty else "clean"
+            tag = tags.get(p)
+            if tag is None:
+                state[p] = "untracked"
+            elif tag == "S" or tag.islower():
+                state[p] = "hidden"
+            else:
+                state[p] = "dirty" if p in dirty else "clean"
     return state
 
 
@@ -186,7 +302,8 @@ def in_place_backups(paths: list[Path], force: bool) -> set[Path]:
     """The files (of `paths`, to be rewritten in place) that need a backup first; raises DirtyTree to refuse.
 
     Each file is judged in its own git repository: tracked and clean there, git is the way back; untracked,
-    ignored or outside git, a backup is kept; with uncommitted changes, refused (with --force: a backup).
+    ignored, outside git, or marked skip-worktree / assume-unchanged (git hides their edits), a backup is kept;
+    with uncommitted changes, refused (with --force: a backup).
     """
     resolved = {p: Path(os.path.realpath(p)) for p in paths}
     state = _repository_state(list(dict.fromkeys(resolved.values())))
@@ -205,13 +322,16 @@ def backup_path(path: Path) -> Path:
 
 
 def keep_backup(path: Path) -> Path:
-    """Copies `path` (its bytes, mode and times) to a new `.xlaport.bak` beside it; never overwrites one.
+    """Copies `path` (its bytes, mode, owner, group and times) to a new `.xlaport.bak` beside it; never overwrites one.
 
     The first backup is `NAME.xlaport.bak`; when that exists (an earlier run's original), `NAME.xlaport.1.bak`, ...
+    The backup belongs to the file's owner with the file's mode: whoever could read the file can read its backup,
+    and nobody else.
     """
     path = Path(os.path.realpath(path))
     for n in range(10_000):
         target = backup_path(path) if n == 0 else path.with_name(f"{path.name}.xlaport.{n}.bak")
+        check_writable(target)
         try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -223,9 +343,29 @@ def keep_backup(path: Path) -> Path:
                 handle.write(path.read_bytes())
                 handle.flush()
                 os.fsync(handle.fileno())
+            info = os.stat(path)
+            if (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
+                try:
+                    os.chown(target, info.st_uid, info.st_gid)  # before the mode: chown clears set-id bits
+                except PermissionError:
+                    pass  # only root may give a file away
             shutil.copystat(path, target)
         except OSError as exc:
             target.unlink(missing_ok=True)
             raise WriteFailed(f"cannot back up {path}: {exc.strerror or exc}; nothing was rewritten") from None
         return target
     raise WriteFailed(f"cannot back up {path}: too many backups already")
+
+
+def write_with_backup(path: Path, text: str, backup: bool, expected: str | None = None) -> Path | None:
+    """`atomic_write` of a file rewritten in place, after a `keep_backup` when `backup`; the backup (None without
+    one). A write that fails (ChangedMeanwhile included) leaves the file as it was and removes the backup it made:
+    nothing stray is left beside the file."""
+    kept = keep_backup(path) if backup else None
+    try:
+        atomic_write(path, text, expected=expected)
+    except WriteFailed:
+        if kept is not None:
+            kept.unlink(missing_ok=True)
+        raise
+    return kept

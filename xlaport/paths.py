@@ -11,8 +11,13 @@ from pathlib import Path
 
 
 def cache_root() -> Path:
-    """`$XLAPORT_CACHE_DIR`, else `~/.cache/xlaport` (kb index, models, traces)."""
-    return Path(os.environ.get("XLAPORT_CACHE_DIR") or Path.home() / ".cache" / "xlaport").expanduser()
+    """`$XLAPORT_CACHE_DIR`, else `$XDG_CACHE_HOME/xlaport`, else `~/.cache/xlaport` (kb index, models, traces)."""
+    configured = os.environ.get("XLAPORT_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "xlaport"
 
 
 def models_dir() -> Path:
@@ -22,6 +27,6 @@ def models_dir() -> Path:
 
 
 def traces_path() -> Path:
-    """Where `xlaport migrate` appends its traces and training reads them: `$XLAPORT_TRACES`, else
-    `<cache root>/traces.jsonl`."""
+    """Where `xlaport migrate --keep-trace` appends its traces and training reads them: `$XLAPORT_TRACES`,
+    else `<cache root>/traces.jsonl`. Traces hold the user's source code, so nothing is written without asking."""
     return Path(os.environ.get("XLAPORT_TRACES") or cache_root() / "traces.jsonl").expanduser()

@@ -22,6 +22,15 @@ def check(
         typer.Option("--steps-warmup", min=0, help="Steps allowed to compile (graph without/with optimizer state)."),
     ] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the run is killed.")] = 600,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--max-steps",
+            min=1,
+            help="Stop the script cleanly after this many steps and grade them (for scripts that loop for hours).",
+            show_default=False,
+        ),
+    ] = None,
     memory_mb: Annotated[
         int | None,
         typer.Option(
@@ -67,6 +76,7 @@ def check(
         timeout_s=timeout,
         memory_mb=memory_mb,
         workdir=workdir,
+        max_steps=max_steps,
     )
     if format is OutputFormat.json:
         typer.echo(json.dumps(report.to_dict(), indent=2))

@@ -84,6 +84,11 @@ def _first_user_frame(frame) -> str | None:
     return None
 
 
+class StepLimitReached(BaseException):
+    """Raised out of the step barrier once `XLAPORT_CHECK_MAX_STEPS` steps ran: the check asked for no more.
+    A BaseException, so a script's `except Exception` does not swallow it."""
+
+
 class Probe:
     """Holds the patches and the running totals of one checked process."""
 
@@ -120,6 +125,11 @@ class Probe:
         self.through_grad_scaler = False
         self.graphs_at_boundary = 0  # TensorsGraphSize samples (graph executions) at the last step
         self.started = time.time()
+        # 0: as many as the script runs. Only the checked script's own process stops early: a worker started
+        # by a launcher ends with its parent.
+        main_pid = os.environ.get("XLAPORT_CHECK_MAIN_PID")
+        in_main = main_pid is None or main_pid == str(os.getpid())
+        self.max_steps = int(os.environ.get("XLAPORT_CHECK_MAX_STEPS") or 0) if in_main else 0
 
     # --- counters -------------------------------------------------------------------------------
 
@@ -206,6 +216,8 @@ class Probe:
         loss = self.last_loss_ref() if self.last_loss_ref is not None else None
         if loss is not None:
             self.last_loss = loss
+        if self.max_steps and self.steps >= self.max_steps:
+            raise StepLimitReached(self.steps)
 
     def wrap_module_to(self, original):
         probe = self

@@ -40,14 +40,18 @@ def run_check(
     env: Mapping[str, str] | None = None,
     workdir: Path | None = None,
     writable: Sequence[Path] = (),
+    max_steps: int | None = None,
 ) -> CheckReport:
     """Runs `script` with `args` under torch_xla in a child process and grades what happened. `writable`:
-    the caller's scratch folders the child may write (handed over to the sandbox user, see eval/sandbox/)."""
+    the caller's scratch folders the child may write (handed over to the sandbox user, see eval/sandbox/).
+    `max_steps`: the script is stopped cleanly after that many steps (real scripts often loop for hours)."""
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"no such script: {script}")
     if steps_warmup < 0:
         raise ValueError("steps_warmup must be >= 0")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError("max_steps must be >= 1")
     with tempfile.TemporaryDirectory(prefix="xlaport-check-") as tmp:
         tmp_path = Path(tmp)
         events_file = tmp_path / "events.jsonl"
@@ -65,6 +69,8 @@ def run_check(
             "PT_XLA_DEBUG_FILE": str(debug_file),
             "PT_XLA_DEBUG_MAX_FRAME": "20",
         }
+        if max_steps:
+            child_env["XLAPORT_CHECK_MAX_STEPS"] = str(max_steps)
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", merged_env.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         launched_at = time.time()
         result = run_sandboxed(
@@ -90,6 +96,10 @@ def run_check(
         pjrt_device=child_env["PJRT_DEVICE"],
         memory_mb=result.memory_limit_mb,  # the limit that applied (the sandbox may clamp it)
     )
+    if max_steps and report.steps >= max_steps:
+        report.notes.append(
+            f"stopped after {max_steps} steps, as --max-steps asked; the rest of the script did not run"
+        )
     if not result.sandboxed:
         report.notes.append("not sandboxed: " + "; ".join(result.gaps))
     if result.memory_limit_mb < memory_mb:

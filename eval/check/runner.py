@@ -34,7 +34,7 @@ import os
 import runpy
 import sys
 
-from xlaport.eval.check.probe import Probe, Recorder
+from xlaport.eval.check.probe import Probe, Recorder, StepLimitReached
 
 RUNNER_FILE = os.path.abspath(__file__)
 MAIN_PID_VAR = "XLAPORT_CHECK_MAIN_PID"  # set by the runner for its descendants
@@ -135,6 +135,8 @@ def main() -> None:
     outcome: object = None
     try:
         runpy.run_path(script, run_name="__main__")
+    except StepLimitReached as exc:  # the check asked for this many steps: a clean end, not the script's error
+        outcome = f"stopped after {exc.args[0]} steps (--max-steps)"
     except SystemExit as exc:
         outcome = exc.code
         raise

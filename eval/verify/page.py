@@ -403,9 +403,12 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:+.2%}"
 
 
-def write_report(report: VerifyReport, html_path: Path | None = None, json_path: Path | None = None) -> None:
-    """Writes the HTML page and/or the JSON (atomically, so a reader never sees half a file)."""
+def write_report(
+    report: VerifyReport, html_path: Path | None = None, json_path: Path | None = None, mode: int | None = None
+) -> None:
+    """Writes the HTML page and/or the JSON (atomically, so a reader never sees half a file); `mode`: the files'
+    mode (default: a new file's usual one)."""
     if json_path is not None:
-        atomic_write(Path(json_path), report.to_json() + "\n")
+        atomic_write(Path(json_path), report.to_json() + "\n", mode=mode)
     if html_path is not None:
-        atomic_write(Path(html_path), render_html(report))
+        atomic_write(Path(html_path), render_html(report), mode=mode)

@@ -66,7 +66,7 @@ def test_migrate_rewrites_configs_and_reports_the_rest(tmp_path):
     (src / "launch.sh").write_text("CUDA_VISIBLE_DEVICES=0 python train.py --device cuda\n")
     (src / "weights.json").write_bytes(b"\xff\xfe not text")
     dst = tmp_path / "out"
-    result = Pipeline().migrate(src, dst, MigrateOptions(k=0))
+    result = Pipeline().migrate(src, dst, MigrateOptions(k=0, keep_trace=True))
     assert (dst / "config.yaml").read_text() == "device: 'xla'  # GPU\nlr: 0.1\n"
     assert (dst / "launch.sh").read_text() == "CUDA_VISIBLE_DEVICES=0 python train.py --device xla\n"
     assert (dst / "weights.json").read_bytes() == b"\xff\xfe not text"  # unreadable: copied, not an error

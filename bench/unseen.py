@@ -1,0 +1,101 @@
+"""What bench/repo_tests.py and bench/zero_edit.py share: the manifest of public repositories, where their
+snapshots lie, and the environment their code runs in.
+
+The environment is a venv layered on the project's .venv (its site-packages underneath, so torch and torch_xla
+are the pinned ones) with each repository's own dependencies installed on top; it is made once and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "bench" / "unseen_repos.toml"
+DEFAULT_CORPUS = Path("/work/corpus")
+DEFAULT_ENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "xlaport" / "bench-env"
+
+
+@dataclass(frozen=True)
+class Repo:
+    name: str
+    tests: list[str]
+    deps: list[str] = field(default_factory=list)
+    timeout_s: float = 900
+
+
+@dataclass(frozen=True)
+class Program:
+    repo: str
+    script: str
+    cwd: str = "."  # where a user stands to run it, relative to the repository
+    args: list[str] = field(default_factory=list)
+    data: str | None = None
+    max_steps: int = 30
+    deps: list[str] = field(default_factory=list)
+    timeout_s: float = 600
+
+
+def load_manifest(path: Path = MANIFEST) -> tuple[list[Repo], list[Program]]:
+    data = tomllib.loads(path.read_text())
+    repos = [Repo(**entry) for entry in data.get("repo", [])]
+    programs = [Program(**entry) for entry in data.get("program", [])]
+    return repos, programs
+
+
+def snapshot_dir(corpus: Path, name: str) -> Path:
+    """A repository's extracted snapshot: corpus/OWNER__NAME."""
+    return corpus / name.replace("/", "__")
+
+
+def bench_python(deps: list[str], env_dir: Path = DEFAULT_ENV) -> Path:
+    """The interpreter of the layered environment, with `deps` installed (made or extended on demand)."""
+    python = env_dir / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+        base = sysconfig.get_paths()["purelib"]
+        site = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        Path(site, "_xlaport_base.pth").write_text(base + "\n")
+    own = env_dir / ".xlaport-editable"
+    if not own.exists() or own.read_text() != str(
+        ROOT
+    ):  # this checkout's xlaport, so `python -m xlaport check` runs the child with these deps
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "-e",
+                str(ROOT),
+            ],
+            check=True,
+        )
+        own.write_text(str(ROOT))
+    wanted = sorted(set(deps))
+    stamp = env_dir / f".deps-{hashlib.sha256(' '.join(wanted).encode()).hexdigest()[:12]}"
+    if wanted and not stamp.exists():
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted], check=True
+        )
+        stamp.touch()
+    return python
+
+
+def xlaport_command(python: Path | str = sys.executable) -> list[str]:
+    """The `xlaport` command of this checkout, as a user runs it (its checks run children with `python`)."""
+    return [str(python), "-m", "xlaport"]
