@@ -24,6 +24,7 @@ import libcst as cst
 from .analysis.device_facts import key_of
 from .analysis.device_regions import cuda_reference_list
 from .analysis.devices import DeviceAnalysis
+from .analysis.module import walk
 
 FLIP_CODES = frozenset({"XLA203", "XLA226", "XLA230"})
 HARMLESS_WITHOUT_CUDA = frozenset({"XLA501"})
@@ -109,7 +110,7 @@ def blocked_flips(
         if found is None:
             continue
         for i, d in flips.items():
-            if i not in out and _flip_key(analysis, d) == key:
+            if i not in out and key in _flip_keys(analysis, d):
                 out[i] = found
     return out
 
@@ -129,22 +130,26 @@ def message(code: str, blocker: Blocker) -> str:
     )
 
 
-def _flip_key(analysis: DeviceAnalysis, d: Detected) -> str | None:
-    """The device key whose value the flip `d` makes XLA: an origin's key, or the target of the assignment
-    around a fallback or a guard."""
+def _flip_keys(analysis: DeviceAnalysis, d: Detected) -> set[str]:
+    """The device keys whose value the flip `d` makes XLA: an origin's key, the target of the assignment around
+    a fallback or a guard (`device = 'cuda' if ... else 'cpu'`), or what a guarded block assigns (`if
+    torch.cuda.is_available(): device = 'cuda'`)."""
     if d.code == "XLA226":
         key = analysis.facts.origin_keys.get(id(d.node))
         if key is not None:
-            return key
+            return {key}
     node: cst.CSTNode | None = d.node
-    while node is not None and not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+    while node is not None and not isinstance(node, cst.SimpleStatementLine):
         parent = analysis.parent(node)
         if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
-            return key_of(parent.targets[0].target)
+            return {key_of(parent.targets[0].target)} - {None}  # type: ignore[return-value]
         if isinstance(parent, cst.AnnAssign) and parent.value is node:
-            return key_of(parent.target)
+            return {key_of(parent.target)} - {None}  # type: ignore[return-value]
+        if isinstance(parent, cst.If) and parent.test is node:
+            targets = (t.target for n in walk(parent.body) if isinstance(n, cst.Assign) for t in n.targets)
+            return {key_of(t) for t in targets} - {None}  # type: ignore[return-value]
         node = parent
-    return None
+    return set()
 
 
 def _code(node: cst.CSTNode) -> str:

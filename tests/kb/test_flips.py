@@ -205,3 +205,19 @@ def test_the_same_device_line_in_a_training_script_still_flips():
         "    model.save_pretrained(dst)\n",
     )
     assert "device = torch_xla.device()" in fix_source(training).fixed
+
+
+def test_a_statement_guard_that_would_make_a_device_query_run_is_withheld():
+    source = (
+        "import torch\n\n"
+        "device = 'cpu'\n"
+        "if torch.cuda.is_available():\n"
+        "    device = 'cuda'\n"
+        "model = torch.nn.Linear(2, 2).to(device)\n"
+        "if device != 'cpu':\n"
+        "    print(torch.cuda.get_device_name())\n"
+    )
+    fixed = fix_source(source).fixed
+    assert "if torch.cuda.is_available():\n    device = 'cuda'" in fixed  # still the CPU on a TPU host
+    (finding,) = [f for f in lint_source(source) if f.code == "XLA230"]
+    assert not finding.fixable and "get_device_name" in finding.message
