@@ -151,9 +151,9 @@ class StepContextRule(ScopedRule):
             params = scope_node.params
             for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
                 if param.name.value == name and param.annotation is not None:
-                    annotation = param.annotation.annotation
-                    head = annotation.value if isinstance(annotation, cst.Subscript) else annotation
-                    if code_of(head).rpartition(".")[2] in SEQUENCE_TYPES:
+                    members = [m for m in _union_members(param.annotation.annotation) if code_of(m) != "None"]
+                    heads = [m.value if isinstance(m, cst.Subscript) else m for m in members]
+                    if heads and all(code_of(h).rpartition(".")[2] in SEQUENCE_TYPES for h in heads):
                         return True
         for value in self.scope(scope_node).assigns.get(name, []):
             if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
@@ -173,9 +173,9 @@ class StepContextRule(ScopedRule):
             parent = self.parent(node)
             if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Add):
                 other = parent.right if parent.left is node else parent.left
-                if isinstance(other, (cst.List, cst.ListComp)):
+                if _is_list_expression(other):
                     return True
-            if isinstance(parent, cst.AugAssign) and parent.target is node and isinstance(parent.value, cst.List):
+            if isinstance(parent, cst.AugAssign) and parent.target is node and _is_list_expression(parent.value):
                 return True
         return False
 
@@ -186,7 +186,9 @@ class StepContextRule(ScopedRule):
             params = scope_node.params
             for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
                 if param.name.value == name and param.annotation is not None:
-                    return "Tensor" in code_of(param.annotation.annotation)
+                    # `Tensor | None` says so; `list[tuple[Tensor, Tensor]]` names tensors inside a container
+                    if any(code_of(m).endswith("Tensor") for m in _union_members(param.annotation.annotation)):
+                        return True
         for call in self.nodes_in(scope_node, False).calls:
             func = call.func
             if (
@@ -429,6 +431,28 @@ class StepContextRule(ScopedRule):
         if all(isinstance(v, cst.Call) and self.is_call_to(v, *DATALOADERS) for v in values):
             return name
         return None
+
+
+def _is_list_expression(node: cst.CSTNode) -> bool:
+    """`[x]`, `[f(v) for v in vs]`, `[None] * n`, `list(...)`: a value that only a list can be added to."""
+    if isinstance(node, (cst.List, cst.ListComp)):
+        return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return isinstance(node.left, cst.List) or isinstance(node.right, cst.List)
+    return isinstance(node, cst.Call) and code_of(node.func) == "list"
+
+
+def _union_members(annotation: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`A | B | None` and `Optional[A]` / `Union[A, B]` -> their members; anything else is its own member."""
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        return _union_members(annotation.left) + _union_members(annotation.right)
+    if isinstance(annotation, cst.Subscript) and code_of(annotation.value).rpartition(".")[2] in ("Optional", "Union"):
+        found: list[cst.BaseExpression] = []
+        for element in annotation.slice:
+            if isinstance(element.slice, cst.Index):
+                found += _union_members(element.slice.value)
+        return found
+    return [annotation]
 
 
 def _is_number(node: cst.CSTNode | None) -> bool:
