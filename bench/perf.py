@@ -1,12 +1,18 @@
 """Performance of lint, fix, migrate and the service, with the parse-only floor measured in the same run.
 
     .venv/bin/python bench/perf.py [--jobs 2] [--every 1] [--requests 30] [--json out.json]
+    .venv/bin/python bench/perf.py --skip kb migrate service     # the commands only (and their floor)
 
 - kb: torch's own `torch/nn`, `torch/optim`, `torch/distributed` (471 files in torch 2.9.0, from the
   installed package: offline). libcst parse only (the floor), `lint` (all rules), `fix` (all safe rewrites),
   back to back over the same files with the same `--jobs` worker processes; files/s, lines/s, the ratio to
   the floor (wall time, and the workers' CPU time: steadier on a shared machine) and the peak RSS of a worker.
 - migrate (no validation, rules only) of a tree of real code: the repositories under /work/corpus (or `--tree`).
+- commands: what a user runs, as subprocesses, start-up included: `xlaport lint DIR...` over the same torch
+  folders (`-j --jobs`), `xlaport fix DIR...` on a copy of them, `xlaport migrate` of that copy, and `migrate`
+  of one file (examples/amp_classifier/train.py alone in a folder). Wall time, the CPU time of the process tree
+  (user + sys of the command and the workers it waited for) and the peak RSS of its largest process; lint's and
+  fix's ratios to the parse-only floor (wall, and CPU).
 - service: `POST /v1/suggest` (rules only, no validation, the ~200-line file of bench/serve.py) and
   `POST /v1/search`, p50/p95 through the real ASGI app.
 
@@ -21,7 +27,10 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from multiprocessing import Pool
@@ -42,12 +51,16 @@ TREES = (
 )
 
 
-def torch_files() -> list[Path]:
+def torch_dirs() -> list[Path]:
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
     root = Path(next(iter(spec.submodule_search_locations)))
-    return [p for d in PACKAGE_DIRS for p in sorted((root / d).rglob("*.py")) if p.is_file()]
+    return [root / d for d in PACKAGE_DIRS]
+
+
+def torch_files() -> list[Path]:
+    return [p for d in torch_dirs() for p in sorted(d.rglob("*.py")) if p.is_file()]
 
 
 def _rss_mb() -> float:
@@ -89,9 +102,9 @@ def _warm(_: int) -> None:
     all_rules()
 
 
-def kb_rows(files: list[Path], jobs: int) -> list[dict]:
+def kb_rows(files: list[Path], jobs: int, modes: int = 3) -> list[dict]:
     rows = []
-    for name, task in (("parse only (floor)", parse_only), ("lint", lint), ("fix", fix)):
+    for name, task in (("parse only (floor)", parse_only), ("lint", lint), ("fix", fix))[:modes]:
         with Pool(jobs) as pool:  # fresh workers per mode: the peak RSS is that mode's
             pool.map(_warm, range(jobs))  # import cost is not part of the measurement
             start = time.perf_counter()
@@ -143,6 +156,71 @@ def migrate_row(trees: list[Path], jobs: int) -> dict:
     }
 
 
+XLAPORT = [sys.executable, "-m", "xlaport"]
+ONE_FILE = Path(__file__).resolve().parent.parent / "examples" / "amp_classifier" / "train.py"
+
+
+def timed_command(args: list[str], cwd: Path | None = None) -> dict:
+    """One command as a subprocess: wall seconds, CPU seconds of its process tree (the command and the processes
+    it waited for: its workers; not a forkserver's children, which `migrate`'s are), peak RSS (MB) of its largest
+    process, exit code, and its standard output."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        start = time.perf_counter()
+        process = subprocess.Popen(args, cwd=cwd, stdout=stdout, stderr=stderr, text=True, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
+    if process.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(map(str, args))} exited {process.returncode}: {err[-2000:]}")
+    return {
+        "seconds": round(wall, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "exit": process.returncode,
+        "stdout": out,
+    }
+
+
+def command_rows(dirs: list[Path], jobs: int, floor: dict) -> list[dict]:
+    """The CLI on the torch folders (lint; fix and migrate on a copy) and migrate of one file."""
+    rows = []
+    jobs_args = ["-j", str(jobs)]
+    lint = timed_command([*XLAPORT, "lint", *map(str, dirs), "--format", "json", *jobs_args])
+    findings = len(json.loads(lint.pop("stdout")))
+    rows.append({"mode": "xlaport lint DIRS", "findings_or_fixes": findings, **lint})
+    with tempfile.TemporaryDirectory(prefix="xlaport-perf-cli-") as tmp:
+        copies = []
+        for d in dirs:
+            copy = Path(tmp, "src", d.name)
+            shutil.copytree(d, copy, ignore=shutil.ignore_patterns("__pycache__"))
+            copies.append(copy)
+        fix = timed_command([*XLAPORT, "fix", *map(str, copies), *jobs_args])
+        fix.pop("stdout")
+        rows.append({"mode": "xlaport fix DIRS (a copy)", **fix})
+        for copy in copies:  # migrate reads the original text again
+            shutil.rmtree(copy)
+            shutil.copytree(dirs[copies.index(copy)], copy, ignore=shutil.ignore_patterns("__pycache__"))
+        migrate = timed_command(
+            [*XLAPORT, "migrate", str(Path(tmp, "src")), "--out", str(Path(tmp, "out")), *jobs_args]
+        )
+        migrate.pop("stdout")
+        rows.append({"mode": "xlaport migrate DIR (the copy)", **migrate})
+        one = Path(tmp, "one")
+        one.mkdir()
+        shutil.copy(ONE_FILE, one / ONE_FILE.name)
+        single = timed_command([*XLAPORT, "migrate", str(one), "--out", str(Path(tmp, "one-out"))])
+        single.pop("stdout")
+        rows.append({"mode": "xlaport migrate (one file)", **single})
+    for row in rows[:2]:
+        row["x_floor"] = round(row["seconds"] / floor["seconds"], 2)
+        row["x_floor_cpu"] = round(row["cpu_seconds"] / floor["cpu_seconds"], 2)
+    return rows
+
+
 def service_rows(requests: int) -> list[dict]:
     return asyncio.run(_service_rows(requests))
 
@@ -192,16 +270,20 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=1, help="every K-th file of the torch corpus (1 = all 471)")
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--tree", type=Path, nargs="*", help="trees to migrate (default: 5 repos in /work/corpus)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["kb", "migrate", "service"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["kb", "migrate", "commands", "service"])
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
 
     out: dict = {"load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(), "jobs": args.jobs}
+    files = torch_files()[:: args.every]
+    out["kb_corpus"] = {"files": len(files), "lines": sum(p.read_text().count("\n") for p in files)}
     if "kb" not in args.skip:
-        files = torch_files()[:: args.every]
-        out["kb_corpus"] = {"files": len(files), "lines": sum(p.read_text().count("\n") for p in files)}
         out["kb"] = kb_rows(files, args.jobs)
         print(json.dumps(out["kb"]), flush=True)  # partial results survive a later failure
+    if "commands" not in args.skip:
+        floor = out["kb"][0] if "kb" in out else kb_rows(files, args.jobs, modes=1)[0]
+        out["commands"] = command_rows(torch_dirs(), args.jobs, floor)
+        print(json.dumps(out["commands"]), flush=True)
     if "migrate" not in args.skip:
         trees = args.tree or [CORPUS / t for t in TREES if (CORPUS / t).is_dir()]
         out["migrate"] = migrate_row(trees, args.jobs)
@@ -226,6 +308,16 @@ def main() -> None:
                 f"{r['mode']:<20} {r['seconds']:>8.1f} {r['x_floor']:>7.2f}x {r['cpu_seconds']:>8.1f} "
                 f"{r['x_floor_cpu']:>6.2f}x {r['files_per_s']:>8.1f} {r['lines_per_s']:>8} {r['findings_or_fixes']:>11} "
                 f"{r['peak_rss_mb']:>8}"
+            )
+    if "commands" in out:
+        print(f"\ncommands (subprocesses, start-up included; -j {args.jobs}; ratios to the parse-only floor above)")
+        print(f"{'command':<32} {'seconds':>8} {'x floor':>8} {'cpu s':>8} {'x cpu':>7} {'peak MB':>8} {'findings':>9}")
+        for r in out["commands"]:
+            ratio = f"{r['x_floor']:>7.2f}x" if "x_floor" in r else f"{'':>8}"
+            cpu_ratio = f"{r['x_floor_cpu']:>6.2f}x" if "x_floor_cpu" in r else f"{'':>7}"
+            print(
+                f"{r['mode']:<32} {r['seconds']:>8.1f} {ratio} {r['cpu_seconds']:>8.1f} {cpu_ratio} "
+                f"{r['peak_rss_mb']:>8} {r.get('findings_or_fixes', ''):>9}"
             )
     if "migrate" in out:
         r = out["migrate"]

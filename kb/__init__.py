@@ -43,7 +43,10 @@ __all__ = [
 def __getattr__(name: str) -> object:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import_module(".configs", __name__)  # registers the entries about config files and run scripts
+    # the engine lists the rules, those about config files and run scripts too; Finding, Rule and SourceError
+    # need neither configs nor the rules (nor libcst's matchers: ~1.5 s of CPU for a starting MCP server)
+    if _HOME[name] == "engine":
+        import_module(".configs", __name__)
     value = getattr(import_module(f".{_HOME[name]}", __name__), name)
     globals()[name] = value
     return value

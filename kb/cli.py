@@ -12,7 +12,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -21,6 +21,7 @@ from xlaport.cliutil import (
     LintFormat,
     OutputFormat,
     SelectOption,
+    TargetOption,
     UnsafeFixesOption,
     fail_usage,
     split_codes,
@@ -35,15 +36,12 @@ from xlaport.files import (
     write_with_backup,
 )
 
-if TYPE_CHECKING:
-    from .analysis.project import ProjectSteps
 
-
-def _rules(select: list[str] | None, ignore: list[str] | None = None):
+def _rules(select: list[str] | None, ignore: list[str] | None = None, target: str = "torch_xla"):
     from . import select_rules
 
     try:
-        return select_rules(split_codes(select), split_codes(ignore))
+        return select_rules(split_codes(select), split_codes(ignore), target)
     except KeyError as exc:
         fail_usage(str(exc.args[0]))
 
@@ -58,18 +56,36 @@ def _files(paths: list[Path]) -> list[Path]:
         fail_usage(str(exc))
 
 
-def _projects(paths: list[Path], files: list[Path]) -> dict[Path, ProjectSteps]:
-    """The tree summary (kb/analysis/project.py) of each folder given, for the Python files under it: a loop
-    there that calls another module's stepping helper gets its barrier, as in `xlaport migrate`."""
-    from .batch import summarize_project
+def _jobs(paths: list[Path], files: list[Path]) -> tuple[list, list]:
+    """What `lint` and `fix` hand kb/batch.py: each folder given is a tree (kb/analysis/project.py) of the Python
+    files under it, so a loop there that calls another module's stepping helper gets its barrier, as in
+    `xlaport migrate`; other files are analysed alone. Returns (the files' jobs in their order, the trees)."""
+    from .batch import FileJob, Tree
 
-    found: dict[Path, ProjectSteps] = {}
+    trees: list[Tree] = []
+    where: dict[Path, tuple[int, Path]] = {}
     for folder in (p for p in paths if p.is_dir()):
-        inside = [f for f in files if f.suffix == ".py" and folder in f.parents and f not in found]
+        inside = [f for f in files if f.suffix == ".py" and folder in f.parents and f not in where]
         if inside:
-            project = summarize_project(folder, [f.relative_to(folder) for f in inside], named_from=folder)
-            found.update(dict.fromkeys(inside, project))
-    return found
+            rels = tuple(f.relative_to(folder) for f in inside)
+            where.update({f: (len(trees), rel) for f, rel in zip(inside, rels, strict=True)})
+            trees.append(Tree(folder, rels, named_from=folder))
+    found = [FileJob(f, str(f), *where[f]) if f in where else FileJob(f, str(f)) for f in files]
+    return found, trees
+
+
+def _processes(jobs: int, files: int) -> int:
+    from .batch import auto_jobs
+
+    return auto_jobs(files) if jobs == 0 else jobs
+
+
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs", "-j", min=0, max=256, help="Worker processes [default: 0, one per core for 8+ files; 1: none]."
+    ),
+]
 
 
 def _report_errors(results) -> int:
@@ -84,15 +100,18 @@ def lint(
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
+    jobs: JobsOption = 0,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
-    from .batch import lint_file
+    from .batch import TreeTask, run_files
     from .report_formats import as_json, as_sarif, as_text
 
-    rules = _rules(select, ignore)
+    rules = _rules(select, ignore, target)
     files = _files(paths)
-    projects = _projects(paths, files)
-    results = [lint_file(p, rules, project=projects.get(p)) for p in files]
+    found, trees = _jobs(paths, files)
+    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=False)
+    results = run_files(found, trees, task, _processes(jobs, len(files)))
     findings = [f for r in results for f in r.findings]
     if format is LintFormat.json:
         typer.echo(as_json(findings))
@@ -120,17 +139,20 @@ def fix(
     force: Annotated[
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,
+    jobs: JobsOption = 0,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Apply the knowledge base's fixes in place (or show them with --diff)."""
-    from .batch import fix_file
+    from .batch import TreeTask, run_files
 
-    rules = _rules(select, ignore)
+    rules = _rules(select, ignore, target)
     files = _files(paths)
     for link in links_out_of(paths, files):
         typer.echo(f"note: {link}: a link to a file outside the folder given; not rewritten", err=True)
         files.remove(link)
-    projects = _projects(paths, files)
-    results = [fix_file(p, rules, unsafe=unsafe_fixes, project=projects.get(p)) for p in files]
+    found, trees = _jobs(paths, files)
+    task = TreeTask(fix=True, codes=tuple(r.code for r in rules), unsafe=unsafe_fixes)
+    results = run_files(found, trees, task, _processes(jobs, len(files)))
     changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
     if diff:
         for path, r in changed:
@@ -161,12 +183,13 @@ def fix(
     raise typer.Exit(1 if errors else 0)
 
 
-def kb_list(format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text) -> None:
-    """Every entry: code, category, fix applicability, title."""
-    from . import all_rules
+def kb_list(
+    format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text, target: TargetOption = "torch_xla"
+) -> None:
+    """Every entry of the target: code, category, fix applicability, title."""
     from .docs import entry_dict
 
-    rules = all_rules()
+    rules = _rules(None, None, target)
     if format is OutputFormat.json:
         typer.echo(json.dumps([entry_dict(r) for r in rules], indent=2))
         return

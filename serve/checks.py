@@ -9,73 +9,37 @@
 
 from __future__ import annotations
 
-import shlex
-import tempfile
 from pathlib import Path
 
 from xlaport.eval import testgen
 from xlaport.eval.check import run_check
+from xlaport.eval.sandbox import SandboxRefused
 from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.report import VerifyReport
 
+from .inputs import parse_command
 from .results import CheckRun, VerifyOutcome
-
-MAX_ARGUMENT_BYTES = 131_071  # Linux's MAX_ARG_STRLEN (128 KiB) less the terminating NUL: execve refuses more
-MAX_NAME_BYTES = 255  # one file name (a path component) on every Linux file system
-
-
-def check_arguments(args: list[str]) -> None:
-    """ValueError, with the reason, for an argument the program could never be started with."""
-    for index, arg in enumerate(args):
-        if "\0" in arg:
-            raise ValueError(f"argument {index + 1} contains a NUL character, which no program argument can hold")
-        size = len(arg.encode("utf-8", "surrogatepass"))
-        if size > MAX_ARGUMENT_BYTES:
-            raise ValueError(
-                f"argument {index + 1} is {size:,} bytes; one argument may have at most {MAX_ARGUMENT_BYTES:,}"
-            )
-
-
-def check_file_name(path: str) -> None:
-    """ValueError for a path that no file could have: a NUL, or a name (a component) over 255 bytes."""
-    if "\0" in path:
-        raise ValueError("the file name contains a NUL character")
-    for part in Path(path).parts:
-        size = len(part.encode("utf-8", "surrogatepass"))
-        if size > MAX_NAME_BYTES:
-            raise ValueError(f"a file name is {size:,} bytes; at most {MAX_NAME_BYTES} are allowed: {part[:40]!r}...")
-
-
-def parse_command(command: str) -> tuple[str, list[str]]:
-    """`python train.py --steps 20` -> ("train.py", ["--steps", "20"]); the interpreter word is optional."""
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise ValueError(f"cannot parse the command {command!r}: {exc}") from None
-    if words and Path(words[0]).name.startswith("python") and not words[0].endswith(".py"):
-        words = words[1:]
-    if not words or words[0].startswith("-"):
-        raise ValueError(f"the command must name a Python script, e.g. 'python train.py --steps 20': {command!r}")
-    check_file_name(words[0])
-    check_arguments(words[1:])
-    return words[0], words[1:]
 
 
 def run_xla_check(
     script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
 ) -> CheckRun:
     """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: the tree the command
-    runs from (a project that reads files by relative path needs its root); it runs in a copy of it, so what
-    the program writes (checkpoints, logs) does not land in the tree."""
-    if workdir is None:
-        report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
-    else:
-        with tempfile.TemporaryDirectory(prefix="xlaport-check-tree-") as tmp:
-            copy = testgen.copy_tree(Path(workdir).resolve(), Path(tmp))
-            relative = Path(script).resolve().relative_to(Path(workdir).resolve())
+    runs from (a project that reads files by relative path needs its root); the run sees it through a private
+    view, so what the program writes (checkpoints, logs) does not land in the tree. Without a workdir (a script
+    a client named) nothing the sandbox user could not read is shown to it: such a run is refused, with the
+    reason, and never made as root."""
+    try:
+        if workdir is None:
+            report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+        else:
+            root = Path(workdir).resolve()
+            # a tree xlaport wrote itself (the migrated copy): the run may read all of it, as the copy it ran in did
             report = run_check(
-                copy / relative, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=copy, writable=[Path(tmp)]
+                script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=root, project=root, reveal=True
             )
+    except SandboxRefused as refused:
+        return CheckRun(name="xla_check", passed=None, reasons=[f"not run: {refused}"])
     return CheckRun(
         name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )

@@ -20,6 +20,7 @@ from xlaport.cliutil import (
     IgnoreOption,
     OutputFormat,
     SelectOption,
+    TargetOption,
     UnsafeFixesOption,
     fail_usage,
     split_codes,
@@ -67,6 +68,17 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    target: TargetOption = "torch_xla",
+    related: Annotated[
+        int,
+        typer.Option(
+            "--related",
+            min=0,
+            max=20,
+            help="Related kb fixes to search for each finding left for a human (loads the search model: seconds "
+            "and ~1 GB) [default: 0, none].",
+        ),
+    ] = 0,
     keep_trace: Annotated[
         bool,
         typer.Option(
@@ -81,8 +93,6 @@ def migrate(
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
 
-    from xlaport.eval.verify.cli import render_text as render_verify_text
-
     from xlaport.files import DirtyTree, WriteFailed
 
     from .pipeline import MigrateOptions, get_pipeline
@@ -90,15 +100,18 @@ def migrate(
 
     if out is None and not in_place:
         fail_usage("give --out DST (or --in-place to rewrite SRC itself)")
+    _check_target(target)
     options = MigrateOptions(
         unsafe_fixes=unsafe_fixes,
         select=split_codes(select),
         ignore=split_codes(ignore),
+        target=target,
         jobs=jobs,
         validate_cmd=validate,
         verify_cmd=verify,
         in_place=in_place,
         force=force,
+        k=related,
         keep_trace=keep_trace,
     )
     try:
@@ -116,6 +129,8 @@ def migrate(
     for error in result.errors:
         typer.echo(f"error: {error}", err=True)
     if format is OutputFormat.text and result.verification is not None:
+        from xlaport.eval.verify.cli import render_text as render_verify_text  # only with --verify: eval's imports
+
         typer.echo(render_verify_text(result.verification))
         typer.echo(f"  verify report: {result.verification.reports.get('html')} (also .json)")
     rejected = result.validation.status == "rejected"
@@ -174,6 +189,15 @@ def render_summary(result) -> str:
     return "\n".join(lines)
 
 
+def _check_target(target: str) -> None:
+    from xlaport.targets import check_target
+
+    try:
+        check_target(target)
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+
+
 def suggest(
     file: Annotated[Path, typer.Argument(help="A Python file (only read).")],
     model: Annotated[
@@ -188,6 +212,7 @@ def suggest(
         list[str] | None, typer.Option("--arg", help="An argument of FILE for the execution check (repeatable).")
     ] = None,
     format: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = OutputFormat.text,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Rules first, then the code model on the functions they left; every proposal goes through the pipeline."""
 
@@ -208,7 +233,8 @@ def suggest(
         fail_usage(str(exc))
     if proposer is None:
         typer.echo(no_model_message(), err=True)
-    options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [])
+    _check_target(target)
+    options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], target=target)
     try:
         patch = Pipeline(proposer=proposer).suggest(source, str(file), options)
     except (SourceError, ValueError) as exc:

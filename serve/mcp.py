@@ -16,11 +16,12 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -30,10 +31,12 @@ from pydantic import Field
 from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree, writes_confined_to
+from xlaport.targets import DEFAULT_TARGET, Target
 
-from .isolated import StoppableCall
-from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
 FIX_TIME_LIMIT_S = 60.0  # a suggestion's fix step is stopped past this (the tool answers with the reason)
 INSTRUCTIONS = (
@@ -87,6 +90,18 @@ def _as_tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from None
 
 
+def get_pipeline() -> Pipeline:
+    """The process-wide pipeline. Imported on first use: it loads libcst, every rule and the sandbox, seconds a
+    starting server need not spend before it answers `initialize` (run_server loads it in the background)."""
+    from .pipeline import get_pipeline as process_pipeline
+
+    return process_pipeline()
+
+
+def _warm_up() -> None:
+    get_pipeline().warm_up()
+
+
 def create_server(
     pipeline: Pipeline | None = None,
     allow_execution: bool = True,
@@ -108,11 +123,14 @@ def create_server(
         validate: bool = False,
         args: list[str] | None = None,
         k: SuggestK = 3,
+        target: Target = DEFAULT_TARGET,
     ) -> Patch:
         """Migrate one Python file's text: unified diff, fixes applied, findings left with related fixes,
         and evidence (validated only when `validate` is set and execution is allowed)."""
         with _as_tool_errors():
-            options = SuggestOptions(unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k)
+            options = SuggestOptions(
+                unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k, target=target
+            )
             if validate and access.execute:  # runs the program: stoppable
                 return await _stoppable(_suggest_validated, source, path, options)
             # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
@@ -157,11 +175,12 @@ def create_server(
         jobs: Jobs = None,
         in_place: bool = False,
         force: bool = False,
+        target: Target = DEFAULT_TARGET,
     ) -> dict[str, Any]:
         """Migrate a whole tree into `dst` (or in place): summary, validation and verify verdicts, report paths.
         `validate_cmd` / `verify_cmd`: e.g. "python train.py --steps 20"; the same command runs the program once."""
         access.need(write=True, tool="migrate_repo")
-        source, target = access.path(src), access.path(dst) if dst else None
+        source, destination = access.path(src), access.path(dst) if dst else None
         with _as_tool_errors():
             options = MigrateOptions(
                 unsafe_fixes=unsafe_fixes,
@@ -170,13 +189,14 @@ def create_server(
                 verify_cmd=verify_cmd,
                 in_place=in_place,
                 force=force,
+                target=target,
             )
             if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
-                return await _stoppable(_migrate, source, target, options, write_root=access.root)
+                return await _stoppable(_migrate, source, destination, options, write_root=access.root)
 
             def migrate() -> dict[str, Any]:
                 with writes_confined_to(access.root):
-                    return pipe().migrate(source, target, options, may_execute=access.execute).summary()
+                    return pipe().migrate(source, destination, options, may_execute=access.execute).summary()
 
             return await anyio.to_thread.run_sync(migrate)
 
@@ -196,6 +216,8 @@ def create_server(
 # SDK cancels a tool's task when the client cancels the call or closes its end of stdio; the process, and the
 # sandboxed run it started, are killed then. The work is done by the process-wide pipeline of that child.
 async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
+    from .isolated import StoppableCall  # the kb engine and every rule: see get_pipeline
+
     call = StoppableCall(function, args, write_root)
     try:
         while not call.done():
@@ -281,9 +303,10 @@ def run_server(
             )
         if token is None and (execute or write):
             raise StartRefused("--unauthenticated-read-only cannot be combined with --exec or --write")
-    pipeline = get_pipeline()
-    pipeline.warm_up()
-    server = create_server(pipeline, execute, write, root)
+    # the pipeline (libcst, the rules, a fix worker, the index) loads beside the session, not before it:
+    # a client waits for `initialize` and may give up (it took 10-13 s); a tool called meanwhile waits for it
+    threading.Thread(target=_warm_up, name="xlaport-warm-up", daemon=True).start()
+    server = create_server(None, execute, write, root)
     if transport == "stdio":
         server.run("stdio")
         return

@@ -30,11 +30,11 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from xlaport.eval.sandbox import readable_scratch
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
+from xlaport.kb.tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -50,18 +50,10 @@ from xlaport.files import (
     writable_too,
 )
 from xlaport.paths import traces_path
+from xlaport.targets import DEFAULT_TARGET, evidence_note
 from xlaport.trace import TRACE_FILE, append_records
 
-from .checks import (
-    check_arguments,
-    check_file_name,
-    check_run_of_verify,
-    parse_command,
-    run_generated_tests,
-    run_verify,
-    run_xla_check,
-    verify_outcome,
-)
+from .inputs import check_arguments, check_file_name, parse_command
 from .isolated import FIX_WORKERS, fix_source_killable
 from .report import write_reports, write_verify_reports
 from .results import (
@@ -95,6 +87,8 @@ from .tree import (
 )
 
 RULES_ONLY = "rules-only: no code model configured"
+# migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
+NOT_SEARCHED = "related kb fixes not searched (`--related 3` lists 3 per finding left)"
 SNIPPET_NAME = "snippet.py"
 
 
@@ -165,7 +159,7 @@ class Pipeline:
         check_file_name(name)
         check_arguments(options.args)
         source = source.removeprefix(BOM)  # a file's encoding mark, not its text (a BOM kept would not parse)
-        rules = self.rules(options.select, options.ignore)
+        rules = self.rules(options.select, options.ignore, options.target)
         try:
             if fix_time_limit_s is None:
                 fixed = fix_source(source, name, rules, unsafe=options.unsafe_fixes)
@@ -186,6 +180,8 @@ class Pipeline:
                 evidence.reason = "nothing to validate: no changes"
             elif not options.validate_patch:
                 evidence.reason = "validation was not requested"
+            elif evidence_note(options.target) is not None:
+                evidence.reason = f"{evidence_note(options.target)}; the patch is unvalidated"
             elif not may_execute:
                 evidence.reason = "validation not allowed: running submitted code needs the server's token"
             else:
@@ -214,9 +210,11 @@ class Pipeline:
             notes=notes,
         )
 
-    def rules(self, select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
+    def rules(
+        self, select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
+    ) -> list[type[Rule]]:
         try:
-            return select_rules(select, ignore)
+            return select_rules(select, ignore, target)
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
 
@@ -287,6 +285,10 @@ class Pipeline:
         self, original: str, migrated: str, name: str, options: SuggestOptions, evidence: Evidence
     ) -> Evidence:
         """Runs the checks on a temporary copy of both versions and fills in the verdict."""
+        from xlaport.eval.sandbox import readable_scratch
+
+        from .checks import run_generated_tests, run_xla_check
+
         file_name = Path(name).name if name.endswith(".py") else SNIPPET_NAME
         with readable_scratch("xlaport-validate-") as tmp:
             original_path = Path(tmp, "original", file_name)
@@ -310,6 +312,10 @@ class Pipeline:
         memory_mb: int = 4096,
     ) -> CheckOutcome:
         """The XLA execution check of a script given as text or as a path."""
+        from xlaport.eval.sandbox import readable_scratch
+
+        from .checks import run_xla_check
+
         if (source is None) == (path is None):
             raise ValueError("give either the script's source or its path")
         check_arguments(args or [])
@@ -327,6 +333,8 @@ class Pipeline:
     # -- verify ------------------------------------------------------------------------------------------
     def verify(self, original: Path, migrated: Path, command: str) -> VerifyOutcome:
         """L0–L4 of the migrated tree against a reference run of the original (xlaport.eval.verify)."""
+        from .checks import run_verify, verify_outcome
+
         for folder in (original, migrated):
             if not Path(folder).is_dir():
                 raise ValueError(f"not a directory: {folder}")
@@ -334,6 +342,8 @@ class Pipeline:
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
+        from xlaport.eval.sandbox import readable_scratch
+
         check_file_name(name)
         if not name.endswith(".py") or Path(name).name != name:
             raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
@@ -381,7 +391,7 @@ class Pipeline:
             script, _ = parse_command(command)
             if not (src / script).is_file():
                 raise ValueError(f"the command's script is not in the source tree: {script}")
-        rules = self.rules(options.select, options.ignore)
+        rules = self.rules(options.select, options.ignore, options.target)
         # the reports and traces quote the sources: none is readable by more people than every source is
         report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
 
@@ -409,6 +419,8 @@ class Pipeline:
                 )
             )
             notes += [n for n in file_notes if n == RULES_ONLY]
+        if options.k == 0 and any(o.manual for o in outcomes):
+            notes.append(NOT_SEARCHED)
         for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
             by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
             outcomes.append(
@@ -421,6 +433,8 @@ class Pipeline:
                 )
             )
 
+        notes += library_pin_notes(src, other, rules)
+
         validation = Validation(reason="validation was not requested (--validate)")
         verification = None
         if options.validate_cmd and not may_execute:
@@ -429,6 +443,11 @@ class Pipeline:
             )
         if options.verify_cmd and not may_execute:
             notes.append("verify not run: running code needs permission")
+        no_evidence = evidence_note(options.target)
+        if no_evidence is not None:  # nothing of this target runs here: no run, and the label says so
+            validation = Validation(command=options.validate_cmd, reason=f"{no_evidence}; the migration is unvalidated")
+            notes.append(f"{options.target}: {no_evidence}; validate/verify not run, the migration is unvalidated")
+            may_execute = False
         written = True
         if options.in_place:
             if may_execute and (options.validate_cmd or options.verify_cmd):
@@ -507,6 +526,10 @@ class Pipeline:
         The same command for both: verify runs first and its execution check is validation's, so the
         program runs once for both. Verify's HTML and JSON go to `report_dir`.
         """
+        if not (options.verify_cmd or options.validate_cmd):
+            return validation, None
+        from .checks import check_run_of_verify, run_verify, verify_outcome
+
         verification = None
         shared = None
         if options.verify_cmd:
@@ -528,6 +551,8 @@ class Pipeline:
         xla_check: CheckRun | None = None,
     ) -> Validation:
         """The execution check of the migrated entry script (unless given), then the generated tests."""
+        from .checks import run_generated_tests, run_xla_check
+
         script, args = parse_command(command)
         # run from the tree root, as the command is written (the recorded run and the tests do the same)
         checks = [
@@ -558,3 +583,17 @@ def get_pipeline() -> Pipeline:
         if _DEFAULT is None:
             _DEFAULT = Pipeline(proposer=load_default_proposer())
         return _DEFAULT
+
+
+def library_pin_notes(src: Path, files: list[Path], rules: list[type[Rule]]) -> list[str]:
+    """The torch_tpu target's library-version trap (kb/tpu_pins.py) in the tree's requirements files and
+    pyproject.toml, one note per pin: nothing to rewrite, a human checks the release."""
+    if LibraryPinPredatesTpu not in rules:
+        return []
+    notes = []
+    for rel in files:
+        path = src / rel
+        if is_pin_file(rel) and not path.is_symlink() and path.stat().st_size < 1_000_000:
+            found = lint_pins(path.read_text(encoding="utf-8", errors="replace"), str(rel))
+            notes += [f"{f.path}:{f.line}: {f.code} {f.message}" for f in found]
+    return notes

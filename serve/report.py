@@ -9,14 +9,15 @@ for them, and the validation evidence of the run. The HTML page has no external 
 from __future__ import annotations
 
 from pathlib import Path
-
-from xlaport.eval.verify.page import write_report as write_verify_report
-from xlaport.eval.verify.report import VerifyReport
+from typing import TYPE_CHECKING
 
 from xlaport.files import REPORT_MODE, atomic_write
 from xlaport.htmlpage import bullets, diff_block, esc, page
 
 from .results import MigrationResult
+
+if TYPE_CHECKING:
+    from xlaport.eval.verify.report import VerifyReport
 
 JSON_NAME = "xlaport-report.json"
 MARKDOWN_NAME = "xlaport-report.md"
@@ -37,6 +38,9 @@ def write_reports(migration: MigrationResult, directory: Path, mode: int = REPOR
 
 def write_verify_reports(report: VerifyReport, directory: Path, mode: int = REPORT_MODE) -> dict[str, str]:
     """Writes verify's HTML page and JSON into `directory` with `mode`; returns {"html"|"json": path}."""
+    # matplotlib draws its plots: imported only when there is a verify report (~2 s and ~40 MB otherwise)
+    from xlaport.eval.verify.page import write_report as write_verify_report
+
     paths = {"html": directory / VERIFY_HTML_NAME, "json": directory / VERIFY_JSON_NAME}
     write_verify_report(report, html_path=paths["html"], json_path=paths["json"], mode=mode)
     return {kind: str(path) for kind, path in paths.items()}
@@ -78,6 +82,15 @@ def _verify_line(migration: MigrationResult) -> list[tuple[str, str]]:
     return [("Verify", f"{v.status}, level {v.level}{where}")]
 
 
+def _performance(check) -> list[str]:
+    """The execution check's time split and performance findings (they never change its level)."""
+    if check.name != "xla_check" or not check.report:
+        return []
+    from xlaport.eval.check import performance_lines  # evaluation code: only when the check ran
+
+    return performance_lines(check.report)
+
+
 def _state(passed: bool | None) -> str:
     return {True: "passed", False: "FAILED", None: "did not run"}[passed]
 
@@ -91,9 +104,8 @@ def as_markdown(migration: MigrationResult) -> str:
         lines += ["", "## Validation evidence", "", f"Command: `{v.command}`", ""]
         for check in v.checks:
             level = f", level {check.level}" if check.level else ""
-            lines.append(
-                f"- **{check.name}**: {_state(check.passed)}{level}" + "".join(f"\n  - {r}" for r in check.reasons)
-            )
+            details = check.reasons + _performance(check)
+            lines.append(f"- **{check.name}**: {_state(check.passed)}{level}" + "".join(f"\n  - {r}" for r in details))
     if migration.errors:
         lines += ["", "## Files not migrated (copied unchanged)", ""]
         lines += [f"- {error}" for error in migration.errors]
@@ -127,7 +139,8 @@ def as_html(migration: MigrationResult) -> str:
         parts += ["<h2>Validation evidence</h2>", f"<p>Command: <code>{esc(v.command)}</code></p>", "<ul>"]
         for check in v.checks:
             level = f", level {esc(check.level)}" if check.level else ""
-            parts.append(f"<li><b>{esc(check.name)}</b>: {_state(check.passed)}{level}{bullets(check.reasons)}</li>")
+            details = bullets(check.reasons + _performance(check))
+            parts.append(f"<li><b>{esc(check.name)}</b>: {_state(check.passed)}{level}{details}</li>")
         parts.append("</ul>")
     if migration.errors:
         parts += ["<h2>Files not migrated (copied unchanged)</h2>", bullets(migration.errors)]

@@ -13,6 +13,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from xlaport.kb import Finding
 from xlaport.kb.retrieval import FixHit
 
+from xlaport.targets import DEFAULT_TARGET, Target
+
 Status = Literal["validated", "rejected", "unvalidated"]
 
 
@@ -70,6 +72,7 @@ class SuggestOptions(BaseModel):
     model_config = ConfigDict(strict=True)  # as declared: 0 is not false
 
     unsafe_fixes: bool = Field(False, description="Also apply fixes that may change behaviour.")
+    target: Target = Field(DEFAULT_TARGET, description="The backend to migrate to: torch_xla or torch_tpu.")
     select: list[str] | None = Field(None, description="Codes, prefixes or categories (C1..C7) to use.")
     ignore: list[str] | None = Field(None, description="Codes, prefixes or categories to skip.")
     k: WholeInt = Field(3, ge=0, le=20, description="Fixes retrieved per finding left for a human.")
@@ -81,6 +84,7 @@ class SuggestOptions(BaseModel):
 
 class MigrateOptions(BaseModel):
     unsafe_fixes: bool = False
+    target: Target = Field(DEFAULT_TARGET, description="The backend to migrate to: torch_xla or torch_tpu.")
     select: list[str] | None = None
     ignore: list[str] | None = None
     k: int = Field(3, ge=0, le=20)

@@ -8,16 +8,12 @@ cannot be read or parsed are reported and copied byte for byte.
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
-from xlaport.kb import get_rule
-from xlaport.kb.analysis.project import ProjectSteps
-from xlaport.kb.batch import FileResult, fix_file, summarize_project
+from xlaport.kb.batch import FileJob, FileResult, Progress, Tree, TreeTask, fix_file, run_files
+from xlaport.kb.batch import auto_jobs as batch_auto_jobs
 from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
@@ -40,9 +36,7 @@ from .source import unified_diff
 IN_PLACE_REPORT_DIR = ".xlaport"  # with --in-place and no --out, reports go here inside SRC
 GENERATED_TESTS_DIR = "tests_xla"  # the differential tests that validation generated, in the migrated tree
 
-MIN_FILES_FOR_PROCESSES = 8  # smaller trees take about as long as starting the workers
 MAX_AUTO_JOBS = 8
-Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
 
 
 class DestinationNotEmpty(FileExistsError):
@@ -89,18 +83,10 @@ def check_destination(src: Path, dst: Path, force: bool) -> None:
         raise DestinationNotEmpty(f"destination exists and is not empty: {dst} (pass --force to write into it)")
 
 
-def _fix_task(task: tuple[str, str, list[str] | None, bool, ProjectSteps]) -> FileResult:
-    path, display, codes, unsafe, project = task
-    rules = None if codes is None else [get_rule(c) for c in codes]
-    # one broken file must not end the run: fix_file reports it (and it is copied as is); kb's parse refuses
-    # what would crash libcst (see xlaport.kb.parsing.parse)
-    return fix_file(Path(path), rules, unsafe=unsafe, display=display, project=project)
-
-
 def auto_jobs(files: int) -> int:
-    """Worker processes for a tree of `files` Python files when none were asked for: one per core, for trees
-    big enough to repay starting them."""
-    return min(os.cpu_count() or 1, MAX_AUTO_JOBS) if files >= MIN_FILES_FOR_PROCESSES else 1
+    """Worker processes for a tree of `files` Python files when none were asked for: one per core (at most
+    MAX_AUTO_JOBS), for trees big enough to repay starting them."""
+    return batch_auto_jobs(files, MAX_AUTO_JOBS)
 
 
 def rewrite_files(
@@ -113,43 +99,13 @@ def rewrite_files(
 ) -> list[FileResult]:
     """The fixed text of every file (nothing is written), in the order of `rels`; `jobs` worker processes
     (None: `auto_jobs`). Each file is analysed as part of the tree: a training loop that calls another module's
-    stepping helper gets its step barrier (kb/analysis/project.py)."""
-    codes = None if rules is None else [r.code for r in rules]
-    project = summarize_project(src, rels)
-    tasks = [(str(src / rel), str(rel), codes, unsafe, project) for rel in rels]
-    jobs = auto_jobs(len(tasks)) if jobs is None else jobs
-    results: list[FileResult | None] = [None] * len(tasks)
-
-    def done(index: int, result: FileResult) -> None:
-        results[index] = result
-        if progress:
-            progress(sum(r is not None for r in results), len(tasks), str(rels[index]))
-
-    if jobs <= 1 or len(tasks) < 2:
-        for index, task in enumerate(tasks):
-            done(index, _fix_task(task))
-    else:
-        # largest files first, one at a time: no worker is left with the big ones at the end; results keep the
-        # order of `rels`. Workers fork from the forkserver that preloaded the kb (serve/isolated.py): they start
-        # in milliseconds and inherit no threads or torch state from a server process.
-        order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][0]))
-        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=WORKER_CONTEXT) as pool:
-            futures = {pool.submit(_fix_task, tasks[i]): i for i in order}
-            for future in as_completed(futures):
-                index = futures[future]
-                try:
-                    result = future.result()
-                except Exception as exc:  # a worker that died (a native crash): that file is reported, not the run
-                    result = FileResult(str(rels[index]), error=f"{rels[index]}: the analysis process died ({exc})")
-                done(index, result)
-    return [r for r in results if r is not None]
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+    stepping helper gets its step barrier (kb/analysis/project.py). Workers fork from the forkserver that
+    preloaded the kb (serve/isolated.py): they start in milliseconds and inherit no threads or torch state from
+    a server process; each parses a file once, for the tree's summary and for its fix (kb/batch.py)."""
+    task = TreeTask(fix=True, codes=None if rules is None else tuple(r.code for r in rules), unsafe=unsafe)
+    files = [FileJob(src / rel, str(rel), 0, rel) for rel in rels]
+    jobs = auto_jobs(len(rels)) if jobs is None else jobs
+    return run_files(files, [Tree(src, tuple(rels))], task, jobs, WORKER_CONTEXT, progress)
 
 
 def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None) -> dict[Path, FileResult]:

@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval.check import CheckReport, build_report, check_source, parse_compilation_analysis, run_check
+from xlaport.eval.check import (
+    CheckReport,
+    build_report,
+    check_source,
+    parse_compilation_analysis,
+    render_text,
+    run_check,
+)
 from xlaport.eval.sandbox import SandboxResult
 
 from xlaport.cli import app
@@ -28,7 +35,10 @@ TORCH_PROGRAMS = [
     "clean_loader",
     "step_styles",
     "fault_varlen",
-    "fault_item",
+    "fault_read_shapes",
+    "perf_item",
+    "perf_grad_scaler",
+    "perf_reads",
     "fault_mask",
     "fault_fallback",
     "fault_stale_optimizer",
@@ -42,10 +52,14 @@ JSON_KEYS = {
     "host_transfers_per_step", "nan", "stale_optimizer_params", "params_off_device", "steps", "per_step",
     "wall_s", "startup_s", "compile_s", "run_s", "error", "recompile_sources",
 }  # fmt: skip
+# the device named on the command line, as a user without a GPU ran the original
+DEVICE_FLAG_RUNS = {  # test name: (script in device_flag/, its arguments)
+    "device_flag_argparse": ("train_args", ["--device", "cpu", "--steps", "40"]),
+    "device_flag_overrides_a_global": ("train_globals", ["--device=cpu", "--lr=0.05"]),
+}
 REASON_KINDS = {
     "fallback": "fell back to the CPU",
     "recompile": "repeated compilation",
-    "host_sync": "per-step host syncs",
     "nan": "NaN/Inf",
     "stale": "does not hold the model's parameters",
     "off_device": "not on the XLA device",
@@ -57,6 +71,11 @@ def reason_kinds(report: CheckReport) -> set[str]:
     kinds = {kind for kind, text in REASON_KINDS.items() if any(text in reason for reason in report.reasons)}
     assert len(kinds) == len(report.reasons), report.reasons  # every reason is one known kind
     return kinds
+
+
+def line_of_flag(text: str) -> int:
+    lines = (PROGRAMS / "device_flag" / "train_globals.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.startswith(text))
 
 
 def line_of(program: str, text: str) -> int:
@@ -86,6 +105,9 @@ def runs(request):
     for name in TORCH_PROGRAMS:
         if name in wanted:
             futures[name] = pool.submit(run_check, PROGRAMS / f"{name}.py", timeout_s=300)
+    for name, (script, args) in DEVICE_FLAG_RUNS.items():
+        if name in wanted:
+            futures[name] = pool.submit(run_check, PROGRAMS / "device_flag" / f"{script}.py", args, timeout_s=300)
     yield futures
     pool.shutdown(wait=True)
 
@@ -150,19 +172,104 @@ def test_fault_varlen(runs):
 
 
 @pytest.mark.slow
-def test_fault_item(runs):
-    report = runs["fault_item"].result()
-    assert report.level == "L0" and reason_kinds(report) == {"host_sync"}
+def test_fault_read_shapes(runs):
+    # a host read whose value sets a shape changes the computation step by step: still repeated compilation
+    report = runs["fault_read_shapes"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"recompile"}, report.reasons
+    assert report.compiles_after_warmup >= 3
+    read = next(f for f in report.performance if f.kind == "host_sync")
+    assert read.site.endswith(f"fault_read_shapes.py:{line_of('fault_read_shapes', 'positive = int(')}")
+    assert read.code == "XLA402" and read.every_step
+
+
+@pytest.mark.slow
+def test_perf_item(runs):
+    # `.item()` logging every step costs a host sync per step but computes the same numbers: L2, and the
+    # performance finding names the line, its measured cost and the fix
+    report = runs["perf_item"].result()
+    assert report.level == "L2" and report.reasons == []
     assert report.host_transfers_per_step == 1
     assert all(s.host_reads == 1 for s in report.per_step)
     assert report.host_reads == 8 and report.fallback_ops == {}
-    item_line = line_of("fault_item", "print(")
+    where = f"perf_item.py:{line_of('perf_item', 'print(')}"
     [site] = report.item_sites
-    assert site["location"].endswith(f"fault_item.py:{item_line}") and site["count"] == 8
-    assert f"fault_item.py:{item_line}" in report.reasons[0]
+    assert site["location"].endswith(where) and site["count"] == 8
+    [finding] = [f for f in report.performance if f.kind == "host_sync"]
+    assert finding.site.endswith(where) and finding.when == "every step" and finding.every_step
+    assert finding.code == "XLA401" and "add_step_closure" in finding.fix
+    assert finding.count == 8 and finding.steps == list(range(8))
+    assert 0 < finding.share < 1 and finding.ms_per_step > 0
+    assert report.performance[0] is finding  # the per-step cost comes first
+    text = render_text(report)
+    assert f"host sync every step: `.item()` at {finding.site}" in text and "% of the step time" in text
     # .item() before the sync runs the forward as its own graph: two graphs in step 0, then cache hits
     assert [s.compiles for s in report.per_step] == [2] + [0] * 7
     assert report.compiles_after_warmup == 0
+    # where the time goes: the three parts add up to the steps' wall time, the host waits are the reads'
+    for split in report.time_split:
+        assert split.trace_s + split.compile_s + split.host_wait_s == pytest.approx(split.wall_s, abs=0.01)
+    after = report.time_split[-1]
+    assert after.scope == "after warm-up" and after.steps == 6 and after.compile_s == 0
+    assert after.host_wait_s == pytest.approx(finding.ms_per_step * 6 / 1000, abs=0.002)
+    assert report.time_split[0].compile_s == pytest.approx(report.compile_s, abs=0.01)
+    assert "where the time goes (after warm-up, 6 step(s)" in text
+
+
+@pytest.mark.slow
+def test_perf_grad_scaler(runs):
+    # a kept GradScaler reads its inf check on the host before every optimizer step: L2 with a finding
+    report = runs["perf_grad_scaler"].result()
+    assert report.level == "L2" and report.reasons == [], report.reasons
+    assert report.steps == 9 and report.compiles_after_warmup == 0
+    finding = report.performance[0]
+    assert finding.kind == "host_sync" and finding.every_step and finding.code == "XLA502"
+    assert finding.site.endswith(f"perf_grad_scaler.py:{line_of('perf_grad_scaler', 'scaler.step(opt)')}")
+    assert finding.what.startswith("GradScaler's inf check") and "--unsafe-fixes" in finding.fix
+    assert finding.share > 0
+
+
+@pytest.mark.slow
+def test_perf_reads(runs):
+    # three rhythms of host reads in a correct loop: each located and reported as what it is
+    report = runs["perf_reads"].result()
+    assert report.level == "L2" and report.reasons == [], report.reasons
+    assert report.steps == 12 and report.compiles_after_warmup == 0
+    by_site = {f.site.rpartition("/")[2]: f for f in report.performance if f.kind == "host_sync"}
+    forward = by_site[f"perf_reads.py:{line_of('perf_reads', 'if self.ready[0] == 0')}"]
+    logging = by_site[f"perf_reads.py:{line_of('perf_reads', 'print(')}"]
+    checkpoint = by_site[f"perf_reads.py:{line_of('perf_reads', 'torch.save(')}"]
+    # the comparison inside forward reads every step: located at its line, ranked first, with its cost
+    assert report.performance[0] is forward and forward.every_step and forward.when == "every step"
+    assert forward.code == "XLA405" and forward.count == 12 and forward.share > 0
+    # the print after the barrier of steps 0, 5, 10 is read before the next barrier: steps 1, 6, 11
+    assert not logging.every_step and logging.when == "in steps 1, 6, 11 (every 5 steps)"
+    assert logging.count == 3 and logging.share is None
+    # the checkpoint copies its 4 tensors once, after the last step: an event, not a per-step cost
+    assert checkpoint.when == "once, after the last step" and checkpoint.count == 4 and not checkpoint.steps
+    assert report.host_transfers_per_step == 1
+    assert report.transfers_total - sum(s.transfers for s in report.per_step) == 4
+
+
+@pytest.mark.slow
+def test_device_flag_argparse(runs):
+    report = runs["device_flag_argparse"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"off_device"}, report.reasons
+    reason = report.reasons[0]
+    assert reason.startswith("ran on the CPU, not on the XLA device")
+    assert "the command line: `--device cpu` chose the cpu device" in reason
+    assert "`--migrated-arg=--device --migrated-arg=xla`" in reason and "XLA233" in reason
+
+
+@pytest.mark.slow
+def test_device_flag_overrides_a_global(runs):
+    # `device = "xla"` in the script is replaced by `--device=cpu` through the executed overrides file:
+    # the flag is the cause, and the overridden line is not blamed
+    report = runs["device_flag_overrides_a_global"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"off_device"}, report.reasons
+    reason = report.reasons[0]
+    assert "the command line: `--device=cpu` chose the cpu device" in reason
+    assert "`--migrated-arg=--device=xla`" in reason
+    assert 'device = "xla"' not in reason and f"train_globals.py:{line_of_flag('device = ')}" not in reason
 
 
 @pytest.mark.slow
@@ -180,8 +287,9 @@ def test_fault_fallback(runs):
     assert report.level == "L0"
     assert report.fallback_ops == {"aten::bincount": 8}
     assert all(s.fallbacks == {"aten::bincount": 1} for s in report.per_step)
-    # the fallback copies the labels to the host each step: reported as host syncs too
-    assert reason_kinds(report) == {"fallback", "host_sync"}
+    # the fallback copies the labels to the host each step: that is the fallback's cost, not a host read
+    assert reason_kinds(report) == {"fallback"}
+    assert not [f for f in report.performance if f.kind == "host_sync"]
     assert report.compiles_after_warmup == 0
 
 
@@ -253,7 +361,7 @@ def test_short_cpu_run_that_exits_cleanly_is_l0_and_never_validated():
 @pytest.mark.slow
 def test_memory_limit_names_the_limit_the_peak_and_the_phase():
     report = run_check(PROGRAMS / "fault_memory.py", timeout_s=300, memory_mb=1500)
-    assert report.memory_exceeded and report.level == "none" and report.peak_rss_mb > 1500
+    assert report.memory_exceeded and report.level == "none" and report.peak_rss_mb >= 1500
     assert len(report.reasons) == 1, report.reasons
     assert report.reasons[0].startswith("did not finish: killed by the memory limit of 1500 MB (peak ")
     assert "last phase: after importing torch_xla" in report.reasons[0]
@@ -276,6 +384,85 @@ def test_child_killed_by_a_signal_says_how_far_it_got_and_its_peak():
     assert "killed by signal SIGSEGV" in reason and "LLVM ERROR: out of memory" in reason
     assert "before the first XLA step: 41 graph compilation(s) so far, the last graph had 91234 nodes" in reason
     assert "peak memory 7012 MB" in reason
+
+
+def _steps_events(walls: list[float], reads_per_step: list[list[dict]], after_last: list[dict]) -> list[dict]:
+    """The events of a finished run whose steps took `walls` seconds and made `reads_per_step`."""
+    events = [{"event": "start", "t": 0.0, "pid": 7}, {"event": "torch_xla_imported", "t": 1.0, "pid": 7}]
+    t = 1.0
+    for index, (wall, reads) in enumerate(zip(walls, reads_per_step, strict=True)):
+        t += wall
+        events.append(
+            {"event": "step", "t": t, "pid": 7, "index": index, "compiles": int(index == 0), "compile_s": 0.0,
+             "execute_s": 0.001, "transfers": len(reads), "host_reads": len(reads), "fallbacks": {},
+             "closure_transfers": 0, "host_wait_s": sum(r["wait_s"] for r in reads), "reads": reads}
+        )  # fmt: skip
+    totals = {"compiles": 1, "compile_s": 0.0, "transfers": 99, "host_reads": 99, "fallbacks": {}}
+    events.append(
+        {"event": "end", "t": t, "pid": 7, "totals": totals, "nonfinite_tensors": [], "nonfinite_reads": [],
+         "reads_after_last_step": after_last, "optimizer_steps": len(walls)}
+    )  # fmt: skip
+    events.append({"event": "script_end", "t": t, "pid": 7})
+    return events
+
+
+def test_host_syncs_are_performance_findings_located_and_costed_never_reasons():
+    log = {"site": "/w/train.py:9", "kind": "item", "count": 1, "wait_s": 0.004}
+    scaler = {"site": "/w/train.py:12 (GradScaler.step: inf check)", "kind": "item", "count": 1, "wait_s": 0.002}
+    evaluation = {"site": "/w/train.py:30", "kind": "cpu", "count": 5, "wait_s": 0.05}
+    checkpoint = {"site": "/w/train.py:40", "kind": "cpu", "count": 20, "wait_s": 0.3}
+    reads = [[log, scaler] + ([evaluation] if i in (3, 6) else []) for i in range(8)]
+    walls = [0.01] * 8
+    walls[3] = walls[6] = 0.06
+    result = SandboxResult(0, "", "", wall_s=5.0, peak_rss_mb=100.0)
+    report = build_report(
+        Path("/w/train.py"), [], 2, 600, result, _steps_events(walls, reads, [checkpoint]), [], 0.0, "CPU"
+    )
+    assert report.level == "L2" and report.reasons == []
+    assert report.host_transfers_per_step == 2  # the typical step: the evaluation's 5 copies are events
+    kinds = [(f.kind, f.site, f.when) for f in report.performance]
+    assert kinds == [
+        ("host_sync", "/w/train.py:9", "every step"),
+        ("host_sync", "/w/train.py:12", "every step"),
+        ("host_sync", "/w/train.py:40", "once, after the last step"),
+        ("host_sync", "/w/train.py:30", "in steps 3, 6 (every 3 steps)"),
+    ]
+    log_finding, scaler_finding, checkpoint_finding, eval_finding = report.performance
+    # 6 steps after warm-up, 0.16 s in all, 4 ms of it per step at the logging line
+    assert log_finding.ms_per_step == pytest.approx(4.0) and log_finding.share == pytest.approx(0.024 / 0.16)
+    assert log_finding.code == "XLA401" and scaler_finding.code == "XLA502"
+    assert checkpoint_finding.count == 20 and checkpoint_finding.share is None
+    assert "300.0 ms per event, 20 read(s) each" in checkpoint_finding.what
+    assert "50.0 ms per event, 5 read(s) each" in eval_finding.what and eval_finding.code == "XLA404"
+    assert report.time_split[-1].host_wait_s == pytest.approx(0.136)
+    text = render_text(report)
+    assert "why not L2" not in text and "performance (costs time, not correctness" in text
+    assert "per-step ms (tracing and dispatch/compiling/host waits): 4/0/6 4/0/6 4/0/6 4/0/56 " in text
+
+
+def test_slow_step_and_one_off_compile_are_performance_findings():
+    reads = [[] for _ in range(8)]
+    walls = [0.01] * 8
+    walls[5] = 0.5  # nothing read, nothing compiled: the script did something slow in that step
+    events = _steps_events(walls, reads, [])
+    events[2 + 6].update(compiles=1, compile_s=0.2)  # step 6 compiles once, then cached
+    result = SandboxResult(0, "", "", wall_s=5.0, peak_rss_mb=100.0)
+    report = build_report(Path("/w/train.py"), [], 2, 600, result, events, [], 0.0, "CPU")
+    assert report.level == "L2" and report.reasons == []
+    assert {(f.kind, f.when) for f in report.performance} == {
+        ("slow_step", "once, in step 5"),
+        ("compile", "once, in step 6"),
+    }
+
+
+def test_device_flag_names_the_command_line_choice():
+    from xlaport.eval.check.events import device_flag
+
+    assert "`--device cpu` chose" in device_flag(["--steps", "3", "--device", "cpu"], "cpu", "args.device")
+    assert "`--migrated-arg=--device=xla`" in device_flag(["--device=cpu"], "cpu", "device")
+    assert "`--dev=cpu`" in device_flag(["--dev=cpu"], "cpu", "opts.dev")  # the name passed to .to()
+    assert "`--no-cuda` switch" in device_flag(["--no-cuda"], "cpu", None)
+    assert device_flag(["--out", "cpu", "--device", "cuda"], "cpu", "device") is None
 
 
 def test_crash_reports_error_text():
@@ -324,7 +511,7 @@ def test_script_without_torch_xla_is_l0(tmp_path):
         "import os\nfrom helper import GREETING\n"
         "print(GREETING, os.getcwd() != os.environ['XLAPORT_SCRIPT_DIR'], os.environ['XLAPORT_SCRIPT_DIR'])\n"
     )
-    report = run_check(script)
+    report = run_check(script, reveal=True)  # tmp_path is 0700: its owner shows it to the sandbox user
     assert report.level == "L0" and report.exit_code == 0, report.error
     assert report.reasons == ["the script never imported torch_xla, so nothing ran on the XLA device"]
     assert report.stdout_tail == f"hello True {tmp_path}"

@@ -174,6 +174,39 @@ def test_lint_and_fix_of_a_folder_see_steps_in_other_modules(tmp_path: Path):
     assert diff.stdout.count("+            torch_xla.sync()") == 1
 
 
+def test_each_area_adds_the_commands_the_root_lists_for_it():
+    """`main` mounts only the area owning the command it runs: xlaport.cli.AREAS must say what each one adds."""
+    import typer
+
+    from xlaport.cli import AREAS, build_app
+
+    for add, names in AREAS.items():
+        alone = typer.Typer()
+        add(alone)
+        mounted = [c.name or c.callback.__name__ for c in alone.registered_commands]
+        mounted += [g.name for g in alone.registered_groups]
+        assert sorted(mounted) == sorted(names), add.__name__
+    everything = build_app()
+    root_commands = 1  # `env`
+    assert (
+        len(everything.registered_commands) + len(everything.registered_groups)
+        == sum(map(len, AREAS.values())) + root_commands
+    )
+    assert [g.name for g in build_app("train").registered_groups] == ["train"]
+
+
+def test_a_command_runs_with_only_its_area_mounted():
+    exe = Path(sys.executable).with_name("xlaport")
+    for args, expected in (
+        (["train", "--help"], "lora"),
+        (["kb", "show", "XLA201"], "XLA201"),
+        (["--help"], "verify"),
+        (["--version"], "xlaport"),
+    ):
+        result = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and expected in result.stdout, (args, result.stderr)
+
+
 def test_version_and_env_answer_without_a_command():
     from importlib import metadata
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,36 @@ def test_verify_migration_grades_a_migrated_tree():
     outcome = result.structured_content
     assert outcome["status"] in {"pass", "inconclusive"} and outcome["level"] in {"L2", "L3", "L4"}, outcome["reasons"]
     assert outcome["report"]["check"]["level"] == "L2" and outcome["report"]["reference_run"]["returncode"] == 0
+
+
+@pytest.mark.slow
+def test_a_stdio_session_answers_before_the_pipeline_has_loaded(tmp_path):
+    """`xlaport mcp` answers `initialize` without importing the pipeline first (libcst, the rules, a fix worker:
+    10-13 s before, past some clients' start-up timeout); a tool called meanwhile waits for it and answers."""
+    exe = Path(sys.executable).with_name("xlaport")
+    env = {**os.environ, "XLAPORT_CACHE_DIR": str(cache_dir())}
+    proc = subprocess.Popen([str(exe), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+
+    def call(message: dict) -> dict | None:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline()) if "id" in message else None
+
+    try:
+        info = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}
+        assert call({"id": 1, "method": "initialize", "params": info})["result"]["serverInfo"]["name"] == "xlaport"
+        call({"method": "notifications/initialized"})
+        found = call(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "search_fixes", "arguments": {"text": "x = x.cuda()", "k": 1}},
+            }
+        )
+        assert "XLA201" in json.dumps(found["result"])
+    finally:
+        proc.stdin.close()
+        proc.wait(60)
 
 
 # --- issue 25 N1: an authenticated MCP server over HTTP, writes and runs off unless enabled, paths confined -------

@@ -287,7 +287,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
     tmp_path, pipeline, monkeypatch, validate, verify, executions
 ):
     """Which runs the pipeline asks for (the runs themselves: the slow test below)."""
-    import xlaport.serve.pipeline as pipeline_module
+    import xlaport.serve.checks as checks_module  # the pipeline imports its checks when evidence is asked for
     from xlaport.serve.results import CheckRun
 
     runs = []
@@ -309,7 +309,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
         ("run_xla_check", run_xla_check),
         ("run_generated_tests", run_generated_tests),
     ]:
-        monkeypatch.setattr(pipeline_module, name, fake)
+        monkeypatch.setattr(checks_module, name, fake)
     result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(k=0, validate_cmd=validate, verify_cmd=verify))
     assert sum(kind in ("verify", "check") for kind, _ in runs) == executions  # verify runs the program once itself
     assert [kind for kind, _ in runs].count("tests") == 1
@@ -343,7 +343,7 @@ def test_migrate_runs_the_execution_check_once_for_validate_and_verify(tmp_path,
 
 
 def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline, monkeypatch):
-    import xlaport.serve.pipeline as pipeline_module
+    import xlaport.serve.checks as checks_module
 
     def failing_verify(original, migrated, command):
         assert (migrated / "train.py").read_text() != (original / "train.py").read_text()  # the staged migration
@@ -351,7 +351,7 @@ def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline,
         report.status, report.reasons = "fail", ["L1: the loss diverged"]
         return report
 
-    monkeypatch.setattr(pipeline_module, "run_verify", failing_verify)
+    monkeypatch.setattr(checks_module, "run_verify", failing_verify)
     src = copy_project(tmp_path)
     before = tree_digest(src)
     options = MigrateOptions(k=0, in_place=True, verify_cmd="python train.py --steps 4")

@@ -5,7 +5,7 @@ from xlaport.kb import SourceError, get_rule, lint_source
 from xlaport.kb.retrieval import FixIndex, cache_dir
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.spans import enclosing_function, function_spans
-from xlaport.serve.checks import parse_command
+from xlaport.serve.inputs import parse_command
 from xlaport.serve.pipeline import RULES_ONLY, Pipeline
 from xlaport.serve.results import CheckRun, SuggestOptions, verdict
 

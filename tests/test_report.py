@@ -1,5 +1,7 @@
 """The one HTML renderer (xlaport/htmlpage.py) behind the migration report and verify's page."""
 
+from xlaport.eval.verify.page import render_html
+from xlaport.eval.verify.report import VerifyReport
 from xlaport.serve.report import as_html, as_markdown
 from xlaport.serve.results import CheckRun, FileOutcome, MigrationResult, Validation
 
@@ -40,3 +42,37 @@ def test_migration_report_uses_the_shared_page():
     assert "src&lt;1&gt;" in html_page and "<li>crashed &lt;oom&gt;</li>" in html_page
     assert '<td class="rejected">rejected</td>' in html_page and '<span class="add">+x = 1</span>' in html_page
     assert "- **xla_check**: FAILED, level L0" in markdown and "<li>bad.py: syntax</li>" in html_page
+
+
+def test_migration_report_lists_the_checks_performance_findings_and_time_split():
+    finding = {
+        "kind": "host_sync", "site": "train.py:9", "what": "`.item()` at train.py:9 waits <for> the device",
+        "when": "every step", "every_step": True, "count": 8, "steps": list(range(8)), "cost_s": 0.05,
+        "ms_per_step": 6.2, "share": 0.4, "fix": "read it in a step closure", "code": "XLA401",
+    }  # fmt: skip
+    split = {"scope": "after warm-up", "steps": 6, "wall_s": 0.09, "trace_s": 0.05, "compile_s": 0.0,
+             "host_wait_s": 0.04, "execute_s": 0.002}  # fmt: skip
+    migration = MigrationResult(
+        run_id="r", src="src", dst="dst", in_place=False, written=True, python_files=1, files_changed=0,
+        other_files_copied=0, errors=[], fixes_applied={}, findings_left={}, files=[],
+        validation=Validation(
+            command="python train.py", status="validated",
+            checks=[CheckRun(name="xla_check", passed=True, level="L2", report={"performance": [finding],
+                                                                                "time_split": [split]})],
+        ),
+        report_dir="dst",
+    )  # fmt: skip
+    html_page, markdown = as_html(migration), as_markdown(migration)
+    verify_page = render_html(
+        VerifyReport(
+            "o", "m", ["python", "train.py"], "L3", "L3", "pass", [], [], check=migration.validation.checks[0].report
+        )
+    )
+    assert "waits &lt;for&gt; the device. Fix (XLA401)" in verify_page
+    line = "performance: host sync every step: `.item()` at train.py:9 waits <for> the device. Fix (XLA401): read"
+    assert "- **xla_check**: passed, level L2" in markdown and f"  - {line}" in markdown
+    assert "waits &lt;for&gt; the device. Fix (XLA401)" in html_page
+    assert (
+        "where the time goes (after warm-up, 6 step(s), 15.0 ms per step): tracing and dispatch 8.3 ms (56%)"
+        in markdown
+    )

@@ -5,10 +5,13 @@ where it does not (`sandbox_status().refused`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -16,9 +19,10 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval.check import check_source
-from xlaport.eval.sandbox import host_memory_mb, run_sandboxed, sandbox_status
-from xlaport.eval.sandbox.mechanisms import own_cgroup
+from xlaport.eval.check import check_source, run_check
+from xlaport.eval.sandbox import Mechanisms, SandboxRefused, host_memory_mb, run_sandboxed, sandbox_status
+from xlaport.eval.sandbox.cgroups import own_v1 as own_cgroup
+from xlaport.eval.sandbox.files import remove_stale_scratch, scratch
 
 from xlaport.cli import app
 
@@ -43,6 +47,15 @@ def alive_with(marker: str) -> list[int]:
             if marker.encode() in cmdline and state != "Z":
                 found.append(int(entry))
     return found
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """Every file under `folder` (relative path -> content hash), to show a run changed none of them."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def python(code: str, **kwargs):
@@ -206,25 +219,120 @@ def test_handed_over_folder_receives_results(tmp_path):
 
 
 def test_without_any_mechanism_the_run_works_and_is_not_called_sandboxed(monkeypatch):
-    from xlaport.eval.sandbox import Mechanisms, run
+    from xlaport.eval.sandbox import run
 
     bare = Mechanisms(None, None, False, None, ("everything refused (test)",))
     monkeypatch.setattr(run, "sandbox_status", lambda: bare)
-    result = python("import os, time\nprint(os.getpid() > 2)\nos.fork()\ntime.sleep(3600)\n", timeout_s=3)
+    code = "import os, time\nprint(os.getpid() > 2)\nos.fork()\ntime.sleep(3600)\n"
+    if os.geteuid() == 0:  # no sandbox user: never root unless the caller allows it, and then said first
+        with pytest.raises(run.SandboxRefused, match="never run as root"):
+            python(code, timeout_s=3)
+    result = python(code, timeout_s=3, allow_unsandboxed=True)
     assert result.timed_out and result.stdout.strip().startswith("True")
-    assert not result.sandboxed and result.gaps == ["everything refused (test)"]
+    assert not result.sandboxed and result.gaps[-1] == "everything refused (test)"
+    assert os.geteuid() != 0 or result.gaps[0].startswith("runs as root")
     assert result.survivors == []  # the process group and its children were tracked and killed
     assert not any("nobody" in g for g in result.guarantees)
 
 
 @needs_user
-def test_a_workdir_nobody_cannot_use_keeps_the_user_and_says_so(tmp_path):
+def test_a_private_workdir_is_refused_shown_through_a_view_or_run_as_root_only_when_allowed(tmp_path):
     workdir = tmp_path / "private"
     workdir.mkdir(mode=0o700)
-    report = check_source("import os\nprint(os.getuid())\n", workdir=workdir)
+    (workdir / "notes.txt").write_text("mine\n")
+    os.chmod(workdir / "notes.txt", 0o600)
+    code = "import os\nprint(os.getuid(), open('notes.txt').read().strip())\nopen('notes.txt', 'w').write('changed')\n"
+    with pytest.raises(SandboxRefused, match=r"nobody cannot read .*private \(drwx------ uid 0\).*never made as root"):
+        check_source(code, workdir=workdir)  # a server's client: nothing nobody could not read is shown to it
+    report = check_source(code, workdir=workdir, reveal=True)  # the CLI's user could read it: a view shows it
     assert report.exit_code == 0, report.error
-    assert report.stdout_tail == "0"
-    assert any(note.startswith("not sandboxed: runs as root") for note in report.notes), report.notes
+    assert report.stdout_tail == f"{MECH.user[0]} mine"
+    assert not any(note.startswith("not sandboxed") for note in report.notes), report.notes
+    assert any(note.startswith("outputs:") and "notes.txt" in note for note in report.notes), report.notes
+    assert (workdir / "notes.txt").read_text() == "mine\n"  # written in the view only
+    report = check_source(code, workdir=workdir, allow_unsandboxed=True)
+    assert report.stdout_tail == "0 mine"
+    assert report.notes[0].startswith("not sandboxed: runs as root (unsandboxed run allowed): nobody cannot read")
+    assert (workdir / "notes.txt").read_text() == "mine\n"  # still through a view
+
+
+@needs_user
+def test_a_root_only_script_is_refused_without_leaking_it(tmp_path):
+    secret = "token-" + uuid.uuid4().hex
+    os.chmod(tmp_path, 0o755)  # its folder is open: the file itself is what nobody may not read
+    script = tmp_path / "secret.py"
+    script.write_text(f"{secret} = 1\n")  # a NameError would print the token
+    os.chmod(script, 0o600)
+    with pytest.raises(SandboxRefused) as refused:
+        run_check(script)
+    assert secret not in str(refused.value) and "secret.py (-rw------- uid 0)" in str(refused.value)
+    from xlaport.serve.pipeline import Pipeline
+
+    outcome = Pipeline().check(path=script)  # what MCP's check_xla runs for a path
+    assert outcome.check.passed is None and outcome.check.reasons[0].startswith("not run: the sandbox user nobody")
+    assert secret not in json.dumps(outcome.model_dump() if hasattr(outcome, "model_dump") else str(outcome))
+
+
+@pytest.mark.skipif(not MECH.namespaces, reason="`unshare` refused: no mount namespace for views")
+def test_a_view_keeps_the_users_folder_and_says_what_the_run_wrote(tmp_path):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "a.txt").write_text("alpha\n")
+    (project / "old.log").write_text("old\n")
+    before = tree_hashes(project)
+    code = (
+        "import os\n"
+        "open('data/a.txt', 'a').write('more')\n"  # an existing file changed
+        "os.makedirs('out', exist_ok=True); open('out/model.bin', 'wb').write(b'x' * 1000)\n"  # new files
+        "os.remove('old.log')\n"
+        "print(sorted(os.listdir('.')), open('data/a.txt').read().split())\n"
+    )
+    kept = tmp_path / "kept"
+    result = python(code, cwd=project, keep_outputs=kept)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['data', 'out'] ['alpha', 'more']"  # the run saw its own writes
+    assert tree_hashes(project) == before
+    assert result.outputs == [str(project / "data" / "a.txt"), str(project / "out" / "model.bin")]
+    assert result.outputs_removed == [str(project / "old.log")] and result.outputs_bytes == len("alpha\nmore") + 1000
+    assert result.views == [
+        f"{project} (through {'an overlay view' if MECH.overlay else 'a copy mounted at its path'}; left unchanged)"
+    ]
+    assert (kept / "out" / "model.bin").read_bytes() == b"x" * 1000 and result.outputs_kept == str(kept)
+
+
+@pytest.mark.skipif(not MECH.no_userns, reason="user namespaces cannot be limited here")
+def test_no_user_namespace_can_be_made_inside():
+    code = (
+        "import ctypes, subprocess\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('MADE' if libc.unshare(0x10000000) == 0 else f'refused {ctypes.get_errno()}')\n"  # CLONE_NEWUSER
+        "print(subprocess.run(['unshare', '-U', 'true']).returncode)\n"
+    )
+    result = python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["refused", "28", "1"], result.stdout  # ENOSPC: the limit is 0
+
+
+def test_memory_counts_pages_shared_by_forked_workers_once(monkeypatch):
+    # 200 MB touched, then 3 forked workers that share it: their RSS adds up to ~800 MB, the memory is 200 MB
+    code = (
+        "import os, time\n"
+        "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(3); os._exit(0)\n"
+        "time.sleep(3)\n"
+    )
+    result = python(code, memory_mb=512, timeout_s=60)
+    assert result.ok, result.stderr  # under the limit: the cgroup agrees
+    assert 190 <= result.peak_rss_mb <= 300, result.peak_rss_mb
+    from xlaport.eval.sandbox import run
+
+    bare = Mechanisms(None, None, MECH.namespaces, MECH.user, ("no cgroups (test)",), 1, MECH.overlay, MECH.no_userns)
+    monkeypatch.setattr(run, "sandbox_status", lambda: bare)  # polled from /proc instead of the cgroup
+    result = python(code, memory_mb=512, timeout_s=60)
+    assert result.ok, result.stderr
+    assert 190 <= result.peak_rss_mb <= 300, result.peak_rss_mb
 
 
 def test_a_fifo_or_a_link_left_where_the_parent_reads_is_not_followed():
@@ -296,3 +404,145 @@ def test_a_killed_xlaport_leaves_no_run_behind():
                 break
             time.sleep(0.2)
         assert not left
+
+
+@pytest.mark.skipif(not (MECH.namespaces or MECH.memory_cgroup), reason="no cgroup and no PID namespace here")
+def test_a_killed_xlaport_leaves_no_scratch_folder_behind():
+    suffix = str(uuid.uuid4().int % 10**9)
+    parent = (
+        "import sys\n"
+        "from xlaport.eval.check import check_source\n"
+        "check_source('import time\\ntime.sleep(3600)  # ' + sys.argv[1], timeout_s=600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent, suffix])
+    deadline = time.monotonic() + 60
+    while not alive_with(f"# {suffix}") and not list(Path(tempfile.gettempdir()).glob(f"xlaport-run-{proc.pid}.*")):
+        assert time.monotonic() < deadline, "the run did not start"
+        time.sleep(0.2)
+    time.sleep(1)
+    left = sorted(Path(tempfile.gettempdir()).glob(f"xlaport-*-{proc.pid}.*"))
+    assert {p.name.split("-")[1] for p in left} >= {"source", "check", "run"}, left
+    proc.kill()  # SIGKILL: no clean-up code runs
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while alive_with(f"# {suffix}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    removed = remove_stale_scratch(Path(tempfile.gettempdir()))  # what the next run of any xlaport does first
+    assert set(left) <= set(removed) and not any(p.exists() for p in left)
+
+
+def test_scratch_of_a_live_process_is_kept(tmp_path):
+    with scratch("xlaport-test-") as mine:
+        assert remove_stale_scratch(Path(mine).parent) == [] or Path(mine).exists()
+        assert Path(mine).exists() and Path(mine).name.startswith(f"xlaport-test-{os.getpid()}.")
+    reused = tmp_path / f"xlaport-run-{os.getpid()}.1-abc"  # this PID, another start time: a PID reused since
+    reused.mkdir()
+    (tmp_path / "xlaport-run-abc").mkdir()  # not named by xlaport's scheme: never touched
+    assert remove_stale_scratch(tmp_path) == [reused]
+    assert (tmp_path / "xlaport-run-abc").exists()
+
+
+UNIFIED = Path("/sys/fs/cgroup/unified")  # a hybrid machine's v2 hierarchy: no controllers, but groups and kill
+
+
+@pytest.mark.skipif(not (UNIFIED / "cgroup.procs").exists(), reason="no v2 hierarchy mounted here")
+def test_cgroup_v2_group_tracks_and_kills_detached_descendants():
+    # what this machine (cgroup v1, v2 mounted without controllers) can test of the v2 driver: the group holds
+    # every descendant, daemons included, cgroup.kill ends them all at once, the group is removed
+    from xlaport.eval.sandbox.cgroups import CgroupsV2, run_group_name
+
+    try:
+        folder = UNIFIED / run_group_name()
+        folder.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot make a v2 group here: {error}")
+    group = CgroupsV2(folder)
+    marker = f"3600.{uuid.uuid4().int % 10**9}"
+    code = (
+        f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\ntime.sleep(3600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=group.join)
+    try:
+        deadline = time.monotonic() + 30
+        while len(group.pids()) < 2:
+            assert time.monotonic() < deadline, group.pids()
+            time.sleep(0.1)
+        assert proc.pid in group.pids() and alive_with(marker)
+        group.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while (group.pids() or alive_with(marker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert group.pids() == [] and alive_with(marker) == []
+    finally:
+        proc.kill()
+        group.remove()
+    assert not folder.exists()
+
+
+def test_cgroup_v2_figures_and_refusals_from_its_files(tmp_path):
+    # the v2 files this machine lacks (memory.max, memory.stat, memory.events, pids.max), as the kernel writes them
+    from xlaport.eval.sandbox.cgroups import CgroupsV2, own_v2
+
+    parent = tmp_path / "cg"
+    parent.mkdir()
+    group = CgroupsV2.make(str(parent), memory_mb=512, max_tasks=64)
+    assert (group.folder / "memory.max").read_text() == str(512 * 2**20)
+    assert (group.folder / "pids.max").read_text() == "64"
+    (group.folder / "memory.stat").write_text("anon 104857600\nfile 999999999\nshmem 52428800\nsock 0\n")
+    (group.folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
+    (group.folder / "memory.peak").write_text(str(600 * 2**20))
+    assert group.memory_mb() == 150.0  # anon + shmem; file pages are the kernel's cache
+    assert group.oom_kills() == 1 and group.peak_mb() == 600.0
+    root = tmp_path / "root"  # a v2 root whose controllers were not delegated to xlaport's group
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu io\n")
+    (root / "cgroup.subtree_control").write_text("")
+    if "0::/" not in Path("/proc/self/cgroup").read_text().splitlines():
+        pytest.skip("this process is not at the top of its v2 hierarchy: the fake root would not be its folder")
+    folder, why = own_v2(root)
+    assert folder is None and why == f"cgroup v2: controllers memory, pids not delegated to {root}"
+
+
+@needs_user
+@pytest.mark.parametrize("kind", ["bind", "copy"])
+def test_where_overlayfs_or_namespaces_are_refused_the_view_is_a_copy(tmp_path, monkeypatch, kind):
+    from xlaport.eval.sandbox import run
+
+    if kind == "bind" and not MECH.namespaces:
+        pytest.skip("no mount namespace here to mount the copy in")
+    weaker = Mechanisms(
+        MECH.memory_cgroup, MECH.pids_cgroup, kind == "bind", MECH.user, MECH.refused, MECH.cgroup_version
+    )
+    monkeypatch.setattr(run, "sandbox_status", lambda: weaker)
+    project = tmp_path / "project"
+    project.mkdir(mode=0o700)
+    (project / "a.txt").write_text("alpha\n")
+    code = (
+        "import os\nprint(os.getuid(), os.getcwd())\nopen('a.txt', 'a').write('more'); open('b.txt', 'w').write('b')\n"
+    )
+    interpreter = Path(os.path.realpath(sys.executable))
+    hidden = next((str(f) for f in reversed(interpreter.parents) if not os.stat(f).st_mode & 0o1), None)
+    if kind == "copy" and hidden:  # nothing hides it without a namespace, nothing mounts the interpreter back
+        with pytest.raises(SandboxRefused, match=f"nobody cannot read {hidden} "):
+            python(code, cwd=project, reveal=True)
+        # the copy itself, run as root (allowed), at its own path: paths in the command are moved to it
+        rootly = Mechanisms(None, None, False, None, ("no user (test)",))
+        monkeypatch.setattr(run, "sandbox_status", lambda: rootly)
+        script = project / "job.py"
+        script.write_text(code)
+        result = run_sandboxed([sys.executable, str(script)], cwd=project, allow_unsandboxed=True)
+        assert result.returncode == 0, result.stderr
+        uid, cwd = result.stdout.split()
+        assert uid == "0" and cwd != str(project) and cwd.endswith("/copy")
+        assert result.gaps[0].startswith("runs as root") and result.views[0].startswith(f"{project} (through a copy at")
+        assert (project / "a.txt").read_text() == "alpha\n" and not (project / "b.txt").exists()
+        assert result.outputs == [str(project / "a.txt"), str(project / "b.txt")]
+        return
+    result = python(code, cwd=project, reveal=True)
+    assert result.returncode == 0, result.stderr
+    uid, cwd = result.stdout.split()
+    assert uid == str(MECH.user[0])  # without namespaces the switch happens before exec, not in the init
+    assert (cwd == str(project)) == (kind == "bind")  # a copy without a mount namespace runs at its own path
+    assert (project / "a.txt").read_text() == "alpha\n" and not (project / "b.txt").exists()
+    assert result.outputs == [str(project / "a.txt"), str(project / "b.txt")]

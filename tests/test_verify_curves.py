@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from xlaport.eval.verify import curves as cv
 
@@ -45,6 +46,98 @@ def test_parse_text_reads_common_log_formats():
     assert curves.metrics["eval_loss"].values == [0.9]
     assert curves.metrics["accuracy"].values == [0.84]
     assert not any("runtime" in n or "per_second" in n or n == "train_loss" for n in curves.metrics)
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("loss: 2.5", 2.5),
+        ("loss 1.23", 1.23),
+        ("Loss : 0.75", 0.75),
+        ("epoch 1 | loss_train: 0.4 | loss_val: 0.6", 0.4),
+        ("epoch 1 train_loss=0.5 val_loss=0.7 val_acc=0.81", 0.5),
+        ("{'loss': 0.33, 'learning_rate': 0.001, 'epoch': 0.2}", 0.33),
+        ('{"step": 7, "loss": 0.21, "lr": 0.001}', 0.21),
+        ("step 10 | loss 2.3 | 41.0 ms", 2.3),
+        ("training loss: 1.75 | kl loss: 0.05", 1.75),
+        ("Epoch 3 Avg Loss: 0.9125", 0.9125),
+        ('{"train/loss": 0.61, "global_step": 12}', 0.61),
+        ("loss: tensor(2.3010, device='cuda:0', grad_fn=<NllLossBackward0>)", 2.301),
+        ("Epoch [2/5], Step [100/600], Loss: 0.2153", 0.2153),
+    ],
+)
+def test_each_common_loss_format_is_read(line, value):
+    curves = cv.parse_text(f"{line}\n{line}\n")
+    assert curves.loss.values == [value, value], line
+
+
+def test_loss_components_and_evaluation_losses_are_not_the_training_loss():
+    text = "\n".join(
+        [
+            "it 0 | aux loss 0.9 | decorr loss 0.2",  # components only: no training loss on this line
+            "Test set: Average loss: 0.0412, Accuracy: 9861/10000 (99%)",  # an evaluation's loss, a count
+            "validation loss: 1.9",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert not len(curves.loss)
+    assert curves.metrics["test_loss"].values == [0.0412] and curves.metrics["validation_loss"].values == [1.9]
+    assert "accuracy" not in curves.metrics  # 9861/10000 is a count, not an accuracy of 9861
+
+
+def test_an_unqualified_metric_belongs_to_the_phase_its_line_names():
+    text = "\n".join(
+        [
+            "[ Epoch 0 ] (Training)   ppl:  9.41, accuracy: 41.2 %, lr: 0.0005",
+            "[ Epoch 0 ] (Validation) ppl:  8.77, accuracy: 44.9 %",
+            "[ Epoch 1 ] (Training)   ppl:  6.02, accuracy: 52.5 %, lr: 0.0005",
+            "[ Epoch 1 ] (Validation) ppl:  6.30, accuracy: 51.7 %",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert set(curves.metrics) == {"validation_ppl", "validation_accuracy"}
+    assert curves.metrics["validation_accuracy"].values == [44.9, 51.7]
+
+
+def test_configuration_echoes_are_not_metrics():
+    # what a nanoGPT-style configurator prints before training (a config file echoed line by line, then each
+    # command-line override), an argparse Namespace, and then the real log: evaluation lines and iterations
+    text = "\n".join(
+        [
+            "Overriding config with config/train_tiny_chars.py:",
+            "# a small character model, quick to train",
+            "eval_interval = 50",
+            "eval_iters = 20",
+            "log_interval = 1",
+            "test_size = 128",
+            "accuracy = 0",
+            "Overriding: eval_iters = 2",
+            "Overriding: eval_interval = 10",
+            "Namespace(eval_every=5, val_batch_size=64, lr=0.001)",
+            "launching with --eval_iters=2 --val_freq=3",
+            "tokens per iteration will be: 768",
+            "step 0: train loss 4.1823, val loss 4.1790",
+            "iter 0: loss 4.1850, time 812.44ms, mfu -100.00%",
+            "iter 1: loss 4.0102, time 35.10ms, mfu -100.00%",
+            "iter 2: loss 3.8877, time 34.87ms, mfu -100.00%",
+            "step 3: train loss 3.7011, val loss 3.7342",
+            "iter 3: loss 3.7123, time 35.02ms, mfu 0.01%",
+            "eval_iters = 2 took 0.1 s",
+        ]
+    )
+    curves = cv.parse_text(text)
+    assert curves.loss.steps == [0, 1, 2, 3] and curves.loss.values == [4.185, 4.0102, 3.8877, 3.7123]
+    assert set(curves.metrics) == {"val_loss"}, curves.metrics
+    assert curves.metrics["val_loss"].steps == [0, 3] and curves.metrics["val_loss"].values == [4.179, 3.7342]
+    # a primary metric is never a setting: what L3 would compare is the validation loss
+    assert cv.primary_metric(curves) == "val_loss"
+
+
+def test_a_run_without_any_loss_line_finds_none_and_the_formats_are_listed():
+    curves = cv.parse_text("epoch 1 cost 0.5\nepoch 2 cost 0.4\n")
+    assert not len(curves.loss)
+    assert "train_loss=1.23" in cv.LOSS_FORMATS and any("JSON lines" in f for f in cv.LOSS_FORMATS)
+    assert cv.parse_text("epoch 1 cost 0.5\n", loss_pattern=r"cost (?P<value>[\d.]+)").loss.values == [0.5]
 
 
 def test_parse_text_with_custom_patterns():
@@ -180,3 +273,84 @@ def test_claims():
     assert cv.parse_claim("eval_loss < 1.5").holds(1.4)
     with pytest.raises(ValueError, match="NAME OP NUMBER"):
         cv.parse_claim("accuracy is high")
+
+
+# --- the original's run-to-run spread (programs that do not fix their seed) ---------------------------
+
+
+def noisy_run(seed, n=30, start=2.0, end=0.4, noise=0.04, scale=1.0):
+    """A falling loss with its own batch noise: another run of an unseeded program draws other batches."""
+    rng = np.random.default_rng(seed)
+    return [scale * (end + (start - end) * np.exp(-i / 6) + noise * rng.standard_normal()) for i in range(n)]
+
+
+def test_spread_of_a_seeded_program_is_nothing():
+    spread = cv.measure_spread([series(decaying()), series(decaying())], "two runs")
+    assert spread.seeded and not spread.measured and "fixes its seed" in spread.describe()
+
+
+def test_spread_of_an_unseeded_program_is_measured():
+    spread = cv.measure_spread([series(noisy_run(1)), series(noisy_run(2))], "two runs")
+    assert not spread.seeded and spread.measured
+    assert 0 < spread.tail_rel_sd < spread.rel_sd < spread.first_rel_sd + 1  # the tail mean averages steps
+    assert "does not fix its seed" in spread.describe()
+
+
+def test_unseeded_differences_inside_the_spread_are_not_blamed():
+    spread = cv.measure_spread([series(noisy_run(1)), series(noisy_run(2))], "two runs")
+    failed_without = 0
+    for seed in range(3, 43):  # forty migrated runs, each with its own batches
+        migrated = series(noisy_run(seed))
+        with_spread = cv.compare_loss(series(noisy_run(1)), migrated, LIMITS, spread)
+        assert with_spread.verdict != "worse", with_spread.reasons
+        failed_without += cv.compare_loss(series(noisy_run(1)), migrated, LIMITS).verdict == "worse"
+    assert failed_without > 0  # the paired rules alone blame randomness on the migration
+
+
+def test_unseeded_real_defects_still_fail():
+    ref, other = series(noisy_run(1)), series(noisy_run(2))
+    spread = cv.measure_spread([ref, other], "two runs")
+    doubled = cv.compare_loss(ref, series(noisy_run(3, scale=2.0)), LIMITS, spread)  # the loss x2 (objective)
+    assert doubled.verdict == "worse" and "different objective" in doubled.reasons[-1], doubled.reasons
+    flat = cv.compare_loss(ref, series([2.0 + 0.04 * (-1) ** i for i in range(30)]), LIMITS, spread)
+    assert flat.verdict == "worse", flat.reasons  # does not fall where both runs of the original fall
+    stuck = cv.compare_loss(ref, series(noisy_run(3, end=1.2)), LIMITS, spread)  # learns, but ends far higher
+    assert stuck.verdict == "worse" and "far outside" in stuck.reasons[-1], stuck.reasons
+
+
+def test_few_points_give_figures_and_an_honest_verdict():
+    ref = series([2.3, 2.1, 1.9])
+    same = cv.compare_loss(ref, series([2.3001, 2.1002, 1.8999]), LIMITS)
+    assert same.verdict == "same" and same.tail_rel_diff is not None and same.confidence.startswith("low: 3 ")
+    assert "agree point by point" in same.reasons[0]
+    spread = cv.measure_spread([ref, series([2.4, 2.0, 1.95])], "two runs")
+    unseeded = cv.compare_loss(ref, series([2.25, 2.2, 1.8]), LIMITS, spread)
+    assert unseeded.verdict == "inconclusive" and "a fixed seed" in unseeded.reasons[0]
+    apart = cv.compare_loss(ref, series([2.3, 2.4, 2.5]), LIMITS)
+    assert apart.verdict == "inconclusive" and "more logged steps" in apart.reasons[0]
+    two = cv.compare_loss(series([2.3, 2.0]), series([2.3, 2.0]), LIMITS)
+    assert two.verdict == "same" and two.initial_rel_diff == 0.0
+    assert cv.compare_loss(series([2.3]), series([2.3]), LIMITS).verdict == "inconclusive"
+
+
+def test_unseeded_metric_inside_the_original_spread_is_not_blamed():
+    ref, mig = series([0.97], "val_accuracy"), series([0.94], "val_accuracy")
+    inside = cv.compare_metric(ref, mig, "val_accuracy", True, LIMITS, run_to_run=0.02)
+    assert inside.verdict == "same" and "run-to-run spread" in inside.reasons[0]
+    collapsed = series([0.3], "val_accuracy")  # e.g. evaluated on untrained weights
+    assert cv.compare_metric(ref, collapsed, "val_accuracy", True, LIMITS, run_to_run=0.005).verdict == "worse"
+    assert cv.compare_metric(ref, mig, "val_accuracy", True, LIMITS, run_to_run=0.0).verdict == "inconclusive"
+    # one difference between two runs is a rough spread: a drop of 3 of its deviations is not yet a defect
+    rough = cv.compare_metric(ref, series([0.9], "val_accuracy"), "val_accuracy", True, LIMITS, run_to_run=0.01)
+    assert rough.verdict == "inconclusive" and "63.7x needed with 2 runs" in rough.reasons[0], rough.reasons
+
+
+def test_a_second_run_cut_short_still_measures_the_spread():
+    # the repeat was stopped at its time budget after 10 of 30 steps: its spread over those steps stands in
+    ref, cut = series(noisy_run(1)), series(noisy_run(2)[:10])
+    spread = cv.measure_spread([ref, cut], "two runs of the original here (the second one cut short)")
+    assert spread.steps == 10 and not spread.seeded
+    view = cv.against_runs(series(noisy_run(3)), spread, ref)
+    assert view.runs == 1 and view.tail_noise > 0  # only the full run reaches the tail
+    assert cv.compare_loss(ref, series(noisy_run(3)), LIMITS, spread).verdict != "worse"
+    assert cv.compare_loss(ref, series(noisy_run(3, scale=2.0)), LIMITS, spread).verdict == "worse"

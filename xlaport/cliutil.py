@@ -7,6 +7,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from xlaport.targets import check_target, evidence_note
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # findings, a rejected migration, a failed check
 EXIT_USAGE = 2  # bad arguments or input; nothing was done
@@ -16,6 +18,9 @@ EXIT_USAGE = 2  # bad arguments or input; nothing was done
 UnsafeFixesOption = Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change behaviour.")]
 SelectOption = Annotated[list[str] | None, typer.Option(help="Codes, code prefixes or categories (C1..C7).")]
 IgnoreOption = Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")]
+TargetOption = Annotated[
+    str, typer.Option("--target", help="The backend to migrate to: torch_xla or torch_tpu (docs/torchtpu.md).")
+]
 
 
 class OutputFormat(StrEnum):
@@ -40,3 +45,15 @@ def split_codes(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def no_evidence_here(target: str, exit_code: int = 1) -> None:
+    """Stops `check`/`verify` with the reason when `target` cannot run on this machine (xlaport/targets.py): such a
+    migration stays unvalidated, never passed. Returns when the target runs here."""
+    try:
+        note = evidence_note(check_target(target))
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+    if note is not None:
+        typer.echo(f"{note}: nothing was run; the migration is unvalidated", err=True)
+        raise typer.Exit(exit_code)

@@ -9,11 +9,13 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
-from xlaport.cliutil import EXIT_USAGE, OutputFormat
+from xlaport.cliutil import EXIT_USAGE, OutputFormat, TargetOption, no_evidence_here
 
 
 def check(
-    script: Annotated[Path, typer.Argument(help="The migrated script to run (it is not modified).")],
+    script: Annotated[
+        Path, typer.Argument(help="The migrated script to run, found as `python SCRIPT` finds it (it is not modified).")
+    ],
     script_args: Annotated[
         list[str] | None, typer.Argument(help="Arguments for the script; put them after `--`.", show_default=False)
     ] = None,
@@ -47,41 +49,74 @@ def check(
             "--workdir",
             file_okay=False,
             exists=True,
-            help="Run in this folder (where relative data paths resolve; the script may write there) "
-            "instead of a fresh temporary one. Run as root, the sandbox user must be able to write it, "
-            "else the run keeps your user and is reported as not sandboxed.",
+            help="Run in this folder instead of the current one, as `cd DIR && python SCRIPT` would. The run sees "
+            "its project (the enclosing git work tree or project folder) through a private view: it may write "
+            "there, your files are never changed.",
+            show_default=False,
         ),
     ] = None,
+    keep_outputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep-outputs",
+            file_okay=False,
+            help="Copy the files the run wrote (checkpoints, logs) into this folder; by default they are discarded.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_unsandboxed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsandboxed",
+            help="Where the sandbox cannot run the script as nobody, run it as root instead of refusing "
+            "(said in the report's first line).",
+        ),
+    ] = False,
+    target: TargetOption = "torch_xla",
 ) -> None:
     """Run SCRIPT under torch_xla and report fallbacks, recompiles, host syncs, NaN and stale optimizers.
 
     Example: xlaport check train.py --steps-warmup 2 -- --epochs 1
 
-    Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors."""
-    from ..sandbox import DEFAULT_MEMORY_MB, host_memory_mb
+    Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors and refused runs."""
+    from ..sandbox import DEFAULT_MEMORY_MB, SandboxRefused, host_memory_mb
     from . import render_text, run_check
 
-    if not script.is_file():
-        typer.echo(f"error: no such script: {script}", err=True)
+    workdir = (workdir or Path.cwd()).resolve()
+    if not (workdir / script).is_file():  # an absolute SCRIPT stays itself
+        typer.echo(f"error: no such script: {script} (in {workdir})", err=True)
         raise typer.Exit(EXIT_USAGE)
+    no_evidence_here(target)
     if memory_mb is None:
         memory_mb = min(DEFAULT_MEMORY_MB, host_memory_mb())
     elif memory_mb > host_memory_mb():
         typer.echo(f"error: --memory-mb {memory_mb} is more than this machine has ({host_memory_mb()} MB)", err=True)
         raise typer.Exit(EXIT_USAGE)
-    report = run_check(
-        script,
-        script_args or (),
-        steps_warmup=steps_warmup,
-        timeout_s=timeout,
-        memory_mb=memory_mb,
-        workdir=workdir,
-        max_steps=max_steps,
-    )
+    try:
+        report = run_check(
+            script,
+            script_args or (),
+            steps_warmup=steps_warmup,
+            timeout_s=timeout,
+            memory_mb=memory_mb,
+            workdir=workdir,
+            reveal=True,  # the user who runs xlaport shows the sandboxed run what this user may read
+            allow_unsandboxed=allow_unsandboxed,
+            keep_outputs=keep_outputs.resolve() if keep_outputs else None,
+            max_steps=max_steps,
+        )
+    except SandboxRefused as refused:
+        typer.echo(f"error: refused: {refused}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     if format is OutputFormat.json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        typer.echo(render_text(report))
+        unsandboxed = [note for note in report.notes if note.startswith("not sandboxed")]
+        typer.echo(
+            "\n".join(
+                [*(f"NOT SANDBOXED: {n.removeprefix('not sandboxed: ')}" for n in unsandboxed), render_text(report)]
+            )
+        )
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -144,9 +144,10 @@ def last_phase(events: list[dict], process: ProcessEvents, finished: bool) -> st
     return where + (": " + ", ".join(detail) if detail else "")
 
 
-def device_choice(events: list[dict]) -> str | None:
-    """`file:line: source` of where the device of a module left off the XLA device was chosen: the (up to three
-    nearest) assignments of the name passed to `.to(...)` there, else the `.to(...)` call itself."""
+def device_choice(events: list[dict], args: list[str] = ()) -> str | None:
+    """Where the device of a module left off the XLA device was chosen: the command-line flag that named it
+    (`--device cpu`, a configurator's `--device=cpu`, a `--cpu` switch), else `file:line: source` of the (up to
+    three nearest) assignments of the name passed to `.to(...)` there, else the `.to(...)` call itself."""
     move = next((e for e in events if e["event"] == "off_xla_move" and e.get("site")), None)
     if move is None:
         return None
@@ -155,8 +156,13 @@ def device_choice(events: list[dict]) -> str | None:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
         call = lines[int(line) - 1]
     except (OSError, ValueError, IndexError):
-        return move["site"]
+        lines, call = [], ""
     name = re.search(r"\.to\(\s*([A-Za-z_][\w.]*)\s*[,)]", call)
+    flag = device_flag(list(args), move.get("device", "cpu"), name.group(1) if name else None)
+    if flag is not None:  # the command line overrides whatever the script assigns: never blame an assignment
+        return flag + (f" (at {move['site']}: {call.strip()})" if call else "")
+    if not call:
+        return move["site"]
     found = []
     if name is not None:
         assign = re.compile(rf"^\s*{re.escape(name.group(1))}\s*(?::[^=]*)?=(?!=)")
@@ -167,6 +173,39 @@ def device_choice(events: list[dict]) -> str | None:
     if any("accelerator" in lines[n - 1] or "cuda" in lines[n - 1] for n in found):
         where += " (torch.accelerator and torch.cuda know nothing of XLA: take the device from torch_xla.device())"
     return where
+
+
+# A command-line switch that keeps a program off the accelerator: --cpu, --use_cpu, --no-cuda, --no_accel ...
+_CPU_SWITCH = re.compile(r"--?(?:use[-_]?)?cpu|--?no[-_]?(?:cuda|gpu|accel\w*)", re.I)
+
+
+def device_flag(args: list[str], device: str, name: str | None) -> str | None:
+    """The command line's choice of `device` (the device type the model ended up on), in words with the
+    arguments that give the XLA device instead; None when no argument chose it. A value flag counts when its
+    name mentions "device" or is the name passed to `.to(...)` (`args.dev` -> `--dev`)."""
+    wanted = {"device"} | ({name.rpartition(".")[2].lower()} if name else set())
+    for index, arg in enumerate(args):
+        if not arg.startswith("-"):
+            continue
+        key, equals, value = arg.partition("=")
+        if not equals and index + 1 < len(args):
+            value = args[index + 1]
+        bare = key.lstrip("-").lower().replace("-", "_")
+        if any(w in bare for w in wanted) and value.split(":")[0].lower() == device:
+            given = arg if equals else f"{key} {value}"
+            xla = f"{key}=xla" if equals else f"{key} xla"
+            verify = f"--migrated-arg={key}=xla" if equals else f"--migrated-arg={key} --migrated-arg=xla"
+            return (
+                f"the command line: `{given}` chose the {device} device, overriding what the script assigns; "
+                f"pass the XLA device instead (`{xla}`; for verify, keep the original's arguments and add "
+                f"`{verify}`) (kb XLA233)"
+            )
+        if _CPU_SWITCH.fullmatch(key) and device == "cpu":
+            return (
+                f"the command line: the `{key}` switch keeps the model on the CPU; run without it "
+                "(verify runs the original's CUDA code on the CPU by itself, so the reference needs no switch either) (kb XLA233)"
+            )
+    return None
 
 
 def recompile_sources(

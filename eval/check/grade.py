@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import statistics
 from pathlib import Path
 
 from ..sandbox import SandboxResult
@@ -17,17 +18,36 @@ from .events import (
     pick_process,
     recompile_sources,
 )
-from .report import CheckReport, StepStats, op_counts, step_list
+from .report import CheckReport, PerformanceFinding, StepStats, TimeSplit, op_counts, step_list
 
 # Loss scaling reads its inf check on the host before every step: nothing in torch 2.9 / torch_xla 2.9 does it
 # on the device (torch_xla has no GradScaler; torch's scaler does not use torch_xla's syncfree optimizers).
-GRAD_SCALER_REASON = (
-    "The reads are GradScaler's inf check: loss scaling costs one host sync per step on XLA, and removing it "
-    "changes the numbers, so the default migration keeps it. `xlaport migrate --unsafe-fixes` applies XLA501 "
-    "(bfloat16 autocast) and XLA502 (no GradScaler: bfloat16 needs no loss scaling), or with accelerate XLA302 "
-    '(mixed_precision "bf16"), which makes the step sync-free; check the numerics after'
+GRAD_SCALER_FIX = (
+    "loss scaling costs one host sync per step on XLA, and removing it changes the numbers, so the default "
+    "migration keeps it. `xlaport migrate --unsafe-fixes` applies XLA501 (bfloat16 autocast) and XLA502 (no "
+    'GradScaler: bfloat16 needs no loss scaling), or with accelerate XLA302 (mixed_precision "bf16"), which '
+    "makes the step sync-free; check the numerics after"
 )
-TRANSFERS_PER_STEP_LIMIT = 0.5  # the same threshold as torch_xla's own pt-xla-profiler warning
+# Each kind of host read (probe.READ_METHODS): how the report names it, and the kb entry and fix that remove it.
+READ_KINDS = {
+    "item": ("`.item()`", "XLA401", "read it in a step closure, xm.add_step_closure(...), or only every N steps"),
+    "float": ("`float()` of a tensor", "XLA402", "keep the value on the device; read it in a step closure"),
+    "int": ("`int()` of a tensor", "XLA402", "keep the value on the device; read it in a step closure"),
+    "bool": (
+        "`bool()` of a tensor (an `if` on a device value)",
+        "XLA405",
+        "decide on the device (torch.where, a mask) or once before the loop",
+    ),
+    "print": ("printing a tensor", "XLA403", "print from xm.add_step_closure(...) or only every N steps"),
+    "cpu": ("a copy to the host (`.cpu()` / `.to('cpu')`)", "XLA404", "copy every N steps or in a step closure"),
+    "tolist": ("`.tolist()`", "XLA404", "copy every N steps or in a step closure"),
+    "numpy": ("`.numpy()`", "XLA404", "copy every N steps or in a step closure"),
+}
+# A site that reads in more than this share of the steps after warm-up costs every step; below it, its reads are
+# events (an evaluation or a checkpoint every N steps). The same threshold as torch_xla's pt-xla-profiler warning.
+EVERY_STEP_SHARE = 0.5
+SLOW_STEP_FACTOR = 3  # a step this many times the typical (median) one, and SLOW_STEP_MIN_S more, is reported
+SLOW_STEP_MIN_S = 0.05
 ERROR_LINES = 20
 
 
@@ -52,6 +72,7 @@ def build_report(
     per_step = []
     previous_t = process.imported_t or launched_at
     for index, event in enumerate(process.steps):
+        wall, host_wait = event["t"] - previous_t, event.get("host_wait_s", 0.0)
         per_step.append(
             StepStats(
                 index=index,
@@ -61,8 +82,12 @@ def build_report(
                 host_reads=event["host_reads"],
                 fallbacks=event["fallbacks"],
                 closure_transfers=event["closure_transfers"],
-                wall_s=round(event["t"] - previous_t, 4),
+                wall_s=round(wall, 4),
                 sync_site=event.get("sync_site"),
+                trace_s=round(max(wall - event["compile_s"] - host_wait, 0.0), 4),
+                host_wait_s=round(host_wait, 4),
+                execute_s=round(event.get("execute_s", 0.0), 4),
+                reads=event.get("reads", []),
             )
         )
         previous_t = event["t"]
@@ -73,7 +98,7 @@ def build_report(
         totals["compiles"] = max(totals["compiles"], beats[-1]["compiles"])
     after_warmup = per_step[steps_warmup:]
     compiles_after_warmup = sum(s.compiles for s in after_warmup)
-    transfers_per_step = round(sum(s.transfers for s in after_warmup) / len(after_warmup), 3) if after_warmup else None
+    transfers_per_step = statistics.median(s.transfers for s in after_warmup) if after_warmup else None
     ends = [e for e in events if e["event"] == "end"]
     nan_details = [f"non-finite values in {name}" for e in ends for name in e["nonfinite_tensors"]]
     nan_details += [
@@ -139,8 +164,10 @@ def build_report(
         memory_limit_mb=result.memory_limit_mb or memory_mb,  # the limit applied (clamped to the host)
         optimizer_steps=optimizer_steps,
         off_xla_optimizer_steps=off_xla_steps,
-        device_choice=device_choice(events),
+        device_choice=device_choice(events, args),
+        time_split=time_splits(per_step, steps_warmup),
     )
+    report.performance = performance_findings(report, (end or {}).get("reads_after_last_step", []))
     if stopped:
         report.level, report.reasons = "L0", [stopped["reason"]]
         if report.stopped == "off_xla" and report.device_choice:
@@ -272,14 +299,9 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
             "each one copies tensors to the host and back; rewrite them with lowered ops"
         )
     steps_with = [s.index for s in report.per_step[report.steps_warmup :] if s.compiles]
-    if steps_with and len(steps_with) < REPEATED_COMPILE_STEPS:
-        # a new graph that appears once and is then cached (DDP's bucket rebuild, the first evaluation)
-        # costs one compile; recompilation is a compile that keeps coming back
-        report.notes.append(
-            f"{report.compiles_after_warmup} new graph(s) after warm-up at step(s) {step_list(steps_with)}, "
-            "then cached: not repeated compilation"
-        )
-    elif steps_with:
+    # a new graph that appears once and is then cached (DDP's bucket rebuild, the first evaluation) costs one
+    # compile, a performance finding; recompilation is a compile that keeps coming back
+    if len(steps_with) >= REPEATED_COMPILE_STEPS:
         after = len(report.per_step) - report.steps_warmup
         where = report.recompile_sources[0].location if report.recompile_sources else None
         reasons.append(
@@ -288,26 +310,8 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
             + (f", first from {where}" if where else "")
             + "; shapes or Python values change from step to step (pad to fixed sizes)"
         )
-    after_warmup = report.per_step[report.steps_warmup :]
-    # A sync is a stall of the step, however many tensors it copies: a checkpoint every N steps
-    # copies many tensors once, `.item()` every step stalls every step.
-    syncing_steps = sum(1 for s in after_warmup if s.transfers)
-    if after_warmup and syncing_steps / len(after_warmup) > TRANSFERS_PER_STEP_LIMIT:
-        host_reads_after = sum(s.host_reads for s in after_warmup)
-        reasons.append(
-            f"per-step host syncs: {syncing_steps} of {len(after_warmup)} steps after warm-up copy values to the "
-            f"host ({report.host_transfers_per_step:g} transfer(s) per step, {host_reads_after} of them "
-            ".item()/bool()-style host reads"
-            + (", the rest from the CPU fallback ops" if report.fallback_ops else "")
-            + ")"
-            + (f", .item() mostly at {report.item_sites[0]['location']}" if report.item_sites else "")
-            + "; each one waits for the device. "
-            + (
-                GRAD_SCALER_REASON
-                if report.item_sites and report.item_sites[0]["location"].endswith(GRAD_SCALER_READ)
-                else "Log with xm.add_step_closure or every N steps"
-            )
-        )
+    # Host syncs (.item() logging, GradScaler's inf check, a checkpoint) cost time but do not change what is
+    # computed: they are performance findings (report.performance), never a reason to refuse L2.
     if report.nan:
         reasons.append("NaN/Inf: " + "; ".join(report.nan_details[:5]))
     if report.stale_optimizer_params:
@@ -320,3 +324,172 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
     if report.lost_ties:
         reasons.append("tied weights lost: " + "; ".join(report.lost_ties))
     return ("L0", reasons) if reasons else ("L2", [])
+
+
+def time_splits(per_step: list[StepStats], steps_warmup: int) -> list[TimeSplit]:
+    """Where the steps' time went, over all steps and over the steps after warm-up (when there are any)."""
+    scopes = [("all steps", per_step), ("after warm-up", per_step[steps_warmup:])]
+    return [
+        TimeSplit(
+            scope=scope,
+            steps=len(steps),
+            wall_s=round(sum(s.wall_s for s in steps), 4),
+            trace_s=round(sum(s.trace_s for s in steps), 4),
+            compile_s=round(sum(s.compile_s for s in steps), 4),
+            host_wait_s=round(sum(s.host_wait_s for s in steps), 4),
+            execute_s=round(sum(s.execute_s for s in steps), 4),
+        )
+        for scope, steps in scopes
+        if steps
+    ]
+
+
+def performance_findings(report: CheckReport, reads_after_last_step: list[dict]) -> list[PerformanceFinding]:
+    """Host syncs per site, compiles after warm-up that were then cached, and slow steps; per-step costs first,
+    then by the time they cost."""
+    findings = _host_sync_findings(report, reads_after_last_step)
+    findings += _compile_findings(report)
+    findings += _slow_step_findings(report)
+    return sorted(findings, key=lambda f: (not f.every_step, -f.cost_s))
+
+
+def _host_sync_findings(report: CheckReport, reads_after_last_step: list[dict]) -> list[PerformanceFinding]:
+    """One finding per site that read device values on the host: every step (its share of the step time), or
+    as events (an evaluation or a checkpoint every N steps, once after the last step), each listed as such."""
+    after_warmup = report.per_step[report.steps_warmup :]
+    step_time = sum(s.wall_s for s in after_warmup)
+    by_site: dict[str | None, dict] = {}
+    for step, reads in [(s.index, s.reads) for s in report.per_step] + [(None, reads_after_last_step)]:
+        for read in reads:
+            site = by_site.setdefault(read["site"], {"kinds": {}, "steps": [], "count": 0, "wait_s": 0.0, "after": 0.0})
+            site["kinds"][read["kind"]] = site["kinds"].get(read["kind"], 0) + read["count"]
+            site["count"] += read["count"]
+            site["wait_s"] += read["wait_s"]
+            if step is not None and step not in site["steps"]:
+                site["steps"].append(step)
+            if step is not None and step >= report.steps_warmup:
+                site["after"] += read["wait_s"]
+    findings = []
+    for location, site in by_site.items():
+        kind = max(site["kinds"], key=site["kinds"].get)
+        label, code, fix = READ_KINDS.get(kind, READ_KINDS["item"])
+        if location is not None and location.endswith(GRAD_SCALER_READ):
+            location = location.removesuffix(GRAD_SCALER_READ)
+            label, code, fix = "GradScaler's inf check (`scaler.step`)", "XLA502", GRAD_SCALER_FIX
+        steps_after = [i for i in site["steps"] if i >= report.steps_warmup]
+        every_step = bool(after_warmup) and len(steps_after) / len(after_warmup) > EVERY_STEP_SHARE
+        events = len(site["steps"]) + (location in {r["site"] for r in reads_after_last_step})
+        if every_step:
+            when = (
+                "every step"
+                if len(steps_after) == len(after_warmup)
+                else f"in {len(steps_after)} of {len(after_warmup)} steps after warm-up"
+            )
+            cost = (
+                f"{1000 * site['after'] / len(after_warmup):.2f} ms per step, "
+                f"{site['after'] / step_time:.0%} of the step time after warm-up"
+                if step_time
+                else "its cost could not be timed"
+            )
+        else:
+            when = _event_steps(site["steps"], after_last_step=events > len(site["steps"]))
+            cost = f"{1000 * site['wait_s'] / events:.1f} ms per event" + (
+                f", {site['count'] / events:.3g} read(s) each" if site["count"] > events else ""
+            )
+            fix = "nothing to do: it is not paid every step" if site["count"] and events <= 1 else fix
+        findings.append(
+            PerformanceFinding(
+                kind="host_sync",
+                site=location,
+                what=f"{label} at {location or 'an unknown line'} waits for the device and copies to the host "
+                f"({site['count']} read(s) in the run; {cost})",
+                when=when,
+                every_step=every_step,
+                count=site["count"],
+                steps=site["steps"],
+                cost_s=round(site["wait_s"], 4),
+                ms_per_step=round(1000 * site["after"] / len(after_warmup), 3) if every_step else None,
+                share=round(site["after"] / step_time, 4) if every_step and step_time else None,
+                fix=fix,
+                code=code,
+            )
+        )
+    return findings
+
+
+def _event_steps(steps: list[int], after_last_step: bool) -> str:
+    """`in steps 5, 10 (every 5 steps)`, `once, in step 3`, `once, after the last step` ..."""
+    parts = []
+    if len(steps) == 1:
+        parts.append(f"in step {steps[0]}")
+    elif steps:
+        gaps = {b - a for a, b in zip(steps, steps[1:], strict=False)}
+        parts.append(f"in steps {step_list(steps)}" + (f" (every {gaps.pop()} steps)" if len(gaps) == 1 else ""))
+    if after_last_step:
+        parts.append("after the last step")
+    return ("once, " if len(steps) + after_last_step == 1 else "") + " and ".join(parts)
+
+
+def _compile_findings(report: CheckReport) -> list[PerformanceFinding]:
+    """New graphs after warm-up that were then cached (fewer than REPEATED_COMPILE_STEPS steps compiled): what
+    they cost. Repeated compilation is graded instead (a reason to refuse L2)."""
+    compiled = [s for s in report.per_step[report.steps_warmup :] if s.compiles]
+    if not compiled or len(compiled) >= REPEATED_COMPILE_STEPS:
+        return []
+    where = report.recompile_sources[0].location if report.recompile_sources else compiled[0].sync_site
+    cost = sum(s.compile_s for s in compiled)
+    return [
+        PerformanceFinding(
+            kind="compile",
+            site=where,
+            what=f"{sum(s.compiles for s in compiled)} new graph(s) after warm-up"
+            + (f", from {where}" if where else "")
+            + f", then cached: {cost:.2f} s compiling; not repeated compilation",
+            when=_event_steps([s.index for s in compiled], after_last_step=False),
+            every_step=False,
+            count=sum(s.compiles for s in compiled),
+            steps=[s.index for s in compiled],
+            cost_s=round(cost, 4),
+            ms_per_step=None,
+            share=None,
+            fix="nothing to do when it is a new phase (the first evaluation); otherwise give the graph the "
+            "warm-up steps' shapes",
+        )
+    ]
+
+
+def _slow_step_findings(report: CheckReport, listed: int = 3) -> list[PerformanceFinding]:
+    """Steps after warm-up far slower than the typical one that a compile does not explain, with where their
+    time went."""
+    after_warmup = report.per_step[report.steps_warmup :]
+    if len(after_warmup) < 3:
+        return []
+    typical = statistics.median(s.wall_s for s in after_warmup)
+    slow = [
+        s
+        for s in after_warmup
+        if s.wall_s > max(SLOW_STEP_FACTOR * typical, typical + SLOW_STEP_MIN_S)
+        and s.compile_s < (s.wall_s - typical) / 2
+    ]
+    findings = []
+    for step in sorted(slow, key=lambda s: -s.wall_s)[:listed]:
+        reads = sorted(step.reads, key=lambda r: -r["wait_s"])
+        where = f" (most at {reads[0]['site']})" if reads and step.host_wait_s else ""
+        findings.append(
+            PerformanceFinding(
+                kind="slow_step",
+                site=reads[0]["site"] if reads else None,
+                what=f"step {step.index} took {1000 * step.wall_s:.0f} ms against a typical {1000 * typical:.0f} ms: "
+                f"{1000 * step.host_wait_s:.0f} ms waiting on host reads{where}, "
+                f"{1000 * step.trace_s:.0f} ms tracing and dispatch, {1000 * step.compile_s:.0f} ms compiling",
+                when=f"once, in step {step.index}",
+                every_step=False,
+                count=1,
+                steps=[step.index],
+                cost_s=round(step.wall_s - typical, 4),
+                ms_per_step=None,
+                share=None,
+                fix="see what the script does in that step (an evaluation, a checkpoint, data loading)",
+            )
+        )
+    return findings

@@ -27,6 +27,22 @@ STALL_COMPILES = 6  # compilations of ever-larger graphs with no barrier (host r
 WATCH_S = 0.2
 HEARTBEAT_S = 1.0
 GRAD_SCALER_FILE = os.path.join("amp", "grad_scaler.py")
+# The Tensor methods through which a script reads an XLA tensor's value on the host, and the kind of read each
+# is (the report names the kind and its kb fix). `to` counts only when it returns a CPU tensor; nested reads
+# (print -> __format__ -> item) count once, as the outermost.
+READ_METHODS = {
+    "item": "item",
+    "__bool__": "bool",
+    "__float__": "float",
+    "__int__": "int",
+    "__index__": "int",
+    "tolist": "tolist",
+    "numpy": "numpy",
+    "cpu": "cpu",
+    "to": "cpu",
+    "__format__": "print",
+    "__repr__": "print",
+}
 
 
 class Recorder:
@@ -112,8 +128,12 @@ class Probe:
         self.placement_findings: dict[str, list[str]] = {"stale": [], "off_device": [], "untied": []}
         self.untied_by_moves: list[tuple[weakref.ref, str, list[list[str]]]] = []  # (module, its name, lost groups)
         self.nonfinite_reads: list[dict] = []
-        self.item_sites: dict[str | None, int] = {}  # where the script calls .item() on XLA tensors
+        self.item_sites: dict[str | None, int] = {}  # where the script reads XLA tensors on the host
         self.last_read_site: str | None = None  # the latest of them
+        self.reading = threading.local()  # .active: this thread is inside a counted read, whose own reads are its
+        self.step_reads: dict[tuple[str | None, str], list] = {}  # (site, kind) -> [reads, wait s] this step
+        self.host_wait_s = 0.0  # running total of main-thread time blocked in host reads (compiles excluded)
+        self.host_wait_at_boundary = 0.0
         self.last_loss_ref = None
         self.last_loss = None
         self.finished = False
@@ -137,10 +157,12 @@ class Probe:
         met = self.met
         compile_time = met.metric_data("CompileTime")
         transfer_time = met.metric_data("TransferFromDeviceTime")
+        execute_time = met.metric_data("ExecuteTime")
         return {
             "compiles": met.counter_value("UncachedCompile") or 0,
             "cache_lookups": (met.counter_value("UncachedCompile") or 0) + (met.counter_value("CachedCompile") or 0),
             "compile_ns": compile_time[1] if compile_time else 0,
+            "execute_ns": execute_time[1] if execute_time else 0,
             "transfers": transfer_time[0] if transfer_time else 0,
             "graphs": (met.metric_data("TensorsGraphSize") or (0,))[0],
             "aten": {name: met.counter_value(name) for name in met.counter_names() if name.startswith("aten::")},
@@ -153,6 +175,7 @@ class Probe:
         return {
             "compiles": now["compiles"] - before["compiles"],
             "compile_s": (now["compile_ns"] - before["compile_ns"]) / 1e9,
+            "execute_s": (now["execute_ns"] - before.get("execute_ns", 0)) / 1e9,
             "transfers": now["transfers"] - before["transfers"],
             "host_reads": host_reads,
             "fallbacks": {op: n for op, n in sorted(aten.items()) if n},
@@ -203,10 +226,13 @@ class Probe:
         step["transfers"] -= closure_transfers
         step["host_reads"] -= closure_host_reads
         step["closure_transfers"] = closure_transfers
+        step["host_wait_s"] = self.host_wait_s - self.host_wait_at_boundary
+        step["reads"] = self.take_reads()
         if step["compiles"]:
             step["sync_site"] = _user_site(3)
         self.recorder.emit("step", index=self.steps, **step)
         self.boundary = now
+        self.host_wait_at_boundary = self.host_wait_s
         self.optimizer_steps_at_boundary = self.optimizer_steps
         self.closure_reads_at_boundary = dict(self.closure_reads)
         if self.steps == 0:
@@ -246,23 +272,58 @@ class Probe:
 
         return to
 
-    def wrap_item(self, original):
+    def take_reads(self) -> list[dict]:
+        """The host reads since the last step, one entry per (site, kind), and starts counting afresh."""
+        reads = [
+            {"site": site, "kind": kind, "count": n, "wait_s": round(wait, 6)}
+            for (site, kind), (n, wait) in self.step_reads.items()
+        ]
+        self.step_reads = {}
+        return reads
+
+    def compile_ns(self) -> float:
+        data = self.met.metric_data("CompileTime")
+        return data[1] if data else 0
+
+    def wrap_read(self, original, kind: str):
+        """Counts, times and locates a host read of an XLA tensor made through `original` (a Tensor method)."""
         probe = self
 
         @functools.wraps(original)
-        def item(tensor, *args, **kwargs):
-            value = original(tensor, *args, **kwargs)
-            if tensor.device.type == "xla" and not probe.in_sync:  # closures run inside the sync: not counted
+        def read(tensor, *args, **kwargs):
+            device = getattr(tensor, "device", None)
+            if getattr(probe.reading, "active", False) or device is None or device.type != "xla":
+                return original(tensor, *args, **kwargs)
+            probe.reading.active = True
+            start, compile_start = time.perf_counter(), probe.compile_ns()
+            try:
+                value = original(tensor, *args, **kwargs)
+            finally:
+                probe.reading.active = False
+            if kind == "cpu" and getattr(value, "device", None) is not None and value.device.type == "xla":
+                return value  # `.to(...)` that stays on the device: not a read
+            # the compile a read triggers is compilation, not waiting: only the rest counts as the host's wait
+            wait = max(time.perf_counter() - start - (probe.compile_ns() - compile_start) / 1e9, 0.0)
+            probe.host_wait_s += wait
+            if not probe.in_sync:  # step closures run inside the sync on finished values: not the script's reads
                 site = _user_site()
                 if site is not None and _in_grad_scaler(sys._getframe(1)):
                     site += GRAD_SCALER_READ
+                entry = probe.step_reads.setdefault((site, kind), [0, 0.0])
+                entry[0] += 1
+                entry[1] += wait
                 probe.item_sites[site] = probe.item_sites.get(site, 0) + 1
                 probe.last_read_site = site
-            if isinstance(value, float) and not math.isfinite(value) and len(probe.nonfinite_reads) < MAX_LISTED:
+            if (
+                kind in ("item", "float")
+                and isinstance(value, float)
+                and not math.isfinite(value)
+                and len(probe.nonfinite_reads) < MAX_LISTED
+            ):
                 probe.nonfinite_reads.append({"step": probe.steps, "value": repr(value), "site": _user_site()})
             return value
 
-        return item
+        return read
 
     def wrap_backward(self, original):
         probe = self
@@ -456,7 +517,9 @@ class Probe:
         self.finished = True
         final = self.snapshot()
         totals = self.delta(final, {"compiles": 0, "compile_ns": 0, "transfers": 0, "aten": {}})
+        reads_after_last_step = self.take_reads()  # before the check's own read below
         self.check_placement()
+        self.reading.active = True  # the NaN/Inf check's transfer is the probe's, not the script's
         try:
             nonfinite = self.nonfinite_tensors()
             nonfinite_error = None
@@ -472,6 +535,8 @@ class Probe:
             nonfinite_check_error=nonfinite_error,
             nonfinite_reads=self.nonfinite_reads,
             item_sites=sorted(self.item_sites.items(), key=lambda item: -item[1])[:MAX_LISTED],
+            reads_after_last_step=reads_after_last_step,
+            host_wait_after_last_step_s=self.host_wait_s - self.host_wait_at_boundary,
             optimizers=len(self.optimizers),
             optimizer_steps=self.optimizer_steps,
             off_xla_optimizer_steps=self.off_xla_optimizer_steps,
@@ -492,7 +557,9 @@ class Probe:
         torch_xla_module.sync = sync  # torch_xla.compile() calls the module-level name
         xm._run_step_closures = self.wrap_run_step_closures(xm._run_step_closures)
         torch.nn.Module.to = self.wrap_module_to(torch.nn.Module.to)
-        torch.Tensor.item = self.wrap_item(torch.Tensor.item)
+        for method, kind in READ_METHODS.items():
+            if hasattr(torch.Tensor, method):
+                setattr(torch.Tensor, method, self.wrap_read(getattr(torch.Tensor, method), kind))
         torch.Tensor.backward = self.wrap_backward(torch.Tensor.backward)
         register_optimizer_step_pre_hook(self.on_optimizer_step)
         threading.Thread(target=self.watch, name="xlaport-check-watchdog", daemon=True).start()

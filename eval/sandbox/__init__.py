@@ -6,35 +6,45 @@ sandboxed. With all mechanisms (root, cgroup v1, `unshare`):
 - every descendant, detached ones included (setsid, double fork), is in the run's memory and pids cgroups and
   in its PID namespace: when the command ends, or on time-out or memory limit, all are killed and the cgroup is
   verified empty (`survivors` lists any that were not);
-- memory: the cgroup's limit covers the whole tree (the kernel's OOM killer acts, then the run is ended); the
-  peak is the polled RSS of the tree, at least the cgroup's high-water mark on a memory kill; tasks (processes
-  + threads) are capped by the pids cgroup;
+- memory: the cgroup's limit (v1, or v2 where /sys/fs/cgroup is v2) covers the whole tree (the kernel's OOM
+  killer acts, then the run is ended); the peak is the tree's anonymous + shared memory with each page once,
+  polled, at least the cgroup's high-water mark on a memory kill; tasks (processes + threads) are capped by
+  the pids cgroup;
 - no network: a network namespace with only its own loopback;
-- user `nobody` with no supplementary groups and no_new_privs; a minimal environment (allowlist, never the
-  server's secrets); private /tmp, /var/tmp, /dev/shm, /run/lock; folders nobody cannot traverse (a 0700
-  /root) are hidden except the interpreter's; writes are possible only in the folders handed over (`writable`,
-  the working directory) and where the machine lets any user write;
+- user `nobody` with no supplementary groups and no_new_privs, in a user namespace of its own that may make no
+  other (N16); a minimal environment (allowlist, never the server's secrets); private /tmp, /var/tmp, /dev/shm,
+  /run/lock; folders nobody cannot traverse (a 0700 /root) are hidden except what the run needs; writes are
+  possible only in the folders handed over (`writable`), in *views* of the user's folders (`views`, the working
+  directory: overlays whose writes land in the run's scratch, so the user's files never change) and where the
+  machine lets any user write;
+- never root by surprise: what nobody cannot read is shown through a view when the caller may (`reveal`), else
+  refused (`SandboxRefused`) unless `allow_unsandboxed`;
 - rlimits: file size, CPU time, core dumps off, processes of the sandbox user.
 The memory limit is not an address-space rlimit: torch reserves large virtual ranges.
 
-Parts: mechanisms.py (what this machine allows), view.py (what the child sees), init.py (PID 1 inside
-the namespaces), files.py (folders handed over, files read back), run.py (`run_sandboxed`).
+Parts: mechanisms.py (what this machine allows), cgroups.py (v1 and v2 groups), view.py (what the child sees),
+init.py (PID 1 inside the namespaces), files.py (scratch folders, folders handed over, files read back), run.py
+(`run_sandboxed`).
 """
 
-from .files import read_child_file, readable_scratch
+from .files import read_child_file, readable_scratch, scratch
 from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
-from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxResult, python_argv, run_sandboxed
+from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxRefused, SandboxResult, python_argv, run_sandboxed
+from .view import project_root
 
 __all__ = [
     "DEFAULT_MEMORY_MB",
     "DEFAULT_TIMEOUT_S",
     "SANDBOX_USER",
     "Mechanisms",
+    "SandboxRefused",
     "SandboxResult",
     "host_memory_mb",
+    "project_root",
     "python_argv",
     "read_child_file",
     "readable_scratch",
     "run_sandboxed",
     "sandbox_status",
+    "scratch",
 ]

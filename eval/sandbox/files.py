@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+# xlaport-KIND-PID.START-random: the process that made it and its start time (PIDs are reused)
+SCRATCH_NAME = re.compile(r"^xlaport-[a-z]+(?:-[a-z]+)*-(\d+)\.(\d+)-")
 
 
 def hand_over(folder: Path, user: tuple[int, int]) -> None:
@@ -35,6 +41,51 @@ def read_child_file(path: Path, limit_bytes: int | None = 64 * 2**20) -> bytes |
 
 def readable_scratch(prefix: str) -> tempfile.TemporaryDirectory:
     """A temporary folder for submitted code that the sandbox user may read (0755; in the sandbox /tmp is private)."""
-    scratch = tempfile.TemporaryDirectory(prefix=prefix)
-    os.chmod(scratch.name, 0o755)
-    return scratch
+    folder = scratch(prefix)
+    os.chmod(folder.name, 0o755)
+    return folder
+
+
+def scratch(prefix: str, avoid: Sequence[Path | str] = ()) -> tempfile.TemporaryDirectory:
+    """A temporary folder named after this process (`prefix` is `xlaport-KIND-`), outside every folder of `avoid`
+    (a view's own folder cannot hold its scratch). Folders left by xlaport processes that were killed before
+    they could remove theirs are removed first."""
+    bases = [tempfile.gettempdir(), "/var/tmp", "/dev/shm", os.path.expanduser("~/.cache")]
+    base = next(
+        (b for b in bases if os.path.isdir(b) and not any(_inside(os.path.realpath(b), str(a)) for a in avoid)), None
+    )
+    if base is None:
+        raise OSError(f"no folder for the run's scratch outside {', '.join(map(str, avoid))}")
+    remove_stale_scratch(Path(base))
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}.{_start_time(os.getpid())}-", dir=base)
+
+
+def remove_stale_scratch(base: Path) -> list[Path]:
+    """Removes xlaport scratch folders in `base` whose process is gone (killed: SIGKILL runs no clean-up)."""
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = SCRATCH_NAME.match(entry.name)
+        if not match or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid, started = int(match.group(1)), int(match.group(2))
+        if _start_time(pid) == started:
+            continue  # its process still runs
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), None when there is no such process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")

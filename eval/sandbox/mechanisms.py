@@ -7,21 +7,26 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .view import namespace_argv
+from .cgroups import own_v1, own_v2, v1_path, v2_path
+from .view import View, namespace_argv
 
 SANDBOX_USER = "nobody"
 
 
 @dataclass(frozen=True)
 class Mechanisms:
-    memory_cgroup: str | None  # folder under which a run's memory cgroup is made
+    memory_cgroup: str | None  # folder under which a run's memory cgroup is made (v2: its one cgroup)
     pids_cgroup: str | None
     namespaces: bool  # PID, mount and network namespaces through `unshare`
     user: tuple[int, int] | None  # uid, gid to run as
     refused: tuple[str, ...]  # one line per mechanism that is not available, with the reason
+    cgroup_version: int = 1
+    overlay: bool = False  # views of the user's folders through overlayfs (else copies)
+    no_userns: bool = False  # the command cannot make user namespaces
 
     @property
     def sandboxed(self) -> bool:
@@ -34,55 +39,39 @@ class Mechanisms:
         held = ["minimal environment (allowlist; the server's secrets never reach the child)"]
         if self.memory_cgroup and self.pids_cgroup:
             held.append("every descendant, detached ones included, is tracked by cgroup and killed at the end")
-            held.append("memory and task limits cover the whole process tree (cgroup v1)")
+            held.append(f"memory and task limits cover the whole process tree (cgroup v{self.cgroup_version})")
         if self.namespaces:
             held.append("PID namespace: all descendants die with the command")
             held.append("no network (own network namespace, own loopback only)")
             held.append("private /tmp, /var/tmp, /dev/shm; folders the sandbox user cannot traverse stay hidden")
+        if self.no_userns:
+            held.append("no user namespaces inside (limit 0 in the command's own user namespace)")
         if self.user and dropped:
-            held.append(f"runs as {SANDBOX_USER} (uid {self.user[0]}), no_new_privs: writes only where handed over")
+            held.append(
+                f"runs as {SANDBOX_USER} (uid {self.user[0]}), no_new_privs; the user's folders are private "
+                f"{'overlay views' if self.overlay else 'copies'}: the run never writes them"
+            )
         held.append("rlimits: file size, CPU time, processes, no core dumps")
         return held
-
-
-def own_cgroup(controller: str) -> str | None:
-    """The folder of this process's cgroup for a v1 controller, where a child group can be made."""
-    folder = cgroup_path(controller)
-    if folder is None:
-        return None
-    _remove_stale(Path(folder))
-    probe = Path(folder, f"xlaport-probe-{os.getpid()}")
-    try:
-        probe.mkdir()
-        probe.rmdir()
-    except OSError:
-        return None
-    return folder
-
-
-def _remove_stale(folder: Path) -> None:
-    """Empty run cgroups (xlaport-PID-...) of xlaport processes that were killed before they could remove them."""
-    for group in folder.glob("xlaport-*-*"):
-        try:
-            os.kill(int(group.name.split("-")[1]), 0)
-        except ProcessLookupError:
-            try:
-                group.rmdir()
-            except OSError:
-                pass  # not empty: something still runs in it
-        except (ValueError, PermissionError):
-            continue
 
 
 @functools.cache
 def sandbox_status() -> Mechanisms:
     """Probes each mechanism once per process."""
     refused = []
-    memory, pids = own_cgroup("memory"), own_cgroup("pids")
-    if not memory:
-        refused.append("memory cgroup (v1) not writable: memory is limited by polling RSS, descendants may escape it")
-    if not pids:
-        refused.append("pids cgroup (v1) not writable: tasks are limited by RLIMIT_NPROC only")
+    version = 1
+    memory, pids = own_v1("memory"), own_v1("pids")
+    if v2_path() is not None:
+        version = 2
+        memory, why = own_v2()
+        pids = memory
+        if why:
+            refused.append(f"{why}: memory is limited by polling, descendants may escape it")
+    else:
+        if not memory:
+            refused.append("memory cgroup (v1) not writable: memory is limited by polling, descendants may escape it")
+        if not pids:
+            refused.append("pids cgroup (v1) not writable: tasks are limited by RLIMIT_NPROC only")
     user = None
     if os.geteuid() != 0:
         refused.append(f"not root: the child runs as this user (uid {os.geteuid()}), not as {SANDBOX_USER}")
@@ -91,38 +80,58 @@ def sandbox_status() -> Mechanisms:
             entry = pwd.getpwnam(SANDBOX_USER)
             user = (entry.pw_uid, entry.pw_gid)
         except KeyError:
-            refused.append(f"no user {SANDBOX_USER}: the child runs as root")
-    namespaces = False
+            refused.append(f"no user {SANDBOX_USER}: the child would run as root")
+    namespaces = overlay = no_userns = False
     if shutil.which("unshare") is None:
         refused.append(
             "no `unshare`: no PID or network namespace (network reachable, detached children tracked by cgroup only)"
         )
     else:
-        probe = namespace_argv(user or (os.geteuid(), os.getegid()), [], -1, ["true"])
-        run = subprocess.run(probe, capture_output=True, text=True, timeout=30, pass_fds=())
-        namespaces = run.returncode == 0
-        if not namespaces:
-            refused.append(f"`unshare` refused ({run.stderr.strip()[-200:]}): network reachable, no PID namespace")
-    return Mechanisms(memory, pids, namespaces, user, tuple(refused))
+        namespaces, no_userns, overlay, why = _probe_namespaces(user or (os.geteuid(), os.getegid()))
+        refused += why
+    return Mechanisms(memory, pids, namespaces, user, tuple(refused), version, overlay, no_userns)
+
+
+def _probe_namespaces(user: tuple[int, int]) -> tuple[bool, bool, bool, list[str]]:
+    """(namespaces, no user namespaces inside, overlay views, refusals): the init runs `true` with each."""
+
+    def attempt(no_userns: bool, with_view: bool) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory(prefix="xlaport-probe-") as tmp:
+            views = []
+            if with_view:
+                folder, upper, work = (Path(tmp, name) for name in ("folder", "upper", "work"))
+                for path in (folder, upper, work):
+                    path.mkdir()
+                views = [View(str(folder), "overlay", str(upper), str(work))]
+            argv = namespace_argv(user, [], -1, ["true"], views, userns=no_userns)
+            return subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=())
+
+    full = attempt(True, True)
+    if full.returncode == 0:
+        return True, True, True, []
+    bare = attempt(False, False)
+    if bare.returncode != 0:
+        why = f"`unshare` refused ({bare.stderr.strip()[-200:]}): network reachable, no PID namespace"
+        return False, False, False, [why]
+    refused = []
+    no_userns = attempt(True, False).returncode == 0
+    if not no_userns:
+        refused.append("user namespaces stay available to the command (cannot limit them in its own)")
+    overlay = attempt(False, True).returncode == 0
+    if not overlay:  # not a gap: the views are copies then
+        pass
+    return True, no_userns, overlay, refused
 
 
 def host_memory_mb() -> int:
     """RAM of this machine, or the memory limit of the cgroup xlaport runs in when that is lower."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    folder = cgroup_path("memory")
-    if folder:
+    v2 = v2_path()
+    v1 = v1_path("memory")
+    limit = (v2 / "memory.max") if v2 else Path(v1, "memory.limit_in_bytes") if v1 else None
+    if limit is not None:
         try:
-            total = min(total, int(Path(folder, "memory.limit_in_bytes").read_text()))
+            total = min(total, int(limit.read_text()))
         except (OSError, ValueError):
-            pass
+            pass  # "max" (v2) or no such file
     return total // 2**20
-
-
-def cgroup_path(controller: str) -> str | None:
-    """The folder of this process's cgroup for a v1 controller, or None (no such hierarchy mounted)."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        if controller in names.split(","):
-            folder = Path("/sys/fs/cgroup", controller) / path.lstrip("/")
-            return str(folder) if folder.is_dir() else None
-    return None

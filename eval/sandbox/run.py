@@ -7,18 +7,31 @@ import functools
 import math
 import os
 import resource
+import shutil
 import signal
+import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import hand_over
+from .cgroups import CgroupsV1, CgroupsV2
+from .files import hand_over, read_child_file, scratch
 from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
-from .view import namespace_argv, needed_paths, unreachable
+from .view import (
+    View,
+    ViewTooBig,
+    copy_view,
+    describe,
+    inside,
+    may,
+    namespace_argv,
+    needed_paths,
+    unreadable,
+    view_outputs,
+)
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MEMORY_MB = 8192
@@ -28,6 +41,7 @@ OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024  # per stream; the tail is kept
 POLL_S = 0.1
 READER_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
 LIBC = ctypes.CDLL(None, use_errno=True)
 ENV_NAMES = {"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USE_TORCH_XLA", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
 ENV_PREFIXES = ("LC_", "PJRT_", "XLA_", "TPU_", "PT_XLA_", "TF_CPP_", "PYTHON")
@@ -41,12 +55,19 @@ class SandboxResult:
     wall_s: float
     timed_out: bool = False
     memory_exceeded: bool = False
-    peak_rss_mb: float = 0.0  # whole tree, polled every POLL_S; on a memory kill at least the cgroup's high-water mark
+    # the tree's anonymous + shared memory, each page once (the cgroup's figure; without cgroups the sum of the
+    # processes' proportional shares), polled every POLL_S; on a memory kill at least the cgroup's high-water mark
+    peak_rss_mb: float = 0.0
     kill_reason: str | None = None  # "timeout", "memory" or None (ended by itself)
     memory_limit_mb: int = 0  # the limit applied: the one asked for, at most the host's memory
     survivors: list[int] = field(default_factory=list)  # host PIDs still alive after the end (should be none)
     guarantees: list[str] = field(default_factory=list)  # what held for this run
     gaps: list[str] = field(default_factory=list)  # what did not, and why
+    outputs: list[str] = field(default_factory=list)  # files the run wrote in its views, as the program saw them
+    outputs_removed: list[str] = field(default_factory=list)  # files it removed there (the user's stay)
+    outputs_bytes: int = 0
+    views: list[str] = field(default_factory=list)  # the user's folders the run saw through a view
+    outputs_kept: str | None = None  # where its outputs were copied (keep_outputs), None: discarded
 
     @property
     def ok(self) -> bool:
@@ -80,6 +101,11 @@ def sandbox_env(extra: dict[str, str] | None, home: Path, private_tmp: bool) -> 
     return env
 
 
+class SandboxRefused(RuntimeError):
+    """The run would have been made as root (the sandbox user could not read what it needs, or there is no
+    sandbox user): refused, with the reason and the fix, unless the caller allows an unsandboxed run."""
+
+
 def run_sandboxed(
     argv: list[str],
     cwd: Path | None = None,
@@ -91,50 +117,98 @@ def run_sandboxed(
     readable: list[Path] | tuple[Path, ...] = (),
     max_tasks: int = DEFAULT_MAX_TASKS,
     file_size_mb: int = DEFAULT_FILE_SIZE_MB,
+    views: list[Path] | tuple[Path, ...] = (),
+    reveal: bool = False,
+    allow_unsandboxed: bool = False,
+    keep_outputs: Path | None = None,
 ) -> SandboxResult:
     """Runs `argv` in the sandbox. `cwd` defaults to a fresh private folder. `writable` folders (the caller's
-    scratch, where the child leaves results) are handed over to the sandbox user, recursively. The child sees
-    the folders of `cwd`, `writable`, `readable`, `env`'s PYTHONPATH and of absolute file paths in `argv`; of
-    /tmp nothing else.
-    Where the sandbox user could not use one of them the run stays with xlaport's user, and says so in `gaps`.
+    scratch, where the child leaves results) are handed over to the sandbox user, recursively. `views` (the
+    user's project) and `cwd`, unless it is handed over, are seen as private writable views (view.py): the run
+    writes there as in its own folder, and the folders are never changed; `result.outputs` lists what it wrote,
+    copied to `keep_outputs` when given. The child sees the folders of `cwd`, `writable`, `readable`, `views`,
+    `env`'s PYTHONPATH and of absolute file paths in `argv`; of /tmp nothing else.
+    What the sandbox user could not read is refused (SandboxRefused), unless `reveal` (the caller may read it:
+    the view shows it) or `allow_unsandboxed` (the run stays with xlaport's user, root, and says so in `gaps`).
     The environment is the allowlist plus `env`."""
     memory_mb = min(memory_mb, host_memory_mb())  # fronts refuse explicit requests above it; defaults are clamped
     mech = sandbox_status()
     gaps = list(mech.refused)
     python_path = (env or {}).get("PYTHONPATH", "")
     readable = [*map(Path, readable), *(Path(p) for p in python_path.split(os.pathsep) if p and os.path.isdir(p))]
-    with tempfile.TemporaryDirectory(prefix="xlaport-run-") as own:
-        home = Path(own) / "work"
+    folders = [os.path.realpath(v) for v in views]
+    cwd_real = os.path.realpath(cwd) if cwd is not None else None
+    handed_real = [os.path.realpath(w) for w in writable]
+    if cwd_real and not any(inside(cwd_real, f) for f in [*folders, *handed_real]):
+        folders.append(cwd_real)  # a working folder of the user's: written through a view only
+    user = mech.user
+    if os.geteuid() == 0 and user is None:
+        if not allow_unsandboxed:
+            raise SandboxRefused(
+                f"there is no user {SANDBOX_USER} to run the command as, and it is never run as root instead. "
+                f"Fix: create the user {SANDBOX_USER}, or allow an unsandboxed run (`--allow-unsandboxed`)"
+            )
+        gaps.insert(0, f"runs as root (unsandboxed run allowed): there is no user {SANDBOX_USER}")
+    if user:
+        for folder in writable:  # the caller's scratch is the sandbox user's before anything is judged
+            hand_over(Path(folder), user)
+        blocked, extra = _blocked(cwd_real, argv, readable, folders, user, reveal)
+        blocked = blocked or (None if mech.namespaces else _untraversable([argv[0], *argv[1:], cwd_real], user))
+        folders += extra
+        if blocked and not allow_unsandboxed:
+            raise SandboxRefused(
+                f"the sandbox user {SANDBOX_USER} cannot read {blocked}, and the run is never made as root "
+                "instead. Fix: make it readable to other users (chmod o+r on the file, o+rx on its folders), "
+                "or allow an unsandboxed run (`--allow-unsandboxed`: as root, not sandboxed)"
+            )
+        if blocked:
+            gaps.insert(0, f"runs as root (unsandboxed run allowed): {SANDBOX_USER} cannot read {blocked}")
+            user = None
+    folders = _outermost(folders)
+    if any(inside(h, f) for h in handed_real for f in folders):
+        raise ValueError("a handed-over folder cannot be inside a view (its writes would stay in the view)")
+    with scratch("xlaport-run-", avoid=folders) as own:
+        os.chmod(own, 0o711)  # the child reaches its home through it; the views' stores stay out of its reach
+        home = Path(own) / "home"
         home.mkdir()
         cwd = Path(cwd) if cwd is not None else home
-        handed = [Path(own), *map(Path, writable)]
-        user = mech.user
+        handed = [home, *map(Path, writable)]
+        run_views, too_big = _make_views(folders, Path(own), mech, user, reveal, cwd_real)
+        gaps += too_big
         if user:
-            for folder in handed:
-                hand_over(folder, user)
-            blocked = unreachable(cwd, argv, readable, user)
-            if blocked:
-                gaps.append(f"runs as root: {SANDBOX_USER} cannot reach {blocked}")
-                user = None
+            hand_over(home, user)
+        moved = _mover(run_views)
+        argv, cwd = [moved(a) for a in argv], Path(moved(str(cwd)))
+        env = {k: os.pathsep.join(moved(p) for p in v.split(os.pathsep)) for k, v in (env or {}).items()}
         run_as = user or (os.geteuid(), os.getegid())
         status_r, status_w = os.pipe()  # the init writes the command's wait status here
         full_argv, pass_fds = argv, ()
         if mech.namespaces:
-            needed = needed_paths(cwd, argv, [*handed, *map(Path, readable)])
-            full_argv, pass_fds = namespace_argv(run_as, needed, status_w, argv), (status_w,)
-        cgroups = _Cgroups.make(mech, memory_mb, max_tasks)
+            seen = [Path(v.seen_at) for v in run_views]
+            needed = needed_paths(cwd, argv, [*handed, *map(Path, readable), *seen])
+            full_argv = namespace_argv(run_as, needed, status_w, argv, run_views, reveal, mech.no_userns, str(cwd))
+            pass_fds = (status_w,)
+        cgroups = _make_cgroups(mech, memory_mb, max_tasks)
         try:
             start = time.perf_counter()
             proc = subprocess.Popen(
                 full_argv,
-                cwd=cwd,
+                cwd=cwd if not mech.namespaces else "/",  # the init changes into it once the views are mounted
                 env=sandbox_env(env, home, mech.namespaces),
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 pass_fds=pass_fds,
-                preexec_fn=functools.partial(_child_setup, cgroups, timeout_s, max_tasks, file_size_mb, bool(user)),
+                preexec_fn=functools.partial(
+                    _child_setup,
+                    cgroups,
+                    timeout_s,
+                    max_tasks,
+                    file_size_mb,
+                    user if not mech.namespaces else None,  # in the namespaces the init drops to the user
+                    bool(user),
+                ),
             )
             os.close(status_w)
             status_w = -1  # closed: never close a number another thread may have reused since
@@ -151,6 +225,7 @@ def run_sandboxed(
             returncode = _returncode(proc, status_r, mech.namespaces)
             if kill_reason == "memory" and cgroups:  # a spike between two polls: the cgroup saw it
                 peak = max(peak, cgroups.peak_mb())
+            outputs = _outputs(run_views, keep_outputs)
         finally:
             os.close(status_r)
             if status_w >= 0:
@@ -172,63 +247,141 @@ def run_sandboxed(
         survivors=survivors,
         guarantees=mech.guarantees(dropped=user is not None),
         gaps=gaps,
+        **outputs,
     )
 
 
-class _Cgroups:
-    """The run's memory and pids cgroups (v1), children of xlaport's own."""
+def _blocked(
+    cwd: str | None, argv: list[str], readable: list[Path], folders: list[str], user: tuple[int, int], reveal: bool
+) -> tuple[str | None, list[str]]:
+    """(the first path the sandbox user could not read, folders to show as views so that it can). With `reveal`
+    every such folder becomes a view that shows it; without, what it cannot read is refused."""
+    files = [a for a in argv if os.path.isabs(a) and os.path.isfile(a)]
+    # each is mounted back at its place in the namespace, so its own mode counts, not its parents'; a file's
+    # folder is listed too (imports of the modules beside the script)
+    paths = [*([cwd] if cwd else []), *(str(p) for p in readable), *map(os.path.dirname, files), *files]
+    extra: list[str] = []
+    for path in paths:
+        real = os.path.realpath(path)
+        within = next((f for f in [*folders, *extra] if inside(real, f)), None)
+        if within and reveal:
+            continue  # the view gives it to the sandbox user
+        problem = unreadable(real, user, within)
+        if problem is None:
+            continue
+        if not reveal:
+            return problem, extra
+        extra.append(real if os.path.isdir(real) else os.path.dirname(real))
+    return None, extra
 
-    def __init__(self, folders: list[Path]) -> None:
-        self.folders = folders
 
-    @classmethod
-    def make(cls, mech: Mechanisms, memory_mb: int, max_tasks: int) -> _Cgroups | None:
-        if not (mech.memory_cgroup and mech.pids_cgroup):
-            return None
-        name = f"xlaport-{os.getpid()}-{time.monotonic_ns()}"
-        memory, pids = Path(mech.memory_cgroup, name), Path(mech.pids_cgroup, name)
-        memory.mkdir()
-        pids.mkdir()
-        (memory / "memory.limit_in_bytes").write_text(str(memory_mb * 2**20))
-        swap = memory / "memory.memsw.limit_in_bytes"
-        if swap.exists():
-            swap.write_text(str(memory_mb * 2**20))
-        (pids / "pids.max").write_text(str(max_tasks))
-        return cls([memory, pids])
+def _untraversable(paths: list[str | None], user: tuple[int, int]) -> str | None:
+    """Without a mount namespace nothing is mounted back: every folder above the command's files (the
+    interpreter's included) must let the sandbox user through. The first that does not, described."""
+    for path in paths:
+        found = shutil.which(path) if path and not os.path.isabs(path) and "/" not in path else path
+        if not found or not os.path.exists(found):
+            continue
+        for folder in reversed(Path(os.path.realpath(found)).parents):
+            if not may(str(folder), user, 0o1):
+                return describe(str(folder))
+    return None
 
-    def join(self) -> None:
-        """Moves the calling process in (from the forked child: plain system calls, no Python-level locks)."""
-        for folder in self.folders:
-            fd = os.open(folder / "cgroup.procs", os.O_WRONLY)
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
 
-    def pids(self) -> list[int]:
-        found: set[int] = set()
-        for folder in self.folders:
-            found.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
-        return sorted(found)
+def _outermost(folders: list[str]) -> list[str]:
+    unique = sorted(set(folders), key=len)
+    return [f for i, f in enumerate(unique) if not any(inside(f, g) for g in unique[:i])]
 
-    def oom_kills(self) -> int:
-        for line in (self.folders[0] / "memory.oom_control").read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-        return 0
 
-    def peak_mb(self) -> float:
-        return int((self.folders[0] / "memory.max_usage_in_bytes").read_text()) / 2**20
-
-    def remove(self) -> None:
-        for folder in self.folders:
+def _make_views(
+    folders: list[str], own: Path, mech: Mechanisms, user: tuple[int, int] | None, reveal: bool, first: str | None
+) -> tuple[list[View], list[str]]:
+    """The views of `folders` (overlay where the machine allows, else copies; view.py), their stores in `own`;
+    and a gap for each folder too big to copy (the run then sees it as it is: it may write there)."""
+    views, gaps = [], []
+    for index, folder in enumerate(folders):
+        store = own / "views" / str(index)
+        store.mkdir(parents=True)
+        working = first if first and inside(first, folder) else ""
+        if mech.namespaces and mech.overlay:
+            upper, work = store / "upper", store / "work"
+            upper.mkdir()
+            work.mkdir()
+            info = os.stat(folder)  # the view's top shows the upper folder's owner and mode: the folder's own
+            os.chown(upper, info.st_uid, info.st_gid)
+            os.chmod(upper, stat.S_IMODE(info.st_mode))
+            views.append(View(folder, "overlay", str(upper), str(work), working))
+        else:
+            copy = store / "copy"
             try:
-                folder.rmdir()
-            except OSError:
-                pass  # a survivor still in it: it was reported
+                before = copy_view(folder, copy, user, reveal)
+            except ViewTooBig as error:
+                gaps.append(f"no view: {error}; the run sees the folder itself and may write where it is allowed")
+                continue
+            kind = "bind" if mech.namespaces else "copy"
+            views.append(View(folder, kind, str(copy), "", working, before))
+    return views, gaps
 
 
-def _child_setup(cgroups: _Cgroups | None, timeout_s: float, max_tasks: int, file_size_mb: int, dropped: bool) -> None:
+def _mover(views: list[View]):
+    """Maps a path (or a command-line word) under a copied view's folder to the copy, where the run sees it."""
+    copies = [v for v in views if v.kind == "copy"]
+
+    def moved(text: str) -> str:
+        for view in copies:
+            if inside(text, view.folder):
+                return view.store + text[len(view.folder) :]
+        return text
+
+    return moved
+
+
+def _outputs(views: list[View], keep: Path | None) -> dict:
+    """What the run wrote in its views (paths as the program saw them), and where it went."""
+    written, removed, views_said, total = [], [], [], 0
+    how = {"overlay": "an overlay view", "bind": "a copy mounted at its path", "copy": "a copy"}
+    for view in views:
+        files, gone = view_outputs(view)
+        written += [os.path.join(view.folder, rel) for rel, _ in files]
+        removed += [os.path.join(view.folder, rel) for rel in gone]
+        total += sum(size for _, size in files)
+        where = f" at {view.store}" if view.kind == "copy" else ""
+        views_said.append(f"{view.folder} (through {how[view.kind]}{where}; left unchanged)")
+        if keep is not None:
+            for rel, _ in files:
+                target = Path(keep, view.folder.lstrip("/") if len(views) > 1 else "", rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = read_child_file(Path(view.store, rel), limit_bytes=None)
+                if data is not None:
+                    target.write_bytes(data)
+    return {
+        "outputs": written,
+        "outputs_removed": removed,
+        "outputs_bytes": total,
+        "views": views_said,
+        "outputs_kept": str(keep) if keep is not None and written else None,
+    }
+
+
+def _make_cgroups(mech: Mechanisms, memory_mb: int, max_tasks: int) -> CgroupsV1 | CgroupsV2 | None:
+    if not (mech.memory_cgroup and mech.pids_cgroup):
+        return None
+    if mech.cgroup_version == 2:
+        return CgroupsV2.make(mech.memory_cgroup, memory_mb, max_tasks)
+    return CgroupsV1.make(mech.memory_cgroup, mech.pids_cgroup, memory_mb, max_tasks)
+
+
+def _child_setup(
+    cgroups: CgroupsV1 | CgroupsV2 | None,
+    timeout_s: float,
+    max_tasks: int,
+    file_size_mb: int,
+    switch_to: tuple[int, int] | None,
+    dropped: bool,
+) -> None:
     """In the forked child before exec: die with the thread that started the run (then `unshare --kill-child`
-    takes the whole namespace along), join the cgroups, set the rlimits (inherited by every descendant)."""
+    takes the whole namespace along), join the cgroups, set the rlimits (inherited by every descendant), and
+    without namespaces (where the init would) become `switch_to` with no_new_privs."""
     parent = os.getppid()
     LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # xlaport died before the line above
@@ -244,6 +397,11 @@ def _child_setup(cgroups: _Cgroups | None, timeout_s: float, max_tasks: int, fil
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if dropped:  # counts every process of the user on the machine: the pids cgroup is the per-run limit
         resource.setrlimit(resource.RLIMIT_NPROC, (max_tasks if not cgroups else 4 * max_tasks,) * 2)
+    if switch_to:
+        os.setgroups([])
+        os.setgid(switch_to[1])
+        os.setuid(switch_to[0])
+        LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
 class _Tail(threading.Thread):
@@ -276,16 +434,15 @@ def _feed(pipe, text: str) -> None:
 
 
 def _watch(
-    proc: subprocess.Popen, cgroups: _Cgroups | None, timeout_s: float, memory_mb: int
+    proc: subprocess.Popen, cgroups: CgroupsV1 | CgroupsV2 | None, timeout_s: float, memory_mb: int
 ) -> tuple[str | None, float]:
-    """Waits for the command; (why it was ended early, peak RSS of the tree in MB)."""
+    """Waits for the command; (why it was ended early, peak memory of the tree in MB)."""
     deadline = time.monotonic() + timeout_s
     peak = 0.0
     while proc.poll() is None:
-        pids = cgroups.pids() if cgroups else _tree(proc.pid)
-        rss = _rss_mb(pids)
-        peak = max(peak, rss)
-        if (cgroups.oom_kills() if cgroups else rss > memory_mb) > 0:
+        used = cgroups.memory_mb() if cgroups else tree_memory_mb(_tree(proc.pid))
+        peak = max(peak, used)
+        if (cgroups.oom_kills() if cgroups else used > memory_mb) > 0:
             return "memory", peak
         if time.monotonic() > deadline:
             return "timeout", peak
@@ -319,18 +476,27 @@ def _tree(root: int) -> list[int]:
     return sorted(found)
 
 
-def _rss_mb(pids: list[int]) -> float:
+def tree_memory_mb(pids: list[int]) -> float:
+    """Anonymous + shared memory of these processes, each page once: the sum of their proportional shares
+    (Pss_Anon + Pss_Shmem of smaps_rollup: a page mapped by k processes counts 1/k in each). Plain RSS would
+    count a page shared by k forked workers k times, and the interpreter's libraries in every one of them."""
     total = 0
     for pid in pids:
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        except (OSError, ValueError, IndexError):
+            fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+            if "Pss_Anon" in fields:
+                total += sum(int(fields[k].split()[0]) for k in ("Pss_Anon", "Pss_Shmem") if k in fields)
+            else:  # before Linux 5.9: the whole proportional share, file pages included
+                total += int(fields["Pss"].split()[0])
+        except (OSError, ValueError, KeyError):
             continue
-    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return total / 1024
 
 
-def _kill_all(proc: subprocess.Popen, cgroups: _Cgroups | None) -> list[int]:
+def _kill_all(proc: subprocess.Popen, cgroups: CgroupsV1 | CgroupsV2 | None) -> list[int]:
     """SIGKILLs the command and every tracked descendant until none is left; the PIDs that would not go."""
+    if cgroups:
+        cgroups.kill()
     for _ in range(100):
         pids = cgroups.pids() if cgroups else _tree(proc.pid)
         pids = [p for p in pids if p != proc.pid or proc.poll() is None]

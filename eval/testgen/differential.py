@@ -242,6 +242,7 @@ def run_cases(
                 env=env,
                 writable=[Path(tmp)],
                 readable=[Path(original.root).resolve().parent, Path(migrated.root).resolve().parent],
+                reveal=True,  # trees xlaport itself read to write the tests
             )
             if (saved := read_child_file(Path(job["result"]), limit_bytes=None)) is not None:
                 results[name] = torch.load(io.BytesIO(saved), weights_only=True)

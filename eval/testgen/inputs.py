@@ -52,6 +52,7 @@ def record_inputs(
             env={"USE_TORCH_XLA": "0"},
             writable=[Path(tmp)],
             readable=[root.parent],  # what the copy's links to its siblings point at
+            reveal=True,  # trees xlaport itself read to write the tests
         )
         if not run.ok:
             notes.append(
@@ -133,6 +134,7 @@ def probe_inputs(
                 env={"USE_TORCH_XLA": "0", "PYTHONDONTWRITEBYTECODE": "1"},
                 writable=[Path(tmp)],
                 readable=[Path(root).parent],  # the tree and its siblings
+                reveal=True,  # trees xlaport itself read to write the tests
             )
             if (found_text := read_child_file(result)) is not None:
                 found.update(json.loads(found_text))

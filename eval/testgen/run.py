@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from xlaport.eval.sandbox import read_child_file, run_sandboxed
+from xlaport.eval.sandbox import read_child_file, run_sandboxed, scratch
 
 from .results import TestFailure, TestgenError, TestRunResult
 
@@ -21,7 +20,7 @@ def run_generated_tests(
     out = Path(out).resolve()
     if not out.is_dir():
         raise TestgenError(f"no such folder: {out}")
-    with tempfile.TemporaryDirectory(prefix="xlaport-testrun-") as tmp:
+    with scratch("xlaport-testrun-") as tmp:
         junit = Path(tmp) / "junit.xml"
         run = run_sandboxed(
             [
@@ -39,6 +38,7 @@ def run_generated_tests(
             timeout_s=timeout_s,
             writable=[Path(tmp)],
             readable=[root if root.is_dir() else root.parent for root in (Path(t).resolve() for t in trees)],
+            reveal=True,  # the generated tests and the trees they were written from
         )
         counts, failures = _read_junit(junit)
     tail = (run.stdout + run.stderr)[-4000:]

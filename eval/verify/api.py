@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..sandbox import scratch as scratch_folder
 from . import curves as cv
 from .assess import absolute_gates, assess, relative_gates
 from .config import VerifyConfig, VerifyUsageError, level_at_least, load_config
 from .report import VerifyReport
-from .runs import RunRecord, reference_from_log, run_migrated, run_reference, split_command
+from .runs import (
+    RunRecord,
+    reference_from_log,
+    run_migrated,
+    run_reference,
+    source_fixes_seed,
+    split_command,
+    working_folder,
+)
 
 
 def verify(original: Path, migrated: Path, command: list[str], config: VerifyConfig | None = None) -> VerifyReport:
@@ -23,9 +31,10 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         if not folder.is_dir():
             raise VerifyUsageError(f"not a directory: {folder}")
     script, args = split_command(list(command))
+    subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
     for folder in (original, migrated):
-        if not (folder / script).is_file():
-            raise VerifyUsageError(f"{script} not found in {folder}")
+        if not (folder / subdir / script).is_file():
+            raise VerifyUsageError(f"{script} not found in {folder / subdir}")
 
     report = VerifyReport(
         original=str(original),
@@ -38,32 +47,46 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         config=asdict(config),
     )
     log_ref, log_price = reference_from_log(config) if config.reference_log else (None, None)
+    log_repeats = tuple(reference_from_log(config, path)[0] for path in config.reference_log_repeats)
     if log_price is not None and config.price_reference is None:
         config = config.with_overrides(price_reference=log_price)
         report.config = asdict(config)
-    with tempfile.TemporaryDirectory(prefix="xlaport-verify-") as tmp:
+    with scratch_folder("xlaport-verify-") as tmp:
         scratch = Path(tmp)
-        mig, check = run_migrated(migrated, script, [*args, *config.migrated_args], config, scratch)
+        mig, check = run_migrated(migrated, script, [*args, *config.migrated_args], config, scratch, subdir)
         report.migrated_run, report.check = mig, check.to_dict()
         gates = absolute_gates(mig, check, config) if mig.ok else []
-        ran = None
+        ran, again = None, None
         if mig.ok and not any(g.stopped for g in gates) and config.reference != "none":
-            ran = run_reference(original, script, args, config, scratch)
+            ran = run_reference(original, script, args, config, scratch, subdir)
+            if not log_repeats and ran.ok and len(ran.curves.loss) and config.repeat_reference_s > 0:
+                budget = min(config.timeout_s, config.repeat_reference_s)
+                again = run_reference(original, script, args, config, scratch, subdir, repeat=1, timeout_s=budget)
         ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
+        spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again)
         if mig.ok and not any(g.stopped for g in gates):
-            gates += relative_gates(ref, mig, config)
-        report.reference_run = ref
+            gates += relative_gates(ref, mig, config, others=tuple(r for r in spread_runs if r is not ref))
+        report.reference_run, report.repeat_runs = ref, [r for r in spread_runs if r is not ref]
+        report.spread = spread
     if log_ref is not None and log_ref.steps_run > mig.steps_run > 0:
         log_ref.notes.append(
             f"the log runs to step {log_ref.steps_run - 1}, the migrated run to step {mig.steps_run - 1}: losses are "
             "compared over the common steps, final metrics at the end of each run"
         )
 
-    level, reasons, improvements, undecided, loss_cmp, metric_cmps, claim, perf = assess(ref, mig, check, config)
+    seeded_source = source_fixes_seed(original) if spread is None and ref is not None else None
+    level, reasons, improvements, undecided, loss_cmp, metric_cmps, claim, perf = assess(
+        ref, mig, check, config, spread, spread_runs, seeded_source
+    )
+    if spread is not None:
+        reasons.insert(0, f"L1: run-to-run: {spread.describe()}")
+    elif ref is not None and ran is not None and not log_ref:
+        why = "repeat_reference_s = 0" if config.repeat_reference_s <= 0 else "its second run logged no loss"
+        reasons.insert(0, f"L1: run-to-run: the original's spread was not measured ({why})")
     if ref is not None:
         report.references.append(reference_summary(ref, level, loss_cmp, metric_cmps, config, decides=True))
     if log_ref is not None and ran is not None:
-        fb_level, _, _, _, fb_loss, fb_metrics, *_ = assess(ran, mig, check, config)
+        fb_level, _, _, _, fb_loss, fb_metrics, *_ = assess(ran, mig, check, config, spread, spread_runs)
         report.fallback_run = ran
         report.references.append(reference_summary(ran, fb_level, fb_loss, fb_metrics, config, decides=False))
         reasons.append(
@@ -82,7 +105,9 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         undecided = False
         if level_at_least(level, "L3"):
             level = "L2"
-    for run in (ref, report.fallback_run, mig):
+    report.capture = {run.role if run is not report.fallback_run else "fallback": capture_summary(run, config)
+                      for run in (ref, report.fallback_run, mig) if run is not None}  # fmt: skip
+    for run in (ref, report.fallback_run, *report.repeat_runs, mig):
         if run is not None:
             role = "fallback reference" if run is report.fallback_run else run.role
             reasons.extend(f"note ({role}): {note}" for note in run.notes)
@@ -91,6 +116,38 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
     report.status = "fail" if stops else _status(level, config.require, undecided)
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def measure_spread(
+    log_ref: RunRecord | None, log_repeats: tuple[RunRecord, ...], ran: RunRecord | None, again: RunRecord | None
+) -> tuple[cv.Spread | None, tuple[RunRecord, ...]]:
+    """The original's run-to-run spread and the runs it comes from: the recorded logs when several were given,
+    else two runs of it here (their spread stands for the GPU log's too: seeding is the program's, not the
+    device's)."""
+    if log_ref is not None and log_repeats:
+        runs = (log_ref, *log_repeats)
+        return cv.measure_spread([r.curves.loss for r in runs], f"{len(runs)} recorded logs"), runs
+    if ran is not None and again is not None and ran.ok:
+        cut = " (the second one cut short)" if any("repeat_reference_s" in note for note in again.notes) else ""
+        spread = cv.measure_spread([ran.curves.loss, again.curves.loss], f"two runs of the original here{cut}")
+        return spread, (ran, again) if spread is not None else ()
+    return None, ()
+
+
+def capture_summary(run: RunRecord, config: VerifyConfig) -> dict:
+    """What was captured from one run (for callers that must tell the user when no loss was found)."""
+    found = len(run.curves.loss)
+    summary = {
+        "loss_points": found,
+        "loss_source": run.curves.source if found else None,
+        "metrics": sorted(name for name, series in run.curves.metrics.items() if len(series)),
+    }
+    if not found:
+        summary["loss_formats_tried"] = [config.loss_pattern] if config.loss_pattern else list(cv.LOSS_FORMATS)
+        summary["hint"] = (
+            "set loss_pattern (a regex with a `value` group) or log_file (the JSON/JSONL/CSV the script writes)"
+        )
+    return summary
 
 
 def reference_summary(

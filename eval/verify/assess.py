@@ -49,8 +49,11 @@ def absolute_gates(mig: RunRecord, check, config: VerifyConfig) -> list[cv.Stop]
     return gates
 
 
-def relative_gates(ref: RunRecord | None, mig: RunRecord, config: VerifyConfig) -> list[cv.Stop]:
-    """Divergence and "loss is not falling", judged against the reference's curve over the same steps and its noise."""
+def relative_gates(
+    ref: RunRecord | None, mig: RunRecord, config: VerifyConfig, others: tuple[RunRecord, ...] = ()
+) -> list[cv.Stop]:
+    """Divergence and "loss is not falling", judged against the reference's curve over the same steps and its noise
+    (`others`: further runs of the original, whose curves widen the band)."""
     if ref is None or not ref.ok or not len(ref.curves.loss) or not len(mig.curves.loss):
         return [
             cv.Stop(
@@ -61,7 +64,8 @@ def relative_gates(ref: RunRecord | None, mig: RunRecord, config: VerifyConfig) 
             )
         ]
     limits = config.thresholds()
-    gates = [cv.divergence_gate(ref.curves.loss, mig.curves.loss, limits)]
+    extra = tuple(run.curves.loss for run in others if len(run.curves.loss))
+    gates = [cv.divergence_gate(ref.curves.loss, mig.curves.loss, limits, others=extra)]
     gates.append(cv.falling_gate(ref.curves.loss, mig.curves.loss, limits))
     for gate in gates:
         gate.against = f"{ref.role} on {ref.device}: {gate.against}"
@@ -111,9 +115,19 @@ def judge_claim(claim: cv.Claim, ref: RunRecord | None, mig: RunRecord, metric_v
 
 
 def assess(
-    ref: RunRecord | None, mig: RunRecord, check, config: VerifyConfig
+    ref: RunRecord | None,
+    mig: RunRecord,
+    check,
+    config: VerifyConfig,
+    spread: cv.Spread | None = None,
+    spread_runs: tuple[RunRecord, ...] = (),
+    seed_in_source: bool | None = None,
 ) -> tuple[str, list[str], list[str], bool, cv.LossComparison | None, list[cv.MetricComparison], dict | None, dict]:
-    """(level, reasons, improvements, undecided, loss comparison, metric comparisons, claim, performance)."""
+    """(level, reasons, improvements, undecided, loss comparison, metric comparisons, claim, performance).
+
+    `spread`: the original's run-to-run noise, measured on `spread_runs` (two runs of it, or recorded logs); when
+    it does not fix its seed, differences inside that noise are not blamed on the migration. Without a spread,
+    `seed_in_source` False (the original's sources seed nothing) makes a first-loss difference undecided."""
     reasons: list[str] = []
     improvements: list[str] = []
     limits = config.thresholds()
@@ -141,9 +155,11 @@ def assess(
         undecided.append(f"L3: {why}: nothing to compare against")
     else:
         if len(ref.curves.loss) and len(mig.curves.loss):
-            loss_cmp = cv.compare_loss(ref.curves.loss, mig.curves.loss, limits)
+            loss_cmp = cv.compare_loss(ref.curves.loss, mig.curves.loss, limits, spread)
+            if spread is None and seed_in_source is False:
+                _first_loss_without_seed(loss_cmp)
             if loss_cmp.ref_tail_mean is not None:
-                reasons.append(f"L1: {loss_summary(loss_cmp)}")
+                reasons.append(f"L1: {loss_summary(loss_cmp)}; confidence {loss_cmp.confidence}")
             tag = {"worse": failures, "diverged": failures, "inconclusive": undecided}.get(loss_cmp.verdict)
             for reason in loss_cmp.reasons:
                 if loss_cmp.verdict == "better":
@@ -154,11 +170,12 @@ def assess(
                     reasons.append(f"L1: {reason}")
         else:
             side = "reference" if not len(ref.curves.loss) else "migrated run"
-            reasons.append(f"L1: no training loss found in the {side}'s output (set loss_pattern or log_file)")
+            reasons.append(f"L1: {no_loss_message(side, config)}")
         # the reference defines the goal: its metric is the one the migrated run must keep
         preferred = config.metric or (cv.parse_claim(config.claim).name if config.claim else None)
         primary = cv.primary_metric(ref.curves, preferred)
         for name in _metric_names(ref, mig, primary):
+            run_to_run, runs = metric_spread(name, spread, spread_runs)
             cmp = cv.compare_metric(
                 cv.find_metric(ref.curves, name) or cv.Series(name),
                 cv.find_metric(mig.curves, name) or cv.Series(name),
@@ -166,6 +183,8 @@ def assess(
                 cv.higher_is_better(name, config.metric_directions),
                 limits,
                 noise=config.metric_noise,
+                run_to_run=run_to_run,
+                runs=runs,
             )
             metric_cmps.append(cmp)
             is_primary = name == primary
@@ -203,6 +222,8 @@ def assess(
         reasons.append("L3: the goal holds against the reference run" + (" and the claim" if config.claim else ""))
     elif goal_holds:
         reasons.append("L3: the goal holds, but L3 is not claimed because L2 failed")
+    if ref is not None and ref.ok:
+        reasons.append(l3_evidence(loss_cmp, metric_cmps, claim_result, spread))
 
     performance, l4_reason, l4_undecided = assess_performance(ref, mig, check, config)
     if level == "L3":
@@ -215,6 +236,79 @@ def assess(
     l4_open = level == "L3" and l4_undecided and config.require == "L4"
     undecided_overall = not failures and (bool(undecided) or l4_open)
     return level, reasons, improvements, undecided_overall, loss_cmp, metric_cmps, claim_result, performance
+
+
+def _first_loss_without_seed(loss_cmp: cv.LossComparison) -> None:
+    """A first-loss difference when the original seeds nothing and its spread was not measured: undecided."""
+    if loss_cmp.verdict != "worse" or not loss_cmp.reasons[-1].startswith("first logged loss"):
+        return
+    loss_cmp.verdict = "inconclusive"
+    loss_cmp.reasons[-1] = (
+        loss_cmp.reasons[-1].split("):")[0] + "): but the original's sources fix no seed (no manual_seed, "
+        "random.seed or set_seed call) and its run-to-run spread was not measured, so this may be randomness; "
+        f"would decide: a second run of the original (repeat_reference_s > 0), {cv.WHAT_WOULD_DECIDE}"
+    )
+
+
+def no_loss_message(side: str, config: VerifyConfig) -> str:
+    """Why there is no loss comparison, the formats tried, and how to point verify at the loss."""
+    if config.loss_pattern:
+        tried = f"the loss_pattern `{config.loss_pattern}` matched no line"
+    else:
+        tried = "tried: " + "; ".join(f"`{form}`" for form in cv.LOSS_FORMATS)
+    files = f"the log_file {config.log_file}" if config.log_file else "JSON/JSONL/CSV files the run wrote"
+    return (
+        f"no training loss found in the {side}'s output ({tried}; and a `loss` key or column in {files}); set "
+        "loss_pattern to a regex with a `value` group (e.g. --loss-pattern 'cost (?P<value>[0-9.eE+-]+)'), or "
+        "log_file to the file the script writes its losses to"
+    )
+
+
+def metric_spread(name: str, spread: cv.Spread | None, runs: tuple[RunRecord, ...]) -> tuple[float | None, int]:
+    """(the metric's standard deviation between runs of an original that does not fix its seed, how many runs
+    reported it); None for the first when it is seeded, or fewer than two of its runs reported the metric."""
+    if spread is None or spread.seeded:
+        return None, 0
+    finals = [s.final for s in (cv.find_metric(r.curves, name) for r in runs) if s is not None]
+    finals = [v for v in finals if v is not None and math.isfinite(v)]
+    if len(finals) < 2:
+        return None, len(finals)
+    mean = sum(finals) / len(finals)
+    return math.sqrt(sum((v - mean) ** 2 for v in finals) / (len(finals) - 1)), len(finals)
+
+
+def l3_evidence(
+    loss_cmp: cv.LossComparison | None,
+    metric_cmps: list[cv.MetricComparison],
+    claim: dict | None,
+    spread: cv.Spread | None,
+) -> str:
+    """What the L3 judgment rests on and what it lacks, in one line."""
+    rests, missing = [], []
+    if loss_cmp is not None and loss_cmp.steps_compared >= 2:
+        rests.append(f"the training loss at {loss_cmp.steps_compared} aligned steps ({loss_cmp.verdict})")
+        if loss_cmp.ref_trend is None:
+            missing.append("a loss trend (3 or more points)")
+    else:
+        missing.append("a training loss logged by both runs")
+    compared = [m for m in metric_cmps if m.verdict != "missing"]
+    if compared:
+        rests.append("evaluation " + ", ".join(f"{m.name} ({m.verdict})" for m in compared))
+    else:
+        missing.append("an evaluation metric")
+    if claim is not None:
+        rests.append(f"the claim {claim['claim']} ({claim['verdict']})")
+    else:
+        missing.append("a stated claim (--claim)")
+    if spread is None:
+        missing.append("the original's run-to-run spread (a second run of it: repeat_reference_s)")
+    elif spread.seeded:
+        rests.append(f"a fixed seed ({spread.runs} runs of the original start alike)")
+    else:
+        rests.append(f"the original's run-to-run spread ({spread.runs} runs, {spread.rel_sd:.1%} of the loss)")
+        if spread.runs < 3:
+            missing.append("a third run of the original (the spread of two runs is a rough estimate)")
+    return f"L3 evidence: rests on {'; '.join(rests) or 'nothing'}; missing: {'; '.join(missing) or 'nothing'}"
 
 
 def cmp_ref(ref: RunRecord, name: str) -> cv.Series:

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from xlaport.cliutil import EXIT_USAGE, OutputFormat
+from xlaport.cliutil import EXIT_USAGE, OutputFormat, TargetOption, no_evidence_here
+
+from ..check.report import performance_lines
 
 
 class ReferenceMode(StrEnum):
@@ -43,6 +45,10 @@ def render_text(report) -> str:
     if data["improvements"]:
         lines.append("  improvements over the reference (reported, not failures):")
         lines += [f"    + {item}" for item in data["improvements"]]
+    performance = performance_lines(data.get("check") or {})
+    if performance:
+        lines.append("  the migrated run's time (costs time, not correctness):")
+        lines += [f"    * {line}" for line in performance]
     return "\n".join(lines)
 
 
@@ -52,7 +58,8 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "verify",
         epilog="Exit codes: 0 the claimed level reaches --require; 1 it does not (or a fail-fast stop); "
-        "3 inconclusive (too few steps, differences within the noise, no usable reference); 2 usage error.",
+        "3 inconclusive (too few steps, differences within the noise or the original's run-to-run spread, no "
+        "usable reference); 2 usage error.",
     )
     def verify_command(
         original: Annotated[Path, typer.Argument(help="The original (CUDA) project folder.")],
@@ -84,13 +91,25 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Run the original on cuda, cpu, auto, or none (only --reference-log)."),
         ] = None,
         reference_log: Annotated[
-            Path | None,
+            list[Path] | None,
             typer.Option(
                 exists=True,
                 dir_okay=False,
                 help="JSON/JSONL/CSV of a GPU run of the original (loss per step, metrics, step_time_s, device, "
-                "price_per_hour): the reference the verdict uses; the run of the original here is the fallback.",
+                "price_per_hour): the reference the verdict uses; the run of the original here is the fallback. "
+                "Repeat it for more recorded runs of the original: their spread is its run-to-run noise.",
             ),
+        ] = None,
+        repeat_reference_s: Annotated[
+            float | None,
+            typer.Option(
+                help="Seconds for a second run of the original, to measure its run-to-run spread (does it fix its "
+                "seed?): the whole run when shorter, the steps logged in that time otherwise; 0 = never (120)."
+            ),
+        ] = None,
+        spread_z: Annotated[
+            float | None,
+            typer.Option(help="Without a fixed seed, a difference must exceed this many run-to-run deviations (5)."),
         ] = None,
         reference_cache: Annotated[Path | None, typer.Option(help="Folder to keep and reuse reference runs.")] = None,
         timeout: Annotated[float | None, typer.Option(help="Seconds per run (600).")] = None,
@@ -105,8 +124,10 @@ def register(app: typer.Typer) -> None:
         html_out: Annotated[Path | None, typer.Option("--html", help="Write the HTML report here.")] = None,
         plots: Annotated[Path | None, typer.Option(help="Also save the plots as PNG files in this folder.")] = None,
         format: Annotated[OutputFormat, typer.Option("--format", help="What to print.")] = OutputFormat.text,
+        target: TargetOption = "torch_xla",
     ) -> None:
         """Grade a migration L0–L4 against a reference run of the original code (see the exit codes below)."""
+        no_evidence_here(target, 3)  # inconclusive: not a failure of the migration, and never a pass
         from .api import verify
         from .config import VerifyUsageError, load_config
         from .page import save_plots, write_report
@@ -132,7 +153,10 @@ def register(app: typer.Typer) -> None:
                 price_reference=price_reference,
                 price_migrated=price_migrated,
                 reference=reference.value if reference else None,
-                reference_log=str(reference_log) if reference_log else None,
+                reference_log=str(reference_log[0]) if reference_log else None,
+                reference_log_repeats=[str(p) for p in reference_log[1:]] if reference_log else None,
+                repeat_reference_s=repeat_reference_s,
+                spread_z=spread_z,
                 reference_cache=str(reference_cache) if reference_cache else None,
                 timeout_s=timeout,
                 migrated_args=[*config.migrated_args, *migrated_arg] if migrated_arg else None,

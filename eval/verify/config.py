@@ -32,6 +32,12 @@ class VerifyConfig:
     metric_tolerance: float = 0.01
     metric_noise: float | None = None  # known evaluation noise (e.g. binomial standard error)
     noise_z: float = 2.0
+    # without a fixed seed: a difference is the migration's only beyond this many of the original's run-to-run
+    # deviations (measured from two runs); between noise_z and spread_z it is inconclusive
+    spread_z: float = 5.0
+    # a second run of the original measures its run-to-run spread (does it fix its seed?): the whole run when it
+    # takes less than this many seconds, the steps it logs in that time otherwise; 0 = never
+    repeat_reference_s: float = 120.0
     min_steps: int = 20
     explode_factor: float = 3.0
     warmup_steps: int = 2
@@ -41,6 +47,8 @@ class VerifyConfig:
     price_migrated: float | None = None  # $/hour of the target (e.g. 1.20 for a TPU v5e-1)
     reference: str = "auto"  # "auto" (CUDA if present, else CPU), "cuda", "cpu", or "none" (only a reference log)
     reference_log: str | None = None  # JSON/JSONL/CSV of a GPU run of the original (cv.read_reference_log)
+    # further recorded runs of the original (other seeds, or the same command again): their spread is its noise
+    reference_log_repeats: list[str] = field(default_factory=list)
     reference_cache: str | None = None  # folder where reference runs are kept and reused
     timeout_s: float = 600.0  # per run
     memory_mb: int = 8192  # per run
@@ -55,6 +63,7 @@ class VerifyConfig:
             initial_loss_tolerance=self.initial_loss_tolerance,
             metric_tolerance=self.metric_tolerance,
             noise_z=self.noise_z,
+            spread_z=self.spread_z,
             min_steps=self.min_steps,
             explode_factor=self.explode_factor,
         )
@@ -74,6 +83,10 @@ class VerifyConfig:
         for name, direction in self.metric_directions.items():
             if direction not in ("higher", "lower"):
                 raise VerifyUsageError(f"metric_directions.{name} must be 'higher' or 'lower', not {direction!r}")
+        if self.spread_z < self.noise_z or self.repeat_reference_s < 0:
+            raise VerifyUsageError("spread_z must be >= noise_z and repeat_reference_s >= 0")
+        if self.reference_log_repeats and not self.reference_log:
+            raise VerifyUsageError("reference_log_repeats needs a reference_log (the recorded run that decides)")
         if self.min_steps < 2 or self.warmup_steps < 0:
             raise VerifyUsageError("min_steps must be >= 2 and warmup_steps >= 0")
         if (self.budget_hours is None) != (self.full_run_steps is None) and self.budget_hours is not None:

@@ -16,8 +16,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from xlaport.files import atomic_write
-from xlaport.htmlpage import esc, fmt, page, row
+from xlaport.htmlpage import bullets, esc, fmt, page, row
 
+from ..check.report import performance_lines
 from .curves import Series, parse_claim, reference_band
 from .report import VerifyReport
 
@@ -53,7 +54,12 @@ def band_of(data: dict) -> dict | None:
     if not loss.get("values"):
         return None
     z = (data.get("config") or {}).get("noise_z", 2.0)
-    return reference_band(Series("loss", loss["steps"], loss["values"]), z).to_dict()
+    others = tuple(
+        Series("loss", run["curves"]["loss"]["steps"], run["curves"]["loss"]["values"])
+        for run in data.get("repeat_runs") or []
+        if run["curves"]["loss"]["values"]
+    )  # further runs of the original (its run-to-run spread): the band covers them too
+    return reference_band(Series("loss", loss["steps"], loss["values"]), z, others=others).to_dict()
 
 
 def plot_loss(data: dict) -> bytes:
@@ -82,6 +88,11 @@ def plot_loss(data: dict) -> bytes:
         if loss.get("values"):
             ax.plot(loss["steps"], loss["values"], color=color, ls=style, lw=1.4, label=_label(run, key))
             drawn = True
+    for index, run in enumerate(data.get("repeat_runs") or []):
+        loss = run["curves"]["loss"]
+        if loss["values"]:
+            label = "other run(s) of the original (its spread)" if index == 0 else None
+            ax.plot(loss["steps"], loss["values"], color=REFERENCE_COLOR, ls=":", lw=1.0, alpha=0.8, label=label)
     comparison = data.get("loss")
     if drawn and comparison and comparison.get("steps_compared"):
         steps = data["migrated_run"]["curves"]["loss"]["steps"]
@@ -349,6 +360,9 @@ def render_html(report: VerifyReport | dict) -> str:
         ):
             parts.append(row([key, check.get(key)]))
         parts.append("</table>")
+        performance = performance_lines(check)
+        if performance:
+            parts.append(bullets(performance))
     parts.append("<h2>Settings</h2><pre>" + esc("\n".join(f"{k} = {v!r}" for k, v in data["config"].items())))
     parts.append("</pre>" + (f"<p>from {esc(data['config_file'])}</p>" if data.get("config_file") else ""))
     return page(f"xlaport verify: {data['level']} ({data['status']})", parts)
@@ -396,6 +410,19 @@ def _references_section(data: dict) -> list[str]:
         f"noise over its last 25% (σ = {fmt(band['step_noise'])}). A spike the original has too stays inside it; "
         "the migrated run is only stopped for divergence when it rises far above the band and stays above it.</p>"
     )
+    spread = data.get("spread")
+    if spread:
+        firsts = ", ".join(fmt(v) for v in spread["first_losses"])
+        if spread["seeded"]:
+            what = f"the program fixes its seed: its runs log the same first loss ({firsts})"
+        else:
+            what = (
+                f"the program does not fix its seed: its runs log first losses {firsts} and differ by "
+                f"{spread['rel_sd']:.2%} of the loss at a step, {spread['tail_rel_sd']:.2%} over the last 25%; the "
+                "migrated run is held against the center of these runs, and a difference inside their spread is "
+                "randomness, not the migration"
+            )
+        parts.append(f"<p>Run-to-run spread ({esc(spread['source'])}, {spread['runs']} runs): {esc(what)}.</p>")
     return parts
 
 

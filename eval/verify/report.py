@@ -33,6 +33,9 @@ class VerifyReport:
     performance: dict = field(default_factory=dict)
     reference_run: RunRecord | None = None  # the reference the verdict uses (a GPU log when given)
     fallback_run: RunRecord | None = None  # the run of the original here, when a GPU log is the reference
+    repeat_runs: list[RunRecord] = field(default_factory=list)  # further runs of the original: its spread
+    spread: cv.Spread | None = None  # the original's run-to-run noise (does it fix its seed?)
+    capture: dict = field(default_factory=dict)  # per run: loss points found, formats tried when none
     references: list[dict] = field(default_factory=list)  # every reference, what it says and whether it decides
     migrated_run: RunRecord | None = None
     check: dict | None = None
@@ -64,6 +67,9 @@ class VerifyReport:
             "reference_run": self.reference_run.to_dict() if self.reference_run else None,
             "fallback_run": self.fallback_run.to_dict() if self.fallback_run else None,
             "references": self.references,
+            "repeat_runs": [run.to_dict() for run in self.repeat_runs],
+            "spread": self.spread.to_dict() if self.spread else None,
+            "capture": self.capture,
             "migrated_run": self.migrated_run.to_dict() if self.migrated_run else None,
             "check": self.check,
             "config": self.config,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -90,10 +91,22 @@ def _stamp_env(run_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], Pa
     return {**extra, "PYTHONPATH": python_path, "XLAPORT_STAMPS": str(stamps)}, stamps
 
 
-def _written_logs(work: Path, before: dict[str, float], config: VerifyConfig) -> list[Path]:
-    """The log file the config names, else the JSON/JSONL/CSV files the run created or changed."""
+def working_folder(original: Path, migrated: Path, cwd: Path | None = None) -> str:
+    """Where in the trees the command runs, as a folder relative to their roots (the same in both): the caller's
+    folder when it stands inside one of the trees (`verify` typed in proj/trainer/ runs `python train.py` in
+    trainer/, as python would there), else the root. The whole tree is copied either way, so `../model` works."""
+    here = Path(cwd or Path.cwd()).resolve()
+    for tree in (Path(migrated).resolve(), Path(original).resolve()):
+        if here.is_relative_to(tree):
+            return "" if here == tree else str(here.relative_to(tree))
+    return ""
+
+
+def _written_logs(work: Path, before: dict[str, float], config: VerifyConfig, cwd: Path | None = None) -> list[Path]:
+    """The log file the config names (relative to the run's working folder `cwd`), else the JSON/JSONL/CSV files
+    the run created or changed anywhere in its tree."""
     if config.log_file:
-        path = work / config.log_file
+        path = (cwd or work) / config.log_file
         return [path] if path.is_file() else []
     after = _files_of(work)
     return [
@@ -143,21 +156,22 @@ def _tail(text: str, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path):
-    """The migrated command under the XLA execution check; (RunRecord, CheckReport)."""
+def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path, subdir: str = ""):
+    """The migrated command under the XLA execution check, in a copy of the tree, in its folder `subdir`;
+    (RunRecord, CheckReport)."""
     run_dir = scratch / "migrated"
     work = run_dir / "work"
     copy_tree(migrated, work)
     env, stamps = _stamp_env(run_dir, dict(config.env))
     before = _files_of(work)
     report = run_check(
-        work / script,
+        work / subdir / script,
         args,
         steps_warmup=config.warmup_steps,
         timeout_s=config.timeout_s,
         memory_mb=config.memory_mb,
         env=env,
-        workdir=work,
+        workdir=work / subdir,
         writable=[run_dir],
     )
     stdout, timing = cv.parse_stamps(_read(stamps), config.loss_pattern, config.warmup_steps)
@@ -165,7 +179,8 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
     if steady:  # the check times each XLA step; better than the time between printed lines
         timing.per_step_s = [s.wall_s for s in report.per_step]
         timing.step_s = float(sorted(steady)[len(steady) // 2])
-    curves, notes = capture_curves(stdout, _log_texts(_written_logs(work, before, config), work), config)
+    logs = _written_logs(work, before, config, work / subdir)
+    curves, notes = capture_curves(stdout, _log_texts(logs, work), config)
     record = RunRecord(
         role="migrated",
         device=f"xla ({report.pjrt_device})",
@@ -217,11 +232,34 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def reference_from_log(config: VerifyConfig) -> tuple[RunRecord, float | None]:
-    """The recorded GPU run of `config.reference_log` as a reference run, and the price per hour it states;
-    VerifyUsageError when it cannot be read."""
+# A call that fixes a global random generator's seed (torch.manual_seed, torch.cuda.manual_seed_all,
+# torch_xla.manual_seed, np.random.seed, random.seed, transformers' set_seed, lightning's seed_everything); a
+# generator's own `gen.manual_seed(1)` seeds only what draws from it
+SEED_CALL = re.compile(
+    r"(?<![\w.])(?:torch(?:_xla)?\.(?:cuda\.)?)?manual_seed(?:_all)?\s*\("
+    r"|(?<![\w.])(?:(?:np|numpy)\.)?random\.seed\s*\("
+    r"|(?<![\w.])(?:\w+\.)?(?:set_seed|seed_everything)\s*\("
+)
+MAX_SEED_SCAN_BYTES = 2 * 1024 * 1024  # a script's tree of sources; bigger files are data, not code
+
+
+def source_fixes_seed(folder: Path) -> bool:
+    """Whether any Python file of the tree calls a seeding function (a hint only: a seed may also come from a
+    flag or a library; two runs of the original are what decides)."""
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts) or not path.is_file():
+            continue
+        if path.stat().st_size <= MAX_SEED_SCAN_BYTES and SEED_CALL.search(path.read_text("utf-8", errors="replace")):
+            return True
+    return False
+
+
+def reference_from_log(config: VerifyConfig, path: str | None = None) -> tuple[RunRecord, float | None]:
+    """The recorded GPU run of `path` (default `config.reference_log`) as a reference run, and the price per hour
+    it states; VerifyUsageError when it cannot be read."""
     try:
-        log = cv.read_reference_log(Path(config.reference_log), config.warmup_steps)
+        log = cv.read_reference_log(Path(path or config.reference_log), config.warmup_steps)
     except ValueError as exc:
         raise VerifyUsageError(str(exc)) from None
     notes = [] if log.step_s is not None else ["the log has no step times: speed and cost (L4) cannot be compared"]
@@ -239,12 +277,26 @@ def reference_from_log(config: VerifyConfig) -> tuple[RunRecord, float | None]:
     ), log.price_per_hour
 
 
-def run_reference(original: Path, script: str, args: list[str], config: VerifyConfig, scratch: Path) -> RunRecord:
-    """The original command, unchanged: on CUDA, or on the CPU with CUDA mapped to it. Reused from the cache when
-    the same tree, command and settings already ran."""
+def run_reference(
+    original: Path,
+    script: str,
+    args: list[str],
+    config: VerifyConfig,
+    scratch: Path,
+    subdir: str = "",
+    repeat: int = 0,
+    timeout_s: float | None = None,
+) -> RunRecord:
+    """The original command, unchanged: on CUDA, or on the CPU with CUDA mapped to it, in a copy of the tree, in
+    its folder `subdir`. Reused from the cache when the same tree, command and settings already ran. `repeat` > 0
+    is another run of the same command (its run-to-run spread), cut at `timeout_s`: what it logged until then is
+    kept."""
     mode = reference_mode(config)
     device = "cuda" if mode == "cuda" else "cpu (CUDA calls mapped to the CPU)"
     key_data = [CACHE_VERSION, tree_digest(original), script, args, mode, sorted(config.env.items()), config.log_file]
+    key_data += [subdir] if subdir else []
+    if repeat:
+        key_data += ["repeat", repeat, timeout_s]
     key = hashlib.sha256(json.dumps(key_data).encode()).hexdigest()[:32]
     cache_file = Path(config.reference_cache) / f"reference-{key}.json" if config.reference_cache else None
     if cache_file is not None and cache_file.is_file():
@@ -253,25 +305,32 @@ def run_reference(original: Path, script: str, args: list[str], config: VerifyCo
             return _reference_record(saved, script, args, device, config, cached=True)
         except (json.JSONDecodeError, KeyError, OSError):
             pass  # a damaged cache entry is simply run again
-    run_dir = scratch / "reference"
+    run_dir = scratch / ("reference" if not repeat else f"reference-{repeat + 1}")
     work = run_dir / "work"
     copy_tree(original, work)
     env, stamps = _stamp_env(run_dir, dict(config.env))
     if mode == "cpu":
-        argv = [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(work / script), *args]
+        argv = [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(work / subdir / script), *args]
         env.setdefault("USE_TORCH_XLA", "0")
     else:
-        argv = [sys.executable, str(work / script), *args]
+        argv = [sys.executable, str(work / subdir / script), *args]
     before = _files_of(work)
     result = run_sandboxed(
-        argv, cwd=work, timeout_s=config.timeout_s, memory_mb=config.memory_mb, env=env, writable=[run_dir]
+        argv,
+        cwd=work / subdir,
+        timeout_s=timeout_s or config.timeout_s,
+        memory_mb=config.memory_mb,
+        env=env,
+        writable=[run_dir],
     )
+    cut = bool(repeat and result.timed_out)  # a repeat stopped at its time budget, on purpose
     saved = {
-        "returncode": None if result.timed_out or result.memory_exceeded else result.returncode,
-        "error": result.describe_failure(),
+        "returncode": 0 if cut else None if result.timed_out or result.memory_exceeded else result.returncode,
+        "error": None if cut else result.describe_failure(),
+        "cut_at_s": timeout_s if cut else None,
         "wall_s": result.wall_s,
         "stamps": _read(stamps) or "\n".join(f"0\t{line}" for line in result.stdout.splitlines()),
-        "logs": _log_texts(_written_logs(work, before, config), work),
+        "logs": _log_texts(_written_logs(work, before, config, work / subdir), work),
     }
     if cache_file is not None and saved["returncode"] == 0:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -285,6 +344,8 @@ def _reference_record(saved: dict, script: str, args: list[str], device: str, co
     if timing.step_s is not None and timing.step_s < 1e-4:
         timing.step_s = None  # all loss lines were printed at once: the stamps say nothing about step time
         notes.append("the loss lines were printed all at once; the reference's step time is unknown")
+    if saved.get("cut_at_s"):
+        notes.append(f"this run of the original was stopped after {saved['cut_at_s']:g} s (repeat_reference_s)")
     return RunRecord(
         role="reference",
         device=device,

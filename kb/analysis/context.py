@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import DATALOADERS, code_of, keyword_arg, method_name, positional_args
+from ..cst_helpers import DATALOADERS, code_of, keyword_arg, method_name, positional_args, string_value
 from . import steps
 from .scopes import DEVICE_LOADERS, ScopedRule
 from .steps import SYNC_CALLS, is_optimizer_name
@@ -50,6 +50,7 @@ ORDER_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEq
 
 TQDM = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
 NN_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+NN_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 DATASET = frozenset(
     {
         "torch.utils.data.Dataset",
@@ -81,6 +82,8 @@ class StepContextRule(ScopedRule):
         if isinstance(node, cst.Name):
             return self._name_is_tensor(node, depth)
         if isinstance(node, cst.Attribute):
+            if self._is_module_tensor(node):
+                return True
             if node.attr.value in TENSOR_ATTRS:
                 return not (isinstance(node.value, cst.Name) and node.value.value in ("self", "args", "config"))
             if node.attr.value in TENSOR_VIEW_ATTRS:
@@ -111,6 +114,43 @@ class StepContextRule(ScopedRule):
             return self.is_tensor(node)
         finally:
             self._params_need_evidence = False
+
+    def _is_module_tensor(self, node: cst.Attribute) -> bool:
+        """`self.queue_ptr` in a method of a class that registers it as a buffer (`self.register_buffer(
+        "queue_ptr", ...)`) or assigns it an `nn.Parameter`: it moves with the module, onto the device."""
+        if not (isinstance(node.value, cst.Name) and node.value.value == "self"):
+            return False
+        cls = self.enclosing_class(node)
+        return cls is not None and node.attr.value in self._module_tensors(cls)
+
+    def _module_tensors(self, cls: cst.ClassDef) -> frozenset[str]:
+        known = self.analysis.tensor_attrs
+        if known is None:
+            known = self.analysis.tensor_attrs = {}
+        if id(cls) not in known:
+            found = set()
+            for call in self.nodes_in(cls).calls:
+                func = call.func
+                args = positional_args(call)
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "register_buffer"
+                    and code_of(func.value) == "self"
+                    and args
+                    and (name := string_value(args[0].value))
+                ):
+                    found.add(name)
+            for assign in self.nodes_in(cls).assigns:
+                if not (isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)):
+                    continue
+                if not self.qualified_names(assign.value.func) & NN_PARAMETER:
+                    continue
+                for target in assign.targets:
+                    t = target.target
+                    if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                        found.add(t.attr.value)
+            known[id(cls)] = frozenset(found)
+        return known[id(cls)]
 
     def _name_is_tensor(self, name: cst.Name, depth: int) -> bool:
         scope_node = self.scope_node(name)
@@ -337,6 +377,13 @@ class StepContextRule(ScopedRule):
         if self.facts().cpu_script:
             return None
         return steps.per_step_loop(self, node)
+
+    def per_step_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The function around `node` that runs once per training step on the device, `node` each time
+        (steps.py `per_step_function`; never in a script that names no device)."""
+        if self.facts().cpu_script:
+            return None
+        return steps.per_step_function(self, node)
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         for anc in self.ancestors(node):

@@ -115,6 +115,9 @@ class ModuleAnalysis:
     project: ProjectSteps | None = None
     module_name: str | None = None
     climb: tuple | None = None  # (the project, steps._climb's result): the update calls, loops and helpers
+    # steps.per_step_functions: (the project, ids of the functions that run once per training step)
+    per_step: tuple | None = None
+    tensor_attrs: dict[int, frozenset[str]] | None = None  # class id -> its buffers and parameters (context.py)
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
     sequence_names: dict[tuple[int, str], bool] = field(default_factory=dict)  # (scope, name): used as a list?
@@ -142,6 +145,14 @@ class ModuleAnalysis:
         nodes = Nodes()
         nodes.add_all(parents)
         return cls(module, nodes, parents, wrapper, tree=tree, source=source)
+
+    def next_pass(self) -> None:
+        """Ready for another pass over the same module, maybe with another tree summary (kb/batch.py's summary
+        rounds, then the lint): what depends on the summary is found again (`climb` is keyed by it), the rest
+        (names, scopes, positions) is kept."""
+        self.barrier_sites = None
+        self.per_step = None
+        self.tensor_guard.clear()
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)

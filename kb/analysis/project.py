@@ -47,6 +47,9 @@ class ModuleSteps:
     signatures: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (function, parameter names in order)
     # (the tree's function called; argument position or keyword; the tree's class of the argument, or UNKNOWN)
     passes: tuple[tuple[str, int | str, str], ...] = ()
+    # the tree's functions (full names) that this module calls once per training step: from a step loop, or
+    # from a function that itself runs every step (a `forward`, a helper the loop calls)
+    per_step_calls: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class ProjectSteps:
     # (module, name): the top-level names of the tree's modules that another module star-imports
     # (`from utils import *` in train.py: `save_checkpoint` there is `utils.save_checkpoint`)
     exports: frozenset[tuple[str, str]] = frozenset()
+    # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
+    per_step: frozenset[str] = frozenset()
 
     def module_of(self, path: str) -> str:
         """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
@@ -82,7 +87,8 @@ class ProjectSteps:
                 if where in params:
                     seen.setdefault((function, where), set()).add(owner)
         bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
-        return cls(modules=project.modules, steppers=steppers, param_classes=bound)
+        per_step = frozenset(f for m in summaries for f in m.per_step_calls)
+        return cls(modules=project.modules, steppers=steppers, param_classes=bound, per_step=per_step)
 
     def resolve(self, name: str) -> str | None:
         """The tree's full name of a definition that code names `name` (absolute, as imported); None when

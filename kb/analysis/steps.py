@@ -17,8 +17,17 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ..cst_helpers import SCOPES, code_of, identifier, is_literal, keyword_arg, method_name, positional_args
-from .project import ModuleSteps, classes_of, definition_name, passes, project_step, star_imported
+from ..cst_helpers import (
+    SCOPES,
+    code_of,
+    find_nodes,
+    identifier,
+    is_literal,
+    keyword_arg,
+    method_name,
+    positional_args,
+)
+from .project import ModuleSteps, absolute_names, classes_of, definition_name, passes, project_step, star_imported
 
 if TYPE_CHECKING:
     from ..rule import Rule
@@ -124,7 +133,7 @@ def per_step_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
     for anc in rule.ancestors(node):
         if anc is loop:
             break
-        if isinstance(anc, cst.If) and child is anc.body and has_modulo(anc.test):
+        if isinstance(anc, cst.If) and child is anc.body and every_n_steps(rule, anc.test):
             return None
         child = anc
     return loop
@@ -141,6 +150,31 @@ def training_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
     return None
 
 
+def every_n_steps(rule: Rule, test: cst.CSTNode) -> bool:
+    """Does an `if` test hold only every N steps: `step % N == 0`, or a call of this module's function that tests
+    a modulo (`divisible_by(step, N)` with `def divisible_by(n, d): return n % d == 0`)?"""
+    if has_modulo(test):
+        return True
+    for call in find_nodes(test, cst.Call):
+        if isinstance(call.func, cst.Name) and call.func.value in _modulo_functions(rule):
+            return True
+    return False
+
+
+def _modulo_functions(rule: Rule) -> frozenset[str]:
+    """The module's top-level functions whose body is one `return` of a modulo test."""
+    found = set()
+    for stmt in rule.analysis.module.body:
+        if isinstance(stmt, cst.FunctionDef) and isinstance(stmt.body, cst.IndentedBlock):
+            body = stmt.body.body
+            line = body[-1] if body else None
+            if isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Return):
+                value = line.body[0].value
+                if value is not None and has_modulo(value):
+                    found.add(stmt.name.value)
+    return frozenset(found)
+
+
 def has_modulo(node: cst.CSTNode) -> bool:
     """Does a condition test `something % N` (the every-N-steps idiom)?"""
     if isinstance(node, cst.BinaryOperation):
@@ -152,6 +186,122 @@ def has_modulo(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.UnaryOperation):
         return has_modulo(node.expression)
     return False
+
+
+# --- functions that run once per training step ---------------------------------------------------------
+def per_step_function(rule: StepContextRule, node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The function around `node` when it runs once per training step and `node` runs each time it does (not in
+    the body of an every-N-steps `if`): a model's `forward`, a function or method that a step loop calls, one that
+    such a function calls (`self._dequeue_and_enqueue(k)` in `forward`), or one that another module of the tree
+    calls once per step (`ProjectSteps.per_step`)."""
+    child = node
+    for anc in rule.ancestors(node):
+        if isinstance(anc, cst.If) and child is anc.body and every_n_steps(rule, anc.test):
+            return None
+        if isinstance(anc, (cst.Lambda, cst.ClassDef)):
+            return None
+        if isinstance(anc, cst.FunctionDef):
+            return anc if id(anc) in per_step_functions(rule) else None
+        child = anc
+    return None
+
+
+def per_step_functions(rule: StepContextRule) -> dict[int, cst.FunctionDef]:
+    """The module's functions that run once per training step (see `per_step_function`), by id."""
+    analysis = rule.analysis
+    key = analysis.project
+    if analysis.per_step is None or analysis.per_step[0] is not key:
+        analysis.per_step = (key, _find_per_step_functions(rule))
+    return analysis.per_step[1]
+
+
+def _find_per_step_functions(rule: StepContextRule) -> dict[int, cst.FunctionDef]:
+    project = rule.analysis.project
+    reached = project.per_step if project is not None else frozenset()
+    top_level: dict[str, cst.FunctionDef] = {}
+    methods: dict[tuple[int, str], cst.FunctionDef] = {}
+    pending: list[cst.FunctionDef] = []
+    for func in rule.analysis.nodes.functions:
+        if not isinstance(func, cst.FunctionDef):
+            continue
+        block = rule.parent(func)
+        owner = rule.parent(block) if block is not None else None
+        if isinstance(block, cst.Module):
+            top_level[func.name.value] = func
+        elif isinstance(owner, cst.ClassDef):
+            methods[(id(owner), func.name.value)] = func
+            if func.name.value == "forward":
+                pending.append(func)
+        if reached and definition_name(rule, func) in reached:
+            pending.append(func)
+    if not top_level and not methods:
+        return {}
+    pending += [
+        f
+        for c in rule.analysis.nodes.calls
+        if (f := _callee(rule, c, top_level, methods)) is not None and per_step_loop(rule, c) is not None
+    ]
+    found: dict[int, cst.FunctionDef] = {}
+    while pending:
+        func = pending.pop()
+        if id(func) in found:
+            continue
+        found[id(func)] = func
+        for call in rule.nodes_in(func.body, False).calls:
+            callee = _callee(rule, call, top_level, methods)
+            if callee is not None and id(callee) not in found and _every_time(rule, call, func):
+                pending.append(callee)
+    return found
+
+
+def _callee(
+    rule: StepContextRule,
+    call: cst.Call,
+    top_level: dict[str, cst.FunctionDef],
+    methods: dict[tuple[int, str], cst.FunctionDef],
+) -> cst.FunctionDef | None:
+    """This module's function that `call` runs: `helper(...)` (a top-level function), `self.method(...)`."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return top_level.get(func.value)
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        cls = rule.enclosing_class(call)
+        return methods.get((id(cls), func.attr.value)) if cls is not None else None
+    return None
+
+
+def _every_time(rule: StepContextRule, node: cst.CSTNode, func: cst.FunctionDef) -> bool:
+    """Does `node` run each time `func` runs (not in the body of an every-N-steps `if`)?"""
+    child = node
+    for anc in rule.ancestors(node):
+        if anc is func:
+            return True
+        if isinstance(anc, cst.If) and child is anc.body and every_n_steps(rule, anc.test):
+            return False
+        child = anc
+    return True
+
+
+def per_step_calls(rule: StepContextRule) -> frozenset[str]:
+    """The tree's functions (full names) that this module calls once per training step: from a step loop or from
+    one of its per-step functions (`apply_rotary_emb(q, freqs)` in a `forward`, `trainer.train_step(batch)`)."""
+    project = rule.analysis.project
+    if project is None:
+        return frozenset()
+    functions = per_step_functions(rule)
+    found = set()
+    for call in rule.analysis.nodes.calls:
+        if per_step_loop(rule, call) is None and per_step_function(rule, call) is None:
+            continue
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            continue  # the module's own methods: per_step_functions follows them
+        names = {project.resolve(n) for n in absolute_names(rule, func)} - {None}
+        if isinstance(func, cst.Attribute):
+            names |= {f"{klass}.{func.attr.value}" for klass in classes_of(rule, func.value)}
+        found |= names
+    own = {definition_name(rule, f) for f in functions.values()}
+    return frozenset(found - own)
 
 
 # --- step barriers: where the optimizer step is, and where its barrier goes ----------------------------
@@ -292,6 +442,7 @@ def module_steps(rule: StepContextRule, with_passes: bool = True) -> ModuleSteps
         steppers=frozenset(definition_name(rule, f) for f in helpers),
         signatures=tuple(signatures),
         passes=passes(rule) if with_passes else (),
+        per_step_calls=per_step_calls(rule),
     )
 
 

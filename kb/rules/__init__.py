@@ -30,4 +30,5 @@ from . import (  # noqa: F401
     c7_distributed,
     c7_profiling,
     c7_sharding,
+    tpu_device,
 )

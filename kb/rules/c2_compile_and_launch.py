@@ -250,7 +250,10 @@ class NcclProcessGroup(Rule):
     category = "C2"
     fix = "unsafe"
     autofix = True
-    detects = '`torch.distributed.init_process_group("nccl", ...)` / `backend="nccl"`.'
+    detects = (
+        '`torch.distributed.init_process_group("nccl", ...)` / `backend="nccl"`; a compound backend that gives '
+        'CUDA tensors to NCCL (`backend="cuda:nccl,cpu:gloo"`, usually with `device_id=`) is reported.'
+    )
     why = (
         "NCCL is the GPU collective library: on a TPU host it fails with `ValueError: ProcessGroupNCCL is only "
         "supported with GPUs, no GPUs found!`. The XLA backend is registered by `import "
@@ -279,7 +282,11 @@ class NcclProcessGroup(Rule):
             return
         args = positional_args(node)
         backend = args[0] if args else keyword_arg(node, "backend")
-        if backend is None or string_value(backend.value) != "nccl":
+        name = string_value(backend.value) if backend is not None else None
+        if name is not None and name != "nccl" and any(p.split(":")[-1] == "nccl" for p in name.split(",")):
+            self.report(node, COMPOUND_MESSAGE.format(backend=name), fix="manual")
+            return
+        if name != "nccl":
             return
         if keyword_arg(node, "store") is not None or has_star_args(node):
             self.report(node, f"{self.message} (and drop the custom store)")
@@ -294,6 +301,14 @@ class NcclProcessGroup(Rule):
             new = new.with_changes(args=[a.with_changes(value=xla_url) if a is init else a for a in new.args])
         certain = "safe" if launches_one_process_per_chip(self) else None
         self.report(node, replacement=new, imports=(("torch_xla.distributed.xla_backend", None, None),), fix=certain)
+
+
+COMPOUND_MESSAGE = (
+    'the compound backend "{backend}" sends CUDA tensors to NCCL, which needs GPUs; on TPU use '
+    '`init_process_group("xla", init_method="xla://")` (with `import torch_xla.distributed.xla_backend`) and drop '
+    "`device_id=`; collectives on CPU tensors that relied on the gloo part need their own group: "
+    '`dist.new_group(backend="gloo")` (not rewritten: which tensors go to which part is the program\'s choice)'
+)
 
 
 DDP_NAMES = frozenset(
@@ -391,3 +406,76 @@ class MpSpawn(ScopedRule):
         call = cst.Call(expr("torch_xla.launch"), with_commas(args))
         certain = "safe" if spawns_one_process_per_gpu(self, node) else None
         self.report(node, replacement=call, imports=(IMPORT_TORCH_XLA,), fix=certain)
+
+
+# --- hand-written GPU kernels ------------------------------------------------------------
+TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit.jit"})
+# (`torch.utils.cpp_extension` builds are XLA110's)
+CUDA_KERNEL_BUILDERS = frozenset({"torch.cuda._compile_kernel", "cupy.RawKernel", "cupy.RawModule"})
+KERNEL_ADVICE = (
+    "write the computation with torch ops (XLA fuses them into one kernel) or as a Pallas kernel "
+    "(`torch_xla.experimental.custom_kernel`)"
+)
+
+
+@register
+class GpuKernels(ScopedRule):
+    code = "XLA234"
+    needs = ("triton", "_compile_kernel", "rawkernel", "rawmodule")
+    title = "Triton and CUDA kernels cannot run on a TPU"
+    category = "C2"
+    fix = "manual"
+    detects = (
+        "`@triton.jit` / `@triton.autotune` kernels and their launches (`kernel[grid](...)`), "
+        "`torch.cuda._compile_kernel(...)` and CuPy raw kernels (C++/CUDA extensions are XLA110's)."
+    )
+    why = (
+        "Triton compiles for NVIDIA (and AMD) GPUs and `_compile_kernel` builds CUDA source with NVRTC: on a TPU "
+        "host there is no driver (`RuntimeError: Found no NVIDIA driver`, or Triton's `0 active drivers`), and "
+        "the kernels take pointers to device memory that XLA tensors do not expose. Each kernel has to be "
+        "expressed again: most are fused elementwise or reduction code that XLA fuses itself from torch ops."
+    )
+    before = (
+        "import triton\nimport triton.language as tl\n\n\n"
+        "@triton.jit\n"
+        "def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)\n\n\n"
+        "def add(x, y, out):\n"
+        "    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)\n"
+    )
+    message = f"a GPU kernel does not run on a TPU; {KERNEL_ADVICE}"
+    symptoms = ("RuntimeError: Found no NVIDIA driver on your system", "RuntimeError: 0 active drivers ([])")
+    references = ("docs/source/features/pallas.md", "torch_xla/experimental/custom_kernel.py")
+    valid = (
+        "import torch\n\ndef add(x, y):\n    return x + y\n",
+        "table = {}\nrow = table['a']\n",
+    )
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        for decorator in node.decorators:
+            target = decorator.decorator
+            func = target.func if isinstance(target, cst.Call) else target
+            if self.qualified_names(func) & TRITON_DECORATORS:
+                self.report(decorator, f"Triton kernel `{node.name.value}` needs a GPU; {KERNEL_ADVICE}")
+                return
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.qualified_names(node.func) & CUDA_KERNEL_BUILDERS
+        if names:
+            self.report(node, f"`{min(names)}` builds a CUDA kernel; {KERNEL_ADVICE}")
+            return
+        func = node.func
+        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and self._is_triton_kernel(func.value):
+            self.report(node, f"launch of the Triton kernel `{func.value.value}`; {KERNEL_ADVICE}")
+
+    def _is_triton_kernel(self, name: cst.Name) -> bool:
+        """A top-level function of this module decorated with `@triton.jit` (or autotune)."""
+        for stmt in self.analysis.module.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name.value:
+                return any(
+                    self.qualified_names(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                    & TRITON_DECORATORS
+                    for d in stmt.decorators
+                )
+        return False

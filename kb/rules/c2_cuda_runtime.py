@@ -5,8 +5,27 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.guards import guarded_by_cuda
-from ..cst_helpers import block_of, expr, is_literal, keyword_arg, positional_args, string_value
-from ..rule import IMPORT_XLA_BACKENDS, IMPORT_XM, MATMUL_PRECISIONS, REMOVE, SET_MATMUL_PRECISION, Rule, register
+from ..cst_helpers import (
+    block_of,
+    expr,
+    find_nodes,
+    is_literal,
+    keyword_arg,
+    parenthesized,
+    positional_args,
+    statements,
+    string_value,
+)
+from ..rule import (
+    IMPORT_TORCH_XLA,
+    IMPORT_XLA_BACKENDS,
+    IMPORT_XM,
+    MATMUL_PRECISIONS,
+    REMOVE,
+    SET_MATMUL_PRECISION,
+    Rule,
+    register,
+)
 
 
 @register
@@ -65,6 +84,16 @@ class CudnnFlags(Rule):
 
 
 # --- timing and monitoring -------------------------------------------------------------
+# Where `(end - start) * 1000` can stand without parentheses.
+BARE_EXPRESSION_PARENTS = (
+    cst.Assign,
+    cst.AugAssign,
+    cst.AnnAssign,
+    cst.Arg,
+    cst.Return,
+    cst.Element,
+    cst.FormattedStringExpression,
+)
 CUDA_TIMING = {
     "torch.cuda.Event": "time with `time.perf_counter()` around `torch_xla.sync(); xm.wait_device_ops()`, "
     "or profile with `torch_xla.debug.profiler`",
@@ -84,20 +113,33 @@ class CudaEventsAndStreams(Rule):
     needs = ("cuda",)
     title = "CUDA events, streams and graphs have no XLA counterpart"
     category = "C2"
-    fix = "manual"
+    fix = "safe"
+    autofix = True
     detects = (
         "`torch.cuda.Event(...)` (with `.record()` / `.elapsed_time()`), `torch.cuda.Stream` / `stream()` / "
-        "`current_stream()`, and CUDA graph capture (`torch.cuda.graph`, `CUDAGraph`, `make_graphed_callables`)."
+        "`current_stream()`, and CUDA graph capture (`torch.cuda.graph`, `CUDAGraph`, `make_graphed_callables`). "
+        "Events used only as a timer in one function (`e = torch.cuda.Event(...)`, `e.record()` and "
+        "`e.synchronize()` as statements, `a.elapsed_time(b)`) are rewritten to a host timer after a device "
+        "barrier; every other use is left for a human."
     )
     why = (
         "They talk to the CUDA runtime: on a TPU host they raise `RuntimeError: Found no NVIDIA driver on your "
         "system` (or, for some, do nothing). Timing with events must become wall-clock timing around a device "
         "barrier — XLA runs lazily, so without `torch_xla.sync()` + `xm.wait_device_ops()` you time the tracing, "
-        "not the step. Exclude the first steps: they include compilation."
+        "not the step. Exclude the first steps: they include compilation. The rewrite of a timer is safe: each "
+        "`record()` becomes `torch_xla.sync(); xm.wait_device_ops(); e = time.perf_counter()` and "
+        "`a.elapsed_time(b)` becomes `(b - a) * 1000` (milliseconds, as before); the values computed by the "
+        "program are unchanged, only where the graph is cut (at the timer) is new."
     )
     before = (
         "import torch\n\nstart = torch.cuda.Event(enable_timing=True)\nend = torch.cuda.Event(enable_timing=True)\n"
         "start.record()\nstep()\nend.record()\ntorch.cuda.synchronize()\nms = start.elapsed_time(end)\n"
+    )
+    after = (
+        "import torch\nimport time\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n\n"
+        "torch_xla.sync()\nxm.wait_device_ops()\nstart = time.perf_counter()\nstep()\n"
+        "torch_xla.sync()\nxm.wait_device_ops()\nend = time.perf_counter()\ntorch.cuda.synchronize()\n"
+        "ms = (end - start) * 1000\n"
     )
     message = "CUDA event/stream API raises or does nothing on TPU"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
@@ -110,8 +152,135 @@ class CudaEventsAndStreams(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         for name in sorted(self.qualified_names(node.func) & CUDA_TIMING.keys()):
-            self.report(node, f"`{name}` raises or does nothing on TPU; {CUDA_TIMING[name]}")
+            if name == "torch.cuda.Event" and self._rewrite_timer(node):
+                return
+            self.report(node, f"`{name}` raises or does nothing on TPU; {CUDA_TIMING[name]}", fix="manual")
             return
+
+    # --- CUDA-event timing -> a host timer after a device barrier -----------------------------------------
+    def _rewrite_timer(self, event: cst.Call) -> bool:
+        """`start = torch.cuda.Event(...)` whose every use in its scope is `start.record()` (a statement),
+        `start.synchronize()` (a statement) or `a.elapsed_time(b)` between such events: each record becomes
+        `torch_xla.sync(); xm.wait_device_ops(); start = time.perf_counter()` and `a.elapsed_time(b)` becomes
+        `(b - a) * 1000` (milliseconds, as CUDA reports them). Returns False (nothing reported) otherwise."""
+        assign = self.parent(event)
+        line = self.parent(assign) if assign is not None else None
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+        ):
+            return False
+        scope = self._scope(event)
+        plan = self._timer_plan(scope)
+        if plan is None or assign.targets[0].target.value not in plan[0]:
+            return False
+        if self.reports and any(r.node is line for r in self.reports):
+            return True
+        imports = (("time", None, None), IMPORT_TORCH_XLA, IMPORT_XM)
+        message = (
+            "CUDA events raise on TPU (`Found no NVIDIA driver`); timed on the host instead, after "
+            "`torch_xla.sync(); xm.wait_device_ops()` so the device work is done (exclude the first steps: they compile)"
+        )
+        self.report(line, message, replacement=REMOVE, imports=imports, fix="safe")
+        for node, replacement in plan[1]:
+            if node is not line and not any(r.node is node for r in self.reports):
+                self.report(node, message, replacement=replacement, imports=imports, fix="safe")
+        return True
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        for anc in self.ancestors(node):
+            if isinstance(anc, (cst.FunctionDef, cst.Module)):
+                return anc
+        return self.analysis.module
+
+    def _timer_plan(self, scope: cst.CSTNode):
+        """(event names, [(node, replacement)]) when every event of `scope` is used only as a timer; else None."""
+        cache = self.__dict__.setdefault("_plans", {})
+        if id(scope) not in cache:
+            cache[id(scope)] = (scope, self._make_plan(scope))
+        return cache[id(scope)][1]
+
+    def _make_plan(self, scope: cst.CSTNode):
+        body = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        events: dict[str, cst.SimpleStatementLine] = {}
+        for assign in find_nodes(body, cst.Assign):
+            value = assign.value
+            if isinstance(value, cst.Call) and "torch.cuda.Event" in self.qualified_names(value.func):
+                target = assign.targets[0].target if len(assign.targets) == 1 else None
+                line = self.parent(assign)
+                if not isinstance(target, cst.Name) or target.value in events or self._scope(assign) is not scope:
+                    return None
+                events[target.value] = line
+        edits: list = []
+        for name in find_nodes(body, cst.Name):
+            if name.value not in events:
+                continue
+            if self._scope(name) is not scope:
+                return None  # used in a nested function: not followed
+            edit = self._timer_edit(name, events)
+            if edit is None:
+                return None
+            if edit is not True and not any(node is edit[0] for node, _ in edits):
+                edits.append(edit)
+        bound = [n for n in find_nodes(body, cst.Name) if n.value in events and self._binds(n)]
+        if len(bound) != len(events):
+            return None  # rebound elsewhere (`start = other`): not only a timer
+        return set(events), edits
+
+    def _binds(self, name: cst.Name) -> bool:
+        parent = self.parent(name)
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem, cst.AsName))
+
+    def _timer_edit(self, name: cst.Name, events: dict[str, cst.SimpleStatementLine]):
+        """True for the event's own assignment; (node, replacement) for a use that has a host-timer form; None."""
+        parent = self.parent(name)
+        if isinstance(parent, cst.AssignTarget):
+            value = self.parent(parent).value
+            return (
+                True if isinstance(value, cst.Call) and "torch.cuda.Event" in self.qualified_names(value.func) else None
+            )
+        if isinstance(parent, cst.Arg):
+            call = self.parent(parent)
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if isinstance(receiver, cst.Name) and receiver.value in events:
+                return True  # the argument of `a.elapsed_time(b)`: the receiver's edit covers it
+            return None
+        if not (isinstance(parent, cst.Attribute) and parent.value is name):
+            return None
+        call = self.parent(parent)
+        if not isinstance(call, cst.Call) or call.func is not parent:
+            return None
+        method = parent.attr.value
+        if method == "elapsed_time":
+            args = positional_args(call)
+            if len(call.args) != 1 or len(args) != 1:
+                return None
+            other = args[0].value
+            if not (isinstance(other, cst.Name) and other.value in events):
+                return None
+            replacement = expr(f"({other.value} - {name.value}) * 1000")
+            if not isinstance(self.parent(call), BARE_EXPRESSION_PARENTS):
+                replacement = parenthesized(replacement)
+            return call, replacement
+        line = self.parent(self.parent(call))
+        is_statement = (
+            isinstance(self.parent(call), cst.Expr)
+            and isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+        )
+        if call.args or not is_statement:
+            return None
+        if method == "record":
+            code = f"torch_xla.sync()\nxm.wait_device_ops()\n{name.value} = time.perf_counter()\n"
+            new = statements(code)
+            new[0] = new[0].with_changes(leading_lines=line.leading_lines)
+            return line, cst.FlattenSentinel(new)
+        if method == "synchronize":
+            return line, statements("xm.wait_device_ops()\n")[0].with_changes(leading_lines=line.leading_lines)
+        return None
 
 
 SUBPROCESS_CALLS = frozenset(

@@ -69,7 +69,9 @@ class OptimizerBeforeMove(Rule):
     detects = (
         "`opt = torch.optim.X(model.parameters(), ...)` followed, later in the same function or module, by "
         "`model.to(device)` / `model = model.to(device)` / `model.cuda()` of that model (or of a module that "
-        "contains the optimized one), with no move before the optimizer."
+        "contains the optimized one), with no move before the optimizer; also when the optimizer takes a list "
+        "built from the parameters first (`params = [p for p in model.parameters() if p.requires_grad]`), or "
+        "is built by a helper of the module (`opt = make_optimizer(model, cfg)`)."
     )
     why = (
         "On CUDA `.to()` keeps the Parameter objects and swaps their data, so the order does not matter there. "
@@ -79,7 +81,10 @@ class OptimizerBeforeMove(Rule):
         "parameters are not on the same device` for this). The fix moves the model first. Safe: the optimizer then "
         "holds the parameters that train, as it does on CUDA, so the numbers are the program's; xlaport only "
         "rewrites when the move is a plain statement of the same block and nothing it uses is assigned in "
-        "between — other layouts are reported for a manual fix."
+        "between. Otherwise (the device is assigned in between, the move sits in an `if`) the optimizer statement, "
+        "with the statements that use it (`sched = StepLR(opt)`), goes after the move instead, when nothing it "
+        "passes reads or rebinds what they use and nothing there touches the model. Other layouts are reported "
+        "with the reason."
     )
     before = (
         "import torch\n\nmodel = Net()\noptimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\nmodel.to(device)\n"
@@ -101,23 +106,90 @@ class OptimizerBeforeMove(Rule):
         "model.to('cpu')\nx.to(device)\n",
         "import torch\nmodel = Net().to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to(device)\n",
         "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nsched = torch.optim.lr_scheduler.StepLR(opt, 1)\n",
+        "import torch\nmake = lambda *a, **k: torch.optim.SGD(*a, **k, lr=0.1)\nmodel.to(device)\n",
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not is_optimizer(self, node):
-            return
-        owners = parameter_owners(node)
-        if not owners:
-            return
+        if is_optimizer(self, node):
+            owners = parameter_owners(node)
+        else:
+            owners = self._built_by_helper(node)
+            if not owners:
+                return
         levels = self._levels(node)
+        if not levels:
+            return  # not in a block (a default value, a one-line suite)
+        if not owners:
+            # `params = [p for p in model.parameters() if p.requires_grad]` then `AdamW(params)`: the list holds
+            # the parameters of its statement's time, so that statement is where the model must be on the device
+            owners, source = self._owners_by_name(node, *levels[0])
+            if not owners:
+                return
+            levels[0] = (levels[0][0], source)
         if any(self._moved_before(stmt, owners) for block, i in levels for stmt in block.body[:i]):
             return
         for block, i in levels:
             for j in range(i + 1, len(block.body)):
                 moves = [c for c, moved in self._moves_in(block.body[j]) if any(related(moved, o) for o in owners)]
                 if moves:
-                    self._report(node, block, i, j, moves[0])
+                    self._report(node, block, i, j, moves[0], owners)
                     return
+
+    def _built_by_helper(self, call: cst.Call) -> list[str]:
+        """`opt = make_optimizer(model, cfg)` where `make_optimizer` is a top-level function of this module that
+        builds an optimizer from its parameter's parameters (and does not move it): the model passed there."""
+        if not isinstance(call.func, cst.Name) or "optim" not in call.func.value.lower():
+            return []
+        helper = next(
+            (
+                s
+                for s in self.analysis.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == call.func.value
+            ),
+            None,
+        )
+        if helper is None:
+            return []
+        params = [p.name.value for p in helper.params.params]
+        calls = find_nodes(helper.body, cst.Call)
+        if not any(is_optimizer(self, c) for c in calls):
+            return []
+        roots = {o.split(".")[0] for c in calls for o in parameter_owners(c)}  # `decay = [p for p in net...]`
+        moved = {moved_module(self, c) for c in calls}
+        found = []
+        for k, param in enumerate(params):
+            if param not in roots or any(m and related(m, param) for m in moved):
+                continue
+            given = keyword_arg(call, param)
+            args = positional_args(call)
+            value = given.value if given is not None else args[k].value if k < len(args) else None
+            if value is not None and dotted(value) is not None:
+                found.append(dotted(value))
+        return found
+
+    def _owners_by_name(self, opt: cst.Call, block, i: int) -> tuple[list[str], int]:
+        """The modules whose parameters a name given to the optimizer holds (`AdamW(params)` after `params =
+        [p for p in model.parameters() ...]` or `params = model.parameters()` in the same block), and the index of
+        that assignment; ([], i) when there is none."""
+        args = positional_args(opt)
+        given = args[0].value if args else getattr(keyword_arg(opt, "params"), "value", None)
+        if not isinstance(given, cst.Name):
+            return [], i
+        for k in range(i - 1, -1, -1):
+            stmt = block.body[k]
+            if given.value not in bound_names(stmt):
+                continue
+            assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+                return [], i
+            if dotted(assign.targets[0].target) != given.value:
+                return [], i
+            owners = parameter_owners(assign.value) if isinstance(assign.value, cst.Call) else []
+            owners = owners or [
+                o for c in find_nodes(assign.value, cst.Call) if c is not assign.value for o in parameter_owners(c)
+            ]
+            return (owners, k) if owners else ([], i)
+        return [], i
 
     def _levels(self, node: cst.CSTNode) -> list[tuple[cst.IndentedBlock | cst.Module, int]]:
         """(block, index of the statement holding `node`) from the innermost block out to the function/module."""
@@ -161,16 +233,27 @@ class OptimizerBeforeMove(Rule):
         func = value.func if isinstance(value, cst.Call) else None
         return isinstance(func, cst.Attribute) and func.attr.value in {"to", "cuda"} and dotted(func.value) is None
 
-    def _report(self, opt: cst.Call, block, i: int, j: int, move: cst.Call) -> None:
+    def _report(self, opt: cst.Call, block, i: int, j: int, move: cst.Call, owners: list[str]) -> None:
         move_line = self.position(move).start.line
         where = f"`{code_of(move.func.value)}` moves at line {move_line}"
         stmt = block.body[j]
         blocker = self._why_not_movable(block, i, j, move)
+        if blocker and block.body[i] is self.statement_of_in(opt, block):
+            sunk = self._sink(block, i, j, owners)
+            if sunk is not None:
+                self.report(
+                    opt,
+                    f"{self.message} ({where}); the optimizer is built after the move",
+                    replacement=block.with_changes(body=sunk),
+                    target=block,
+                )
+                return
         if blocker:
             self.report(
                 opt,
                 f"{self.message} ({where}); build the optimizer after the move, or move the model first "
-                f"(not rewritten: {blocker})",
+                f"(not rewritten: {blocker}, and the optimizer cannot go after the move: "
+                f"{self._why_not_sinkable(block, i, j, owners)})",
             )
             return
         body = list(block.body)
@@ -186,6 +269,93 @@ class OptimizerBeforeMove(Rule):
             replacement=block.with_changes(body=new_body),
             target=block,
         )
+
+    def statement_of_in(self, node: cst.CSTNode, block) -> cst.CSTNode | None:
+        """The statement of `block` that holds `node`."""
+        child = node
+        for anc in self.ancestors(node):
+            if anc is block:
+                return child
+            child = anc
+        return None
+
+    def _sink(self, block, i: int, j: int, owners: list[str]) -> list[cst.BaseStatement] | None:
+        """The block's statements with the optimizer's statement `i` (and the statements before `j` that use what
+        it builds: `sched = StepLR(opt)`) moved right after statement `j`, which moves the model (a plain move, or
+        a move inside an `if`): when the statements they pass neither read nor rebind what they read or bind, and
+        nothing from `i` to `j` touches the model except the move itself. Then the optimizer is built from the
+        moved parameters, as on CUDA, and every other statement sees what it saw before."""
+        group = self._sunk_group(block, i, j)
+        if self._why_not_sinkable(block, i, j, owners) is not None:
+            return None
+        body = list(block.body)
+        kept = [body[k] for k in range(i + 1, j + 1) if k not in group]
+        first = body[i]
+        blanks = [line for line in first.leading_lines if line.comment is None]
+        kept[0] = kept[0].with_changes(leading_lines=[*blanks, *kept[0].leading_lines])
+        sunk = [body[k] for k in sorted(group)]
+        sunk[0] = first.with_changes(leading_lines=[line for line in first.leading_lines if line.comment is not None])
+        return [*body[:i], *kept, *sunk, *body[j + 1 :]]
+
+    def _sunk_group(self, block, i: int, j: int) -> set[int]:
+        """Statement `i` and those between it and `j` that read what the group binds (transitively)."""
+        group, binds = {i}, set(bound_names(block.body[i]))
+        for k in range(i + 1, j):
+            if used_names(block.body[k]) & binds:
+                group.add(k)
+                binds |= bound_names(block.body[k])
+        return group
+
+    def _why_not_sinkable(self, block, i: int, j: int, owners: list[str]) -> str | None:
+        group = self._sunk_group(block, i, j)
+        if not all(isinstance(block.body[k], cst.SimpleStatementLine) for k in group):
+            return "it is not a plain statement"
+        reads = set().union(*(used_names(block.body[k]) for k in group))
+        binds = set().union(*(bound_names(block.body[k]) for k in group))
+        roots = {o.split(".")[0] for o in owners}
+        for k in range(i + 1, j + 1):
+            later = block.body[k]
+            line = self.position(later).start.line
+            moves = [c for c, moved in self._moves_in(later) if any(related(moved, o) for o in owners)]
+            if k in group:
+                if self._touches_model(later, owners, []):
+                    return f"line {line} uses the model"
+                continue
+            if bound_names(later) & (reads | binds) - (roots if k == j else set()):
+                return f"line {line} assigns what it uses"
+            if used_names(later) & binds:
+                return f"line {line} uses `{'`, `'.join(sorted(used_names(later) & binds))}`"
+            if self._touches_model(later, owners, moves):
+                return f"line {line} uses the model"
+            if isinstance(block, cst.Module) and self._calls_unknown(later, moves):
+                # a module-level optimizer is a global: a function called in between may read it
+                return f"line {line} calls a function that may use the optimizer"
+        return None
+
+    def _calls_unknown(self, stmt: cst.CSTNode, moves: list[cst.Call]) -> bool:
+        """A call in `stmt` other than the moves and torch / torch_xla functions."""
+        for call in find_nodes(stmt, cst.Call):
+            if any(call is m for m in moves):
+                continue
+            if not any(n.split(".")[0] in ("torch", "torch_xla") for n in self.qualified_names(call.func)):
+                return True
+        return False
+
+    def _touches_model(self, stmt: cst.CSTNode, owners: list[str], moves: list[cst.Call]) -> bool:
+        """Does `stmt` name the model (or a part of it) other than in one of `moves` or as the name a move's
+        result is assigned to?"""
+        allowed = {id(n) for move in moves for n in find_nodes(move, cst.Name, cst.Attribute)}
+        for assign in find_nodes(stmt, cst.Assign):
+            if any(assign.value is move for move in moves):
+                allowed |= {id(n) for t in assign.targets for n in find_nodes(t, cst.Name, cst.Attribute)}
+        for node in find_nodes(stmt, cst.Name, cst.Attribute):
+            parent = self.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                continue  # only outermost names: `self` in `self.device` is not the model `self.model`
+            name = dotted(node)
+            if name is not None and id(node) not in allowed and any(related(name, o) for o in owners):
+                return True
+        return False
 
     def _why_not_movable(self, block, i: int, j: int, move: cst.Call) -> str | None:
         stmt = block.body[j]

@@ -21,11 +21,10 @@ def is_parameter_path(path: str | None, root: str) -> bool:
 
 
 def tie_of(statement: cst.CSTNode, root: str) -> tuple[str, str] | None:
-    """(tied, source) for `root.a.weight = root.b.weight`, the source being the parameter kept."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    assign = statement.body[0]
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+    """(tied, source) for `root.a.weight = root.b.weight`, the source being the parameter kept: a statement line,
+    or the assignment itself (the body of a one-line `if config.tie_word_embeddings: ...`)."""
+    assign = _one_assignment(statement)
+    if assign is None or len(assign.targets) != 1:
         return None
     tied, source = dotted(assign.targets[0].target), dotted(assign.value)
     if is_parameter_path(tied, root) and is_parameter_path(source, root) and tied != source:
@@ -33,15 +32,20 @@ def tie_of(statement: cst.CSTNode, root: str) -> tuple[str, str] | None:
     return None
 
 
+def _one_assignment(statement: cst.CSTNode) -> cst.Assign | None:
+    """The assignment a statement line holds alone, or `statement` itself when it is one."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        statement = statement.body[0]
+    return statement if isinstance(statement, cst.Assign) else None
+
+
 def shared_parameter_ties(body: list[cst.CSTNode], root: str) -> list[tuple[str, str]]:
     """Ties by a shared object: `root.a.weight = p` and `root.b.weight = p` give (root.b.weight, root.a.weight)."""
     first_target: dict[str, str] = {}
     ties = []
     for statement in body:
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            continue
-        assign = statement.body[0]
-        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.value, cst.Name):
+        assign = _one_assignment(statement)
+        if assign is None or len(assign.targets) != 1 or not isinstance(assign.value, cst.Name):
             continue
         target = dotted(assign.targets[0].target)
         if not is_parameter_path(target, root):

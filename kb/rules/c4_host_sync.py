@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.context import StepContextRule
-from ..cst_helpers import TEXT, method_name, positional_args, string_value
+from ..cst_helpers import TEXT, find_nodes, method_name, positional_args, string_value
 from ..rule import register
 
 HOST_SYNC_FIX = (
@@ -92,10 +92,13 @@ class ItemInStepLoop(StepContextRule):
         self.report(node, message)
 
 
+CAST_IN_LOOP = "converting a tensor to a Python number in the step loop syncs with the host every step"
+
+
 @register
 class ScalarCastInStepLoop(StepContextRule):
     code = "XLA402"
-    needs = ("step", "backward", "sync")
+    needs = ("step", "backward", "sync", "forward")
     title = "`float(t)` / `int(t)` / `bool(t)` on a tensor in the training loop syncs every step"
     category = "C4"
     fix = "manual"
@@ -117,7 +120,7 @@ class ScalarCastInStepLoop(StepContextRule):
         "    optimizer.step()\n"
         "    history.append(float(loss))\n"
     )
-    message = f"converting a tensor to a Python number in the step loop syncs with the host every step; {HOST_SYNC_FIX}"
+    message = f"{CAST_IN_LOOP}; {HOST_SYNC_FIX}"
     symptoms = ("aten::_local_scalar_dense", "pt-xla-profiler: TransferFromDeviceTime too frequent")
     references = ("pytorch/xla troubleshoot.md: Known Performance Caveats", "pytorch/xla#2120")
     valid = (
@@ -133,10 +136,35 @@ class ScalarCastInStepLoop(StepContextRule):
         ):
             return
         args = positional_args(node)
-        if len(args) != 1 or self.per_step_loop(node) is None:
+        if len(args) != 1:
             return
-        if self.is_tensor(args[0].value):
-            self.report(node)
+        if self.per_step_loop(node) is not None:
+            if self.is_tensor(args[0].value):
+                self.report(node, f"{CAST_IN_LOOP}{self._as_index(node)}; {HOST_SYNC_FIX}")
+            return
+        func = self.per_step_function(node)
+        if func is not None and self.is_tensor(args[0].value):
+            message = (
+                f"converting a tensor to a Python number in `{func.name.value}`, which runs every training step, "
+                f"syncs with the host every step{self._as_index(node)}; keep the value on the device (index with "
+                "tensors: `index_copy_`, `torch.roll`, masks) or read it every N steps after the barrier"
+            )
+            self.report(node, message)
+
+    def _as_index(self, node: cst.Call) -> str:
+        """`ptr = int(self.queue_ptr)` then `self.queue[:, ptr:ptr + n] = k`: the number becomes a slice bound,
+        a constant of the graph, so every new value compiles a new graph."""
+        assign = self.parent(node)
+        func = self.enclosing_function(node)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and func is not None):
+            return ""
+        target = assign.targets[0].target
+        if not isinstance(target, cst.Name):
+            return ""
+        for index in find_nodes(func.body, cst.Slice, cst.Index):
+            if any(isinstance(n, cst.Name) and n.value == target.value for n in find_nodes(index, cst.Name)):
+                return "; used as an index it is a constant of the graph: each new value compiles a new graph"
+        return ""
 
 
 FORMAT_MESSAGE = f"formatting a tensor as text in the step loop reads it on the host every step; {HOST_SYNC_FIX}"
@@ -292,6 +320,9 @@ class HostCopyInStepLoop(StepContextRule):
             self.report(node)
 
 
+CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
+
+
 @register
 class TensorControlFlow(StepContextRule):
     code = "XLA405"
@@ -348,14 +379,22 @@ class TensorControlFlow(StepContextRule):
     def _check(self, test: cst.BaseExpression) -> None:
         func = self.enclosing_function(test)
         in_forward = func is not None and func.name.value == "forward" and self.step_loop(test) is None
-        if (self.step_loop(test) is not None or in_forward) and self._is_tensor_condition(test):
+        if not self._is_tensor_condition(test):
+            return
+        if self.step_loop(test) is not None or in_forward:
             self.report(test)
+            return
+        func = self.per_step_function(test)
+        if func is not None:
+            self.report(test, f"`{func.name.value}` runs every training step: {self.message}")
 
     def _is_tensor_condition(self, test: cst.BaseExpression) -> bool:
         if isinstance(test, cst.BooleanOperation):
             return self._is_tensor_condition(test.left) or self._is_tensor_condition(test.right)
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             return self._is_tensor_condition(test.expression)
+        if isinstance(test, cst.Name) and any(isinstance(v, CONTAINERS) for v in self.assigned_values(test)):
+            return False  # `masks = []` ... `masks = torch.stack(masks)`: `if masks:` may test the list
         return self.is_tensor(test)
 
     def visit_If(self, node: cst.If) -> None:

@@ -10,7 +10,7 @@ from typing import ClassVar
 import libcst as cst
 
 from ..analysis.context import StepContextRule
-from ..cst_helpers import keyword_arg, method_name, positional_args
+from ..cst_helpers import keyword_arg, method_name, positional_args, string_value
 from ..rule import register
 
 
@@ -303,3 +303,135 @@ class Median(_FallbackOp):
     valid = ("import pandas as pd\ndf = pd.read_csv('a.csv')\nm = df.median()\n",)
     functions = {"torch.median": "aten::median", "torch.nanmedian": "aten::nanmedian"}
     methods = {"median": "aten::median", "nanmedian": "aten::nanmedian"}
+
+
+@register
+class ScaledMatmul(_FallbackOp):
+    code = "XLA519"
+    needs = ("_scaled_mm",)
+    title = "`torch._scaled_mm` (float8 matmul) runs on the CPU"
+    detects = (
+        "`torch._scaled_mm(a, b, scale_a=..., scale_b=...)` in device code (float8 training and inference kernels)."
+    )
+    why = (
+        "`aten::_scaled_mm` has no XLA lowering in torch_xla 2.9 (measured: `met.executed_fallback_ops()` lists "
+        "it): every call copies both operands to the host, multiplies there and copies the result back, every "
+        "step. The float8 speed-up it was written for is lost many times over."
+    )
+    before = (
+        "import torch\n\n"
+        "class Fp8Linear(torch.nn.Module):\n"
+        "    def forward(self, x, w, sx, sw):\n"
+        "        return torch._scaled_mm(x, w.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)\n"
+    )
+    message = (
+        "`torch._scaled_mm` falls back to the CPU on XLA; multiply in bfloat16 (`(x.to(torch.bfloat16) * sx) @ "
+        "(w.to(torch.bfloat16) * sw)`), or keep float8 weights and dequantize before the matmul"
+    )
+    symptoms = ("aten::_scaled_mm", "pt-xla-profiler: Op(s) not lowered: aten::_scaled_mm")
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report",)
+    valid = ("import torch\nclass M(torch.nn.Module):\n    def forward(self, a, b):\n        return torch.mm(a, b)\n",)
+    functions = {"torch._scaled_mm": "aten::_scaled_mm"}
+
+
+SPARSE_BUILDERS = frozenset(
+    {
+        "torch.sparse_coo_tensor",
+        "torch.sparse_csr_tensor",
+        "torch.sparse_csc_tensor",
+        "torch.sparse_bsr_tensor",
+        "torch.sparse.FloatTensor",
+    }
+)
+SPARSE_METHODS = frozenset({"to_sparse", "to_sparse_csr", "to_sparse_csc", "to_sparse_coo"})
+SPARSE_MESSAGE = (
+    "sparse tensors have no XLA backend: moving one to the device raises `NotImplementedError: Could not run "
+    "'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the 'SparseXLA' backend`"
+)
+
+
+@register
+class SparseTensorOnDevice(StepContextRule):
+    code = "XLA520"
+    needs = ("sparse",)
+    title = "Sparse tensors cannot live on the XLA device"
+    category = "C5"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "A sparse tensor (`torch.sparse_coo_tensor(...)`, `torch.sparse_csr_tensor(...)`, `t.to_sparse()`, or a "
+        "name assigned one) moved to a device with `.to(device)` / `.cuda()`; `.to_sparse()` in device code. "
+        "The fix densifies before the move: `s.to_dense().to(device)`."
+    )
+    why = (
+        "torch_xla 2.9 has no SparseXLA kernels: `sparse.to('xla')` and `.to_sparse()` on an XLA tensor raise "
+        "`NotImplementedError ... 'SparseXLA' backend` (measured). Densifying first keeps the values, and dense "
+        "matmuls are what the TPU runs well; but memory grows to the dense size, and sparse-only calls on the "
+        "result (`torch.sparse.mm`, `._values()`, `.coalesce()`) need their dense equivalents: review the fix. "
+        "For a large sparse operand keep it on the CPU and move only the dense results."
+    )
+    before = "import torch\n\nadj = torch.sparse_coo_tensor(index, weight, (n, n))\nadj = adj.to(device)\n"
+    after = "import torch\n\nadj = torch.sparse_coo_tensor(index, weight, (n, n))\nadj = adj.to_dense().to(device)\n"
+    message = f"{SPARSE_MESSAGE}; densify it first (`.to_dense()`) or keep it on the CPU"
+    symptoms = (
+        "NotImplementedError: Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from "
+        "the 'SparseXLA' backend",
+    )
+    references = ("pytorch/xla#3455 (sparse tensors are not supported)",)
+    valid = (
+        "import torch\nadj = torch.sparse_coo_tensor(i, v, (3, 3))\nadj = adj.to('cpu')\n",
+        "import torch\nadj = torch.sparse_coo_tensor(i, v, (3, 3)).to_dense().to(device)\n",
+        "import torch\nx = torch.zeros(3).to(device)\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = method_name(node)
+        if method in SPARSE_METHODS and not node.args:
+            if self.in_device_context(node) and not self._moved_to_host(node):
+                self.report(node, f"{SPARSE_MESSAGE}; keep the tensor dense on the device, or sparsify on the CPU")
+            return
+        if method not in ("to", "cuda") or not self._moves_to_device(node):
+            return
+        receiver = node.func.value
+        if self._is_sparse(receiver):
+            dense = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("to_dense")))
+            self.report(node, replacement=node.with_changes(func=node.func.with_changes(value=dense)))
+
+    def _moves_to_device(self, call: cst.Call) -> bool:
+        if method_name(call) == "cuda":
+            return True
+        args = positional_args(call)
+        target = args[0].value if args else getattr(keyword_arg(call, "device"), "value", None)
+        if target is None or string_value(target) == "cpu":
+            return False
+        return not self.qualified_startswith(target, "torch.float", "torch.bfloat16", "torch.half", "torch.int")
+
+    def _is_sparse(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        if isinstance(node, cst.Call):
+            return bool(self.qualified_names(node.func) & SPARSE_BUILDERS) or method_name(node) in SPARSE_METHODS
+        if isinstance(node, cst.Name) and depth < 3:
+            values = self.assigned_values(node)
+            return (
+                bool(values)
+                and all(self._is_sparse(v, depth + 1) or _same_name(v, node) for v in values)
+                and any(self._is_sparse(v, depth + 1) for v in values)
+            )
+        return False
+
+    def _moved_to_host(self, node: cst.Call) -> bool:
+        """`x.cpu().to_sparse()`, `x.to("cpu").to_sparse()`: sparsified on the host."""
+        receiver = node.func.value
+        if isinstance(receiver, cst.Call):
+            inner = method_name(receiver)
+            if inner == "cpu":
+                return True
+            args = positional_args(receiver)
+            return inner == "to" and bool(args) and string_value(args[0].value) == "cpu"
+        return False
+
+
+def _same_name(value: cst.CSTNode, name: cst.Name) -> bool:
+    """`adj = adj.to(device)`: the name's own move, not another value."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        value = value.func.value
+    return isinstance(value, cst.Name) and value.value == name.value

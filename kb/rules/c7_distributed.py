@@ -7,7 +7,7 @@ import libcst as cst
 from ..analysis.devices import imports_torch_xla
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
-from ..rule import IMPORT_XM, IMPORT_XR, Rule, register
+from ..rule import IMPORT_XM, IMPORT_XR, REMOVE, Rule, register
 
 RANK_CALLS = {
     "torch_xla.core.xla_model.is_master_ordinal",
@@ -314,3 +314,67 @@ def _append_args(args: list[cst.Arg], added: list[cst.Arg]) -> list[cst.Arg]:
     out += [a.with_changes(comma=middle) for a in added[:-1]]
     out.append(added[-1].with_changes(comma=trailing))
     return out
+
+
+SYNC_BATCHNORM = frozenset({"torch.nn.SyncBatchNorm", "torch.nn.modules.batchnorm.SyncBatchNorm"})
+
+
+@register
+class SyncBatchNormOnXla(Rule):
+    code = "XLA712"
+    needs = ("syncbatchnorm",)
+    title = "`nn.SyncBatchNorm` raises on the XLA device"
+    category = "C7"
+    fix = "unsafe"
+    autofix = True
+    detects = (
+        "`nn.SyncBatchNorm.convert_sync_batchnorm(model)` and `nn.SyncBatchNorm(...)` layers. The fix keeps the "
+        "model's plain BatchNorm layers: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` is removed, "
+        "`f(nn.SyncBatchNorm.convert_sync_batchnorm(model))` becomes `f(model)`."
+    )
+    why = (
+        "SyncBatchNorm's training forward only runs on GPU/XPU tensors: on XLA it raises `ValueError: "
+        "SyncBatchNorm expected input tensor to be on GPU or XPU or privateuseone` (measured with torch_xla 2.9, a "
+        "process group initialised). Plain BatchNorm runs, with statistics over each replica's batch instead of "
+        "the global batch: the same numbers with one replica, slightly noisier statistics with many (small "
+        "per-replica batches suffer most). Unsafe for that reason: review the per-replica batch size."
+    )
+    before = (
+        "import torch.nn as nn\n\n"
+        "model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
+        "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)\n"
+        "train(model)\n"
+    )
+    after = "import torch.nn as nn\n\nmodel = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\ntrain(model)\n"
+    message = (
+        "SyncBatchNorm raises on XLA tensors (`ValueError: SyncBatchNorm expected input tensor to be on GPU`); "
+        "keep plain BatchNorm (statistics per replica)"
+    )
+    symptoms = ("ValueError: SyncBatchNorm expected input tensor to be on GPU or XPU or privateuseone",)
+    references = ("torch/nn/modules/batchnorm.py SyncBatchNorm.forward",)
+    valid = ("import torch.nn as nn\nmodel = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.qualified_names(node.func)
+        if names & SYNC_BATCHNORM:
+            self.report(node, f"{self.message}: use `nn.BatchNorm{{1,2,3}}d` here")
+            return
+        if not any(n.rsplit(".", 1)[0] in SYNC_BATCHNORM and n.endswith(".convert_sync_batchnorm") for n in names):
+            return
+        args = positional_args(node)
+        if len(node.args) != 1 or len(args) != 1:
+            self.report(node, f"{self.message} (not rewritten: a process group is given)")
+            return
+        model = args[0].value
+        stmt = self.parent(self.parent(node))
+        assign = self.parent(node)
+        if (
+            isinstance(assign, cst.Assign)
+            and isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and len(assign.targets) == 1
+            and assign.targets[0].target.deep_equals(model)
+        ):
+            self.report(stmt, replacement=REMOVE)
+        else:
+            self.report(node, replacement=model)

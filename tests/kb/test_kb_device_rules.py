@@ -69,13 +69,42 @@ def test_two_optimizers_for_two_models_are_both_fixed():
         "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\ndevice = get()\nmodel.to(device)\n",
         # the model object is replaced in between
         "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel = wrap(model)\nmodel.to(dev)\n",
-        # the move is conditional
-        "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nif gpu:\n    model.to(dev)\n",
+        # the move is conditional, and the model is used in between
+        "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.freeze()\n"
+        "if gpu:\n    model.to(dev)\n",
+        # the optimizer is a global that a function called in between may read
+        "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nlog_setup()\n"
+        "if gpu:\n    model.to(dev)\n",
+        # what the optimizer uses is rebound before the move
+        "import torch\ndef f(model, lr, dev):\n    opt = torch.optim.SGD(model.parameters(), lr=lr)\n"
+        "    lr = 0\n    if dev:\n        model.to(dev)\n    return opt\n",
     ],
 )
 def test_optimizer_before_move_is_reported_but_not_rewritten_when_unclear(src):
     assert len(lines(src, "XLA215")) == 1
     assert fixed(src, "XLA215") == src
+
+
+@pytest.mark.parametrize(
+    ("src", "want"),
+    [
+        (  # the move is conditional: the optimizer and what uses it go after the `if`
+            "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "sched = torch.optim.lr_scheduler.StepLR(opt, 1)\nif gpu:\n    model.to(dev)\n",
+            "import torch\nmodel = Net()\nif gpu:\n    model.to(dev)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "sched = torch.optim.lr_scheduler.StepLR(opt, 1)\n",
+        ),
+        (  # the device is made in between, in a function
+            "import torch\ndef f(model):\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    device = pick_device()\n    model.to(device)\n    return opt\n",
+            "import torch\ndef f(model):\n    device = pick_device()\n    model.to(device)\n"
+            "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    return opt\n",
+        ),
+    ],
+)
+def test_optimizer_goes_after_a_move_that_cannot_go_up(src, want):
+    assert fixed(src, "XLA215") == want
+    assert lines(want, "XLA215") == []
 
 
 @pytest.mark.parametrize(

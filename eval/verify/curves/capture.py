@@ -11,7 +11,37 @@ from pathlib import Path
 
 NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf(?:inity)?"
 
-# `loss` as a word of its own: not `eval_loss`, `train_loss` (HF's end-of-run mean) or `val_loss`.
+# The default capture reads `KEY VALUE` pairs out of each line (`loss: 1.2`, `loss 1.2`, `loss=1.2`, `'loss': 1.2`,
+# `"train/loss": 1.2`, `train loss 1.2`, `loss: tensor(1.2, ...)`), then decides from the key what each value is.
+# A key is one word or two (`train loss`, `Average loss`); a number followed by `/` is a count (`Step [100/600]`).
+KEY_VALUE = re.compile(
+    rf"(?<![\w./])['\"]?(?P<key>[A-Za-z][\w/\-]*(?: [A-Za-z][\w\-]*)?)['\"]?\s*[:=]?\s*(?:tensor\()?"
+    rf"(?P<value>{NUMBER})(?![\w./])",
+    re.I,
+)
+# Words that may qualify a training loss (`train_loss`, `loss_train`, `Avg Loss`, `running_loss`, `train/loss`).
+TRAIN_WORDS = frozenset({"train", "training", "trn", "avg", "average", "mean", "running", "total", "batch"})
+# Words that make a value an evaluation's (`val_loss`, `loss_val`, `test accuracy`, `Test set: Average loss`).
+EVAL_WORDS = frozenset({"eval", "evaluation", "val", "valid", "validation", "test", "dev"})
+EVAL_WORD = re.compile(r"\b(?:eval|evaluation|val|valid|validation|test|dev)\b", re.I)
+TRAIN_WORD = re.compile(r"\b(?:train|training)\b", re.I)
+# The training-loss formats the default capture reads, for the message when a run printed none of them.
+LOSS_FORMATS = (
+    "loss: 1.23",
+    "loss 1.23",
+    "loss=1.23",
+    "Loss : 1.23",
+    "train_loss=1.23",
+    "loss_train: 1.23",
+    "training loss: 1.23",
+    "Avg Loss: 1.23",
+    "'loss': 1.23 (printed dicts)",
+    '{"step": 10, "loss": 1.23} (JSON lines)',
+    "step 10 | loss 1.23",
+    "iter 10: loss 1.23",
+    "loss: tensor(1.23, ...)",
+)
+# Kept for callers that match one line at a time (a `value` group): the plain `loss` form only.
 DEFAULT_LOSS_PATTERN = rf"(?<![\w.])['\"]?loss['\"]?\s*[:=]?\s*(?P<value>{NUMBER})(?![\w.])"
 STEP_PATTERN = re.compile(r"(?<![\w.])['\"]?(?:global_step|step|iter|iteration)['\"]?\s*[:=]?\s*(?P<step>\d+)", re.I)
 
@@ -19,13 +49,28 @@ METRIC_WORDS = (
     "accuracy|acc|top1|top5|f1|precision|recall|auc|bleu|rouge[\\w]*|exact_match|matthews_correlation"
     "|perplexity|ppl|mse|mae|wer|cer"
 )
+METRIC_NAME = re.compile(rf"(?:{METRIC_WORDS})", re.I)
 # A known metric name, or any eval_/val_/valid_/test_ key (HF Trainer's evaluation dicts).
 DEFAULT_METRIC_PATTERN = (
     rf"(?<![\w.])['\"]?(?P<name>(?:(?:eval|val|valid|validation|test)_[a-z0-9_]+|{METRIC_WORDS}))['\"]?"
     rf"\s*[:=]?\s*(?P<value>{NUMBER})(?![\w.])"
 )
-# Keys of evaluation dicts that describe the evaluation run, not the model.
-NOT_METRICS = re.compile(r"(runtime|per_second|samples|_steps?|epoch|_time|_seconds)$")
+# Keys of evaluation dicts that describe the evaluation run or its settings, not the model: `eval_runtime`,
+# `eval_samples_per_second`, and the settings a configuration echo prints (`eval_iters`, `eval_interval`,
+# `val_batch_size`, `eval_every`, `test_size`).
+NOT_METRICS = re.compile(
+    r"(runtime|per_second|samples|_steps?|epoch|_time|_seconds|_iters?|_interval|_every|_freq|_frequency"
+    r"|_batch_size|_batches|_size|_seed|_workers|_num|_count)$"
+)
+# Lines that echo the configuration (nanoGPT's configurator, argparse's Namespace, `--key=value`, a config dump):
+# what they print are settings, not measurements.
+CONFIG_LINE = re.compile(
+    r"^\s*(?:overrid(?:e|ing)\b|namespace\(|(?:config|configuration|args|arguments|hparams|hyperparameters|"
+    r"settings|options)\b\s*[:=({]?)|namespace\(|(?:^|\s)--[\w-]+=",
+    re.I,
+)
+# `name = 3` alone on a line, printed before training logs anything: a printed config file or an argument echo.
+ASSIGNMENT_LINE = re.compile(rf"^\s*[A-Za-z_][\w.]*\s*=\s*(?:{NUMBER})\s*(?:#.*)?$", re.I)
 # Keys of log files that are bookkeeping, not metrics.
 NOT_METRIC_KEYS = frozenset(
     {
@@ -110,33 +155,126 @@ def parse_number(text: str) -> float:
     return float(text.lower().replace("infinity", "inf"))
 
 
+def normalize_key(key: str) -> str:
+    """`Train Loss`, `train/loss`, `train-loss` → `train_loss`."""
+    return re.sub(r"[\s/\-]+", "_", key.strip().strip("'\"").lower())
+
+
+def classify_key(key: str, before: str) -> tuple[str, str] | None:
+    """("loss", key) for a training loss, ("metric", name) for an evaluation metric, None for anything else.
+
+    `before` is the text of the line before the key: an unqualified loss after `Test set:` or `val` is that
+    evaluation's loss, not the training loss."""
+    name = normalize_key(key)
+    first, _, rest = name.partition("_") if " " in key.strip() else ("", "", name)
+    if first and first not in TRAIN_WORDS | EVAL_WORDS:
+        # `kl loss`, `aux loss`: a component of the loss, not the loss; `final accuracy`: the metric itself
+        return None if re.search(r"(?:^|_)loss(?:$|_)", rest) else classify_key(rest, before)
+    words = name.split("_")
+    if "loss" in words:
+        others = [w for w in words if w != "loss"]
+        if words.count("loss") == 1 and all(w in TRAIN_WORDS for w in others):
+            explicit_train = any(w in ("train", "training", "trn") for w in others)
+            evaluation = EVAL_WORD.search(before)
+            if evaluation and not explicit_train:
+                return "metric", f"{evaluation.group(0).lower()}_loss"
+            return "loss", name
+        if any(w in EVAL_WORDS for w in others):
+            return "metric", name
+        return None
+    if words[0] in EVAL_WORDS or words[-1] in EVAL_WORDS:
+        return None if NOT_METRICS.search(name) or name in NOT_METRIC_KEYS else ("metric", name)
+    if METRIC_NAME.fullmatch(name):
+        # `(Validation) accuracy: 45.1` is the validation's; `(Training) accuracy: 44.0` is not an evaluation
+        evaluation = EVAL_WORD.search(before)
+        if evaluation:
+            return "metric", f"{evaluation.group(0).lower()}_{name}"
+        return None if TRAIN_WORD.search(before) else ("metric", name)
+    return None
+
+
+def _line_step(line: str) -> int | None:
+    match = STEP_PATTERN.search(line)
+    return int(match.group("step")) if match else None
+
+
+def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[int, int | None, float]]:
+    """(line index, step on that line or None, value) of every training-loss point in `lines`.
+
+    With `loss_pattern` (a `value` group, or one group): its first match per line. Otherwise every key that
+    names a training loss (`loss`, `train_loss`, `loss_train`, `training loss`, ...) is collected, and the one
+    the run prints most often is the loss (HF's end-of-run `train_loss` loses to its per-step `loss`; nanoGPT's
+    evaluation-time `train loss` to its per-iteration `loss`)."""
+    if loss_pattern:
+        loss_re = re.compile(loss_pattern, re.I)
+        points = []
+        for index, line in enumerate(lines):
+            match = loss_re.search(line)
+            if match:
+                value = match.group("value") if "value" in loss_re.groupindex else match.group(1)
+                points.append((index, _line_step(line), parse_number(value)))
+        return points
+    by_key: dict[str, list[tuple[int, int | None, float]]] = {}
+    for index, line in enumerate(lines):
+        if CONFIG_LINE.search(line):
+            continue
+        seen = set()
+        for match in KEY_VALUE.finditer(line):
+            kind = classify_key(match.group("key"), line[: match.start()])
+            if kind is None or kind[0] != "loss" or kind[1] in seen:
+                continue
+            seen.add(kind[1])
+            by_key.setdefault(kind[1], []).append((index, _line_step(line), parse_number(match.group("value"))))
+    if not by_key:
+        return []
+    return max(by_key.items(), key=lambda item: (len(item[1]), item[0] == "loss"))[1]
+
+
 def parse_text(text: str, loss_pattern: str | None = None, metric_pattern: str | None = None) -> RunCurves:
     """Loss and metric points found in a run's output.
 
     `loss_pattern` must have a `value` group (or one group); `metric_pattern` a `value` group and
-    optionally a `name` group (without one, the metric is called "metric").
-    """
-    loss_re = re.compile(loss_pattern or DEFAULT_LOSS_PATTERN, re.I)
-    metric_re = re.compile(metric_pattern or DEFAULT_METRIC_PATTERN, re.I)
+    optionally a `name` group (without one, the metric is called "metric"). Without them, see `loss_lines` and
+    `classify_key`. Configuration echoes are not metrics: lines like `Overriding: eval_iters = 2`,
+    `Namespace(...)`, `--key=value`, and a bare `name = 3` printed before the first loss point."""
+    lines = text.splitlines()
     curves = RunCurves()
+    loss_at = {}
+    for index, step, value in loss_lines(lines, loss_pattern):
+        loss_at[index] = len(curves.loss)
+        curves.loss.add(step if step is not None else len(curves.loss), value)
+    first_loss_line = min(loss_at, default=len(lines))
+    metric_re = re.compile(metric_pattern, re.I) if metric_pattern else None
     evaluations: dict[str, int] = {}
-    for line in text.splitlines():
-        step_match = STEP_PATTERN.search(line)
-        step = int(step_match.group("step")) if step_match else None
-        loss_match = loss_re.search(line)
-        if loss_match:
-            value = loss_match.group("value") if "value" in loss_re.groupindex else loss_match.group(1)
-            curves.loss.add(step if step is not None else len(curves.loss), parse_number(value))
+    last_loss = None
+    for index, line in enumerate(lines):
+        if index in loss_at:
+            last_loss = curves.loss.steps[loss_at[index]]
+        if CONFIG_LINE.search(line) or (index < first_loss_line and ASSIGNMENT_LINE.match(line)):
+            continue
+        step = _line_step(line)
+        for name, value in _metrics_of(line, metric_re):
+            evaluations[name] = evaluations.get(name, 0) + 1
+            where = step if step is not None else (last_loss if last_loss is not None else evaluations[name] - 1)
+            curves.metric(name).add(where, parse_number(value))
+    return curves
+
+
+def _metrics_of(line: str, metric_re: re.Pattern | None) -> list[tuple[str, str]]:
+    """(name, value text) of the metrics on one line."""
+    if metric_re is not None:
+        found = []
         for match in metric_re.finditer(line):
             name = match.group("name") if "name" in metric_re.groupindex else "metric"
-            if NOT_METRICS.search(name):
-                continue
-            evaluations[name] = evaluations.get(name, 0) + 1
-            where = (
-                step if step is not None else (curves.loss.steps[-1] if curves.loss.steps else evaluations[name] - 1)
-            )
-            curves.metric(name).add(where, parse_number(match.group("value")))
-    return curves
+            if not NOT_METRICS.search(name):
+                found.append((name, match.group("value")))
+        return found
+    found = []
+    for match in KEY_VALUE.finditer(line):
+        kind = classify_key(match.group("key"), line[: match.start()])
+        if kind is not None and kind[0] == "metric" and kind[1] not in dict(found):
+            found.append((kind[1], match.group("value")))
+    return found
 
 
 def add_record(curves: RunCurves, record: dict, index: int) -> None:

@@ -33,18 +33,26 @@ class Band:
         return asdict(self)
 
 
-def reference_band(ref: Series, z: float, window: int = BAND_WINDOW) -> Band:
+def reference_band(ref: Series, z: float, window: int = BAND_WINDOW, others: tuple[Series, ...] = ()) -> Band:
+    """`others`: further runs of the original (another seed): the band covers each of them too."""
     finite = [(s, v) for s, v in zip(ref.steps, ref.values, strict=True) if math.isfinite(v)]
     steps = [s for s, _ in finite]
     values = np.array([v for _, v in finite], dtype=float)
     if not len(values):
         return Band([], [], [], 0.0, z, window)
     noise = step_noise(values[-max(3, math.ceil(len(values) * 0.25)) :])
+    at_step = {s: [v] for s, v in finite}
+    for run in others:
+        run_values = [v for v in run.values if math.isfinite(v)]
+        noise = max(noise, step_noise(run_values[-max(3, math.ceil(len(run_values) * 0.25)) :]))
+        for s, v in zip(run.steps, run.values, strict=True):
+            if s in at_step and math.isfinite(v):
+                at_step[s].append(v)
     low, high = [], []
-    for i in range(len(values)):
-        near = values[max(0, i - window) : i + window + 1]
-        low.append(float(near.min() - z * noise))
-        high.append(float(near.max() + z * noise))
+    for i in range(len(steps)):
+        near = [v for s in steps[max(0, i - window) : i + window + 1] for v in at_step[s]]
+        low.append(float(min(near) - z * noise))
+        high.append(float(max(near) + z * noise))
     return Band(steps, low, high, noise, z, window)
 
 
@@ -79,10 +87,11 @@ def stays_outside_from(steps: np.ndarray, outside: np.ndarray) -> int | None:
     return int(steps[start])
 
 
-def divergence_gate(ref: Series, mig: Series, limits: Thresholds) -> Stop:
+def divergence_gate(ref: Series, mig: Series, limits: Thresholds, others: tuple[Series, ...] = ()) -> Stop:
     """Diverged: the migrated loss rises above `explode_factor` times the top of the reference's band, and is still
-    above the band at the last common step. A spike that comes back into the band is noted, not stopped."""
-    band = reference_band(ref, limits.noise_z)
+    above the band at the last common step. A spike that comes back into the band is noted, not stopped.
+    `others`: further runs of the original, whose curves the band covers as well."""
+    band = reference_band(ref, limits.noise_z, others=others)
     against = f"the reference's noise band (±{band.z:g}x its step noise {band.noise:.3g}, ±{band.window} steps)"
     steps = np.array(sorted(set(mig.steps) & set(band.steps)), dtype=int)
     if not len(steps):

@@ -19,6 +19,7 @@ class Thresholds:
     initial_loss_tolerance: float = 0.03  # relative difference of the first logged loss (before any update)
     metric_tolerance: float = 0.01  # absolute, in the metric's own units (0.01 = one point of a 0-1 accuracy)
     noise_z: float = 2.0  # a regression must exceed this many standard errors of the noise
+    spread_z: float = 5.0  # without a fixed seed: a regression must exceed this many run-to-run deviations
     min_steps: int = 20  # fewer aligned loss points than this cannot decide
     explode_factor: float = 3.0  # migrated loss above this multiple of the reference's largest loss = diverged
     trend_min: float = 0.3  # |Spearman| of loss against step above which a curve has a clear trend
@@ -45,6 +46,8 @@ class LossComparison:
     ref_trend: float | None = None  # Spearman of loss against step
     mig_trend: float | None = None
     curve_spearman: float | None = None  # Spearman between the two curves
+    run_to_run_noise: float | None = None  # relative noise of the tail difference from the original's own spread
+    confidence: str = ""  # how far the figures can be trusted, in words (points, noise, spread)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .capture import DEFAULT_LOSS_PATTERN, STEP_PATTERN
+from .capture import loss_lines
 
 # Installed as `sitecustomize` in the child (through PYTHONPATH): copies every stdout line, with the
 # time it was written, to $XLAPORT_STAMPS. It only observes output; the script computes the same.
@@ -48,8 +47,7 @@ class Timing:
 
 def parse_stamps(text: str, loss_pattern: str | None = None, warmup: int = 2) -> tuple[str, Timing]:
     """(stdout text, timing) from a stamp file written by STAMP_SITECUSTOMIZE."""
-    loss_re = re.compile(loss_pattern or DEFAULT_LOSS_PATTERN, re.I)
-    lines, start, loss_times, loss_steps = [], None, [], []
+    lines, times, start = [], [], None
     for raw in text.splitlines():
         stamp, _, line = raw.partition("\t")
         try:
@@ -60,10 +58,11 @@ def parse_stamps(text: str, loss_pattern: str | None = None, warmup: int = 2) ->
             start = when if start is None else start
             continue
         lines.append(line)
-        if loss_re.search(line):
-            step_match = STEP_PATTERN.search(line)
-            loss_times.append(when)
-            loss_steps.append(int(step_match.group("step")) if step_match else len(loss_steps))
+        times.append(when)
+    loss_times, loss_steps = [], []
+    for index, step, _ in loss_lines(lines, loss_pattern):
+        loss_times.append(times[index])
+        loss_steps.append(step if step is not None else len(loss_steps))
     timing = Timing()
     if start is not None and loss_times:
         timing.startup_s = loss_times[0] - start

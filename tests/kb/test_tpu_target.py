@@ -1,0 +1,120 @@
+"""The target seam (xlaport/targets.py): `--target torch_tpu` selects the TorchTPU entries, torch_xla keeps its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from xlaport.kb import all_rules, fix_source, lint_source, select_rules
+from xlaport.kb.batch import lint_file
+
+from xlaport.cli import app
+from xlaport.targets import evidence_note
+
+FIXTURES = Path(__file__).parent / "tpu_fixtures"
+TPU_RULES = all_rules("torch_tpu")
+
+
+def test_targets_select_disjoint_rules():
+    xla = {r.code for r in all_rules()}
+    tpu = {r.code for r in TPU_RULES}
+    assert xla and tpu and not xla & tpu
+    assert all(code.startswith("TPU") for code in tpu)
+    assert not any(r.category == "C4" for r in TPU_RULES)  # an eager device: no step-barrier entries
+    with pytest.raises(KeyError, match="unknown target"):
+        select_rules(target="cuda")
+
+
+@pytest.mark.parametrize("rule", [r for r in TPU_RULES if r.code != "TPU101"], ids=lambda r: r.code)
+def test_tpu_entry_examples(rule):
+    assert lint_source(rule.before, rules=[rule])
+    if rule.after:
+        assert fix_source(rule.before, rules=[rule]).fixed == rule.after
+    for valid in rule.valid:
+        assert not lint_source(valid, rules=[rule])
+
+
+def test_nanogpt_style_fixture_migrates_to_tpu():
+    source = (FIXTURES / "nanogpt_style_train.py").read_text()
+    result = fix_source(source, "train.py", TPU_RULES)
+    assert result.fixed == (FIXTURES / "nanogpt_style_train.expected.py").read_text()
+    assert [f.code for f in result.remaining] == ["TPU302"]  # the GradScaler is a human's call
+    assert "cuda" not in result.fixed.replace("torch.cuda.amp.GradScaler", "")
+
+
+def test_torch_xla_target_does_not_see_tpu_entries():
+    source = (FIXTURES / "nanogpt_style_train.py").read_text()
+    assert not any(f.code.startswith("TPU") for f in lint_source(source))
+
+
+def test_library_pins_reported_only_for_torch_tpu(tmp_path):
+    pins = tmp_path / "requirements.txt"
+    pins.write_text("torch>=2.11\ntransformers==4.30.2  # old\naccelerate <0.21\npeft>=0.5\ntransformers>=4.40\n")
+    found = lint_file(pins, select_rules(target="torch_tpu")).findings
+    assert [(f.line, f.code) for f in found] == [(2, "TPU101"), (3, "TPU101")]
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["accelerate~=0.20.3", "torch"]\n')
+    assert [f.line for f in lint_file(pyproject, select_rules(target="torch_tpu")).findings] == [2]
+    assert not lint_file(pyproject, select_rules()).findings
+
+
+def test_cli_target_option(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n")
+    runner = CliRunner()
+    tpu = runner.invoke(app, ["lint", "--target", "torch_tpu", "--format", "json", str(script)])
+    assert '"TPU202"' in tpu.output
+    xla = runner.invoke(app, ["lint", "--format", "json", str(script)])
+    assert "TPU2" not in xla.output and xla.exit_code == 1
+    assert runner.invoke(app, ["lint", "--target", "nope", str(script)]).exit_code == 2
+
+
+def test_torch_tpu_is_never_validated_here():
+    from xlaport.serve.pipeline import Pipeline
+    from xlaport.serve.results import SuggestOptions
+
+    assert evidence_note("torch_xla") is None
+    source = "import torch\nx = torch.ones(2).cuda()\n"
+    patch = Pipeline().suggest(source, "t.py", SuggestOptions(target="torch_tpu", validate_patch=True))
+    assert 'to("tpu")' in patch.migrated
+    assert patch.evidence.status == "unvalidated"
+    assert "TorchTPU evidence needs a TPU host" in patch.evidence.reason
+
+
+def test_migrate_tree_for_torch_tpu_is_unvalidated_and_reports_pins(tmp_path):
+    from xlaport.serve.pipeline import MigrateOptions, Pipeline
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text((FIXTURES / "nanogpt_style_train.py").read_text())
+    (src / "requirements.txt").write_text("torch>=2.11\naccelerate==0.20.3\n")
+    options = MigrateOptions(target="torch_tpu", validate_cmd="python train.py")
+    result = Pipeline().migrate(src, tmp_path / "dst", options, may_execute=True).summary()
+    assert (tmp_path / "dst" / "train.py").read_text() == (FIXTURES / "nanogpt_style_train.expected.py").read_text()
+    assert result["validation"]["status"] == "unvalidated"
+    assert "TorchTPU evidence needs a TPU host" in result["validation"]["reason"]
+    assert any("requirements.txt:2: TPU101" in note for note in result["notes"])
+
+
+@pytest.mark.parametrize(("command", "code"), [("check", 1), ("verify", 3)])
+def test_check_and_verify_refuse_to_grade_torch_tpu(tmp_path, command, code):
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    args = [str(script)] if command == "check" else [str(tmp_path), str(tmp_path), "--", "python", "train.py"]
+    result = CliRunner().invoke(app, [command, "--target", "torch_tpu", *args])
+    assert result.exit_code == code
+    assert "TorchTPU evidence needs a TPU host" in result.output
+    assert "ran" not in result.output
+
+
+def test_kb_list_and_http_request_take_the_target():
+    from pydantic import ValidationError
+    from xlaport.serve.http import SuggestRequest
+
+    listed = CliRunner().invoke(app, ["kb", "list", "--target", "torch_tpu"]).output
+    assert "TPU201" in listed and "XLA" not in listed
+    request = SuggestRequest.model_validate({"source": "x = 1\n", "options": {"target": "torch_tpu"}})
+    assert request.options.target == "torch_tpu"
+    with pytest.raises(ValidationError):
+        SuggestRequest.model_validate({"source": "x = 1\n", "options": {"target": "cuda"}})
