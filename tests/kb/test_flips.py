@@ -37,11 +37,11 @@ for step in range(2):
 print("ran on", x.device, "in", loss.dtype)
 """
 
-# A CUDA-only call without a safe rewrite behind the same test: the flip of `device_type` is withheld.
-EVENT_BEHIND_CPU_TEST = AUTOCAST_BEHIND_CPU_TEST.replace(
+# A CUDA-only call without a safe rewrite behind the same test (it raises without CUDA, measured): the flip of
+# `device_type` is withheld.
+QUERY_BEHIND_CPU_TEST = AUTOCAST_BEHIND_CPU_TEST.replace(
     "model = nn.Linear(8, 8).to(device)\n",
-    'timer = None if device_type == "cpu" else torch.cuda.Event(enable_timing=True)\n'
-    "model = nn.Linear(8, 8).to(device)\n",
+    'gpu = "cpu" if device_type == "cpu" else torch.cuda.get_device_name()\nmodel = nn.Linear(8, 8).to(device)\n',
 )
 
 
@@ -62,14 +62,14 @@ def test_the_flip_migrates_the_bfloat16_autocast_it_makes_live():
     assert 'torch.autocast("xla", dtype=torch.bfloat16)' in fixed
 
 
-def test_a_flip_that_would_make_a_cuda_event_run_is_withheld_and_says_why():
-    result = fix_source(EVENT_BEHIND_CPU_TEST)
+def test_a_flip_that_would_make_a_device_query_run_is_withheld_and_says_why():
+    result = fix_source(QUERY_BEHIND_CPU_TEST)
     tree = ast.parse(result.fixed)
     # the device moves to XLA, but `device_type` keeps its CUDA test, so the CPU branch is still the one taken
     assert ast.unparse(assigned_string(tree, "device")) == "'xla'"
     assert ast.unparse(assigned_string(tree, "device_type")) == "'cuda' if 'cuda' in device else 'cpu'"
     withheld = [f for f in result.remaining if f.code in ("XLA226", "XLA230")]
-    assert withheld and all(not f.fixable and "`torch.cuda.Event` at line 11" in f.message for f in withheld)
+    assert withheld and all(not f.fixable and "`torch.cuda.get_device_name` at line 11" in f.message for f in withheld)
 
 
 def test_a_flipped_guard_whose_branch_needs_cuda_is_withheld():
@@ -78,10 +78,10 @@ def test_a_flipped_guard_whose_branch_needs_cuda_is_withheld():
         "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
         "if 'cuda' in device:\n"
         "    model = model.cuda()\n"
-        "    start = torch.cuda.Event(enable_timing=True)\n"
+        "    print(torch.cuda.get_device_name(0))\n"
     )
     findings = [f for f in lint_source(source) if f.code == "XLA230"]
-    assert findings and not findings[0].fixable and "torch.cuda.Event" in findings[0].message
+    assert findings and not findings[0].fixable and "torch.cuda.get_device_name" in findings[0].message
     assert "if 'cuda' in device:" in fix_source(source).fixed
 
 
@@ -144,7 +144,7 @@ def test_migrated_programs_run_where_the_originals_ran(tmp_path: Path):
     outputs = []
     for kind in ("original", "migrated"):  # one process each: a CPU backward before an XLA one trips autograd
         programs = []
-        for name, source in (("autocast", AUTOCAST_BEHIND_CPU_TEST), ("event", EVENT_BEHIND_CPU_TEST)):
+        for name, source in (("autocast", AUTOCAST_BEHIND_CPU_TEST), ("query", QUERY_BEHIND_CPU_TEST)):
             path = tmp_path / f"{name}_{kind}.py"
             path.write_text(source if kind == "original" else fix_source(source).fixed)
             programs.append(str(path))
