@@ -7,7 +7,9 @@ when every CUDA reference it makes reachable is rewritten by a safe fix of the s
 CUDA autocast into the XLA one, XLA205 drops a cuDNN flag, ...); otherwise the flip is withheld, its finding says
 which call blocks it, and the program keeps running on the CPU as before instead of dying at start-up.
 
-Two kinds of code become live: what a flipped guard protects, and the non-CPU branch of a CPU test on a device
+The blockers are CUDA-only calls (`torch.cuda.*`, `torch.backends.*`, `torch.accelerator.*` that need a driver);
+device values and moves in that code (`'cuda'`, `.cuda()`) are the choice the flip is for, and XLA201/202/226
+rewrite them. Two kinds of code become live: what a flipped guard protects, and the non-CPU branch of a CPU test on a device
 value (`ctx = nullcontext() if device_type == 'cpu' else torch.cuda.amp.autocast(...)`). The first withholds that
 guard's flip; the second the flips that make that value XLA: its CUDA origins, the guards and the fallbacks that
 assign it.
@@ -87,8 +89,8 @@ def blocked_flips(
 
     def blocker(region: cst.CSTNode, because: str) -> Blocker | None:
         for node, what in cuda_reference_list(analysis, region):
-            if what.startswith(HARMLESS_CALLS):
-                continue
+            if not what.startswith("torch.") or what.startswith(HARMLESS_CALLS):
+                continue  # device values and moves ('cuda', `.cuda()`) are the choice the flip is for: XLA2xx's
             span = span_of(node)
             if any(_within(span, s) for s in dead) or any(_within(span, s) for s in fixed):
                 continue
