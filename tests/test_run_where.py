@@ -182,6 +182,12 @@ def test_project_root_is_the_git_work_tree_or_the_project_folder(tmp_path):
     assert project_root(tmp_path / "proj" / "trainer") == tmp_path / "proj"
     (tmp_path / "loose").mkdir()
     assert project_root(tmp_path / "loose") == tmp_path / "loose"
+    # a migrated copy of a tree without git: its root (where migrate wrote its report) is the project, even
+    # when a sub-folder has a requirements file of its own
+    (tmp_path / "migrated" / "tutorials" / "basics").mkdir(parents=True)
+    (tmp_path / "migrated" / "tutorials" / "requirements.txt").write_text("torch\n")
+    (tmp_path / "migrated" / "xlaport-report.json").write_text("{}\n")
+    assert project_root(tmp_path / "migrated" / "tutorials" / "basics") == tmp_path / "migrated"
 
 
 def test_script_is_found_in_the_working_folder_as_python_finds_it(tmp_path, monkeypatch):

@@ -55,6 +55,17 @@ def check(
             show_default=False,
         ),
     ] = None,
+    project: Annotated[
+        Path | None,
+        typer.Option(
+            "--project",
+            file_okay=False,
+            exists=True,
+            help="The folder the run may reach with ../ (data, sibling packages) [default: the enclosing git work "
+            "tree, migrated tree or project folder of the working folder].",
+            show_default=False,
+        ),
+    ] = None,
     keep_outputs: Annotated[
         Path | None,
         typer.Option(
@@ -100,6 +111,7 @@ def check(
             timeout_s=timeout,
             memory_mb=memory_mb,
             workdir=workdir,
+            project=project,
             reveal=True,  # the user who runs xlaport shows the sandboxed run what this user may read
             allow_unsandboxed=allow_unsandboxed,
             keep_outputs=keep_outputs.resolve() if keep_outputs else None,

@@ -131,6 +131,11 @@ def run_check(
         )
     if result.views:
         report.notes.append(outputs_note(result))
+    if views and report.error and ("PermissionError" in report.error or "No such file" in report.error):
+        report.notes.append(
+            f"the run sees {', '.join(str(v) for v in views)} (its project) and the system's read-only files: "
+            "if the script reaches above that, pass --project DIR (project= in the API)"
+        )
     if workdir is None and report.error and ("FileNotFoundError" in report.error or "No such file" in report.error):
         report.notes.append(
             "the script ran in a fresh temporary working directory: if it reads files by relative path, "

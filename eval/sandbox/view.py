@@ -26,6 +26,8 @@ INIT = Path(__file__).with_name("init.py")
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `xlaport` is imported from
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+# the root of a tree `xlaport migrate` wrote (its report lies there): what the migrated program may reach
+MIGRATED_TREE_MARKER = "xlaport-report.json"
 # not walked when a view is given to the sandbox user: big, and nothing a run writes (they stay read-only)
 NOT_GIVEN = (".git", ".hg", ".svn", ".venv", "venv", "node_modules", ".tox", ".mypy_cache")
 COPY_LINK_BYTES = 64 * 2**20  # a copied view links to bigger files instead of copying them
@@ -55,12 +57,13 @@ class View:
 
 
 def project_root(folder: Path) -> Path:
-    """The tree a command run in `folder` may reach with `../`: the nearest enclosing git work tree, else the
-    nearest folder with a project file (pyproject.toml, setup.py, setup.cfg, requirements.txt), else `folder`.
-    Never `/` or the home folder (a dotfiles repository is not a project)."""
+    """The tree a command run in `folder` may reach with `../`: the nearest enclosing git work tree, else the root
+    of the migrated tree it is in, else the nearest folder with a project file (pyproject.toml, setup.py,
+    setup.cfg, requirements.txt), else `folder`. Never `/` or the home folder (a dotfiles repository is not a
+    project)."""
     folder = Path(folder).resolve()
     too_wide = {Path("/"), Path.home().resolve()}
-    for markers in ((".git",), PROJECT_MARKERS):
+    for markers in ((".git",), (MIGRATED_TREE_MARKER,), PROJECT_MARKERS):
         for candidate in (folder, *folder.parents):
             if candidate in too_wide:
                 break
