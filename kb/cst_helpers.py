@@ -254,8 +254,27 @@ def drop_args(call: cst.Call, drop: list[cst.Arg]) -> cst.Call:
     """`call` without the `drop` arguments, keeping the layout of the others."""
     kept = [a for a in call.args if not any(a is d for d in drop)]
     if kept and any(call.args[-1] is d for d in drop):
-        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
+        last = call.args[-1]  # its comma and the layout before `)` stay
+        kept[-1] = kept[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+    if kept and _left_on_lines_of_their_own(call, kept):
+        # `DDP(\n    model)`: what is left fits on the call's line, as a person would have written it
+        last = kept[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        return call.with_changes(args=[*kept[:-1], last], whitespace_before_args=cst.SimpleWhitespace(""))
     return call.with_changes(args=kept)
+
+
+def _left_on_lines_of_their_own(call: cst.Call, kept: list[cst.Arg]) -> bool:
+    """Do the arguments left after a drop sit on one line of their own between the parentheses, without a
+    trailing comma (a trailing comma asks for one argument a line: that layout stays)?"""
+    if not isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        return False
+    if not isinstance(kept[-1].comma, cst.MaybeSentinel) or "\n" in cst.Module(body=[]).code_for_node(
+        kept[-1].whitespace_after_arg
+    ):
+        return False  # a trailing comma, or `)` on a line of its own: a layout of its own that stays
+    empty = cst.Module(body=[])
+    inner = [a.with_changes(whitespace_after_arg=cst.SimpleWhitespace("")) for a in kept]
+    return not any("\n" in empty.code_for_node(a) for a in inner)
 
 
 def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:

@@ -78,18 +78,39 @@ def _is_marker(stmt: cst.CSTNode) -> bool:
 
 
 def _without_markers(body, need_statement: bool) -> list:
-    out, pending = [], []
+    """`body` without the removal markers; their comments go to the next statement. `need_statement`: a block
+    (not the module), where one blank line at most separates statements (two at module level)."""
+    out, pending, removed = [], [], False
+    most_blank = 1 if need_statement else 2
     for stmt in body:
         if _is_marker(stmt):
             pending.extend(stmt.leading_lines)
+            removed = True
             continue
-        if pending:
-            stmt = stmt.with_changes(leading_lines=[*pending, *stmt.leading_lines])
-            pending = []
+        if removed:
+            lines = _fewer_blank_lines([*pending, *stmt.leading_lines], most_blank, first=not out)
+            stmt = stmt.with_changes(leading_lines=lines)
+            pending, removed = [], False
         out.append(stmt)
+    if not any(line.comment is not None for line in pending):
+        pending = []  # blank lines a removed statement leaves at the end of a block go with it
     if need_statement and not out:
         out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
     elif pending:
         # comments at the end of a block stay as the block's trailing lines
         out.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending))
+    return out
+
+
+def _fewer_blank_lines(lines: list[cst.EmptyLine], most: int, first: bool) -> list[cst.EmptyLine]:
+    """`lines` with runs of blank lines cut to `most`, and none before the first statement of a body: the
+    blank lines around a removed statement would otherwise add up."""
+    out: list[cst.EmptyLine] = []
+    run = 0
+    for line in lines:
+        blank = line.comment is None
+        run = run + 1 if blank else 0
+        if blank and (run > most or (first and not out)):
+            continue
+        out.append(line)
     return out

@@ -20,10 +20,13 @@ from xlaport.targets import DEFAULT_TARGET, check_target
 
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
+from .analysis.devices import cpu_utility
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
-from .imports import add_imports, remove_imports_made_unused
+from .flips import CPU_UTILITY, FLIP_CODES, Span, blocked_flips
+from .flips import message as flip_message
+from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
 from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
 
@@ -94,6 +97,19 @@ class _Detection:
     column: int
     end: tuple[int, int]
     start: tuple[int, int]
+
+    # what the flip audit (flips.py) reads
+    @property
+    def code(self) -> str:
+        return self.rule.code
+
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.report.node
+
+    @property
+    def safe_fix(self) -> bool:
+        return self.report.replacement is not None and _applicability(self) == "safe"
 
 
 def run_rules(
@@ -211,6 +227,31 @@ def _detect(
                 )
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
+    return _withhold_blocked_flips(module, detections, positions, dead)
+
+
+def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], positions, dead) -> list[_Detection]:
+    """Flips that would make a CUDA-only call run on a TPU host become manual findings that name the call
+    (flips.py)."""
+    if not any(d.rule.code in FLIP_CODES for d in detections):
+        return detections
+
+    def span_of(node: cst.CSTNode) -> Span:
+        pos = positions[node]
+        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+
+    devices = analyse_devices(module)
+    if cpu_utility(module):  # a conversion script keeps its CPU fallback; nothing else is held back
+        for index, d in enumerate(detections):
+            if d.rule.code in ("XLA203", "XLA230"):
+                detections[index] = replace(d, report=replace(d.report, message=CPU_UTILITY, replacement=None))
+        return detections
+    dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]
+    blocked = blocked_flips(devices, detections, span_of, dead_spans)
+    for index, blocker in blocked.items():
+        d = detections[index]
+        report = replace(d.report, message=flip_message(d.rule.code, blocker), replacement=None, imports=())
+        detections[index] = replace(d, report=report)
     return detections
 
 
@@ -394,6 +435,7 @@ def _fix_source(
             final_tree = _checked_tree(final, path)
             found = _detect(cleaned, rules, final, project, path, final_tree)
             if not _fixable(found, unsafe):
+                final = mark_device_imports(original, cleaned, final_tree).code
                 return FixResult(path, source, final, applied, [_finding(path, d) for d in found])
         # the rewritten tree itself, not a parse of its text (which CPython checked above): parsing it again was
         # ~15% of a 200-line fix, and gives the same fixes and findings on the corpus and kb fixture files (784
@@ -407,6 +449,9 @@ def _fix_source(
         if cleaned is not module:
             text = cleaned.code
             remaining = lint_source(text, path, rules, project)
+            module, tree = cleaned, ast.parse(text, path)
+    if applied:  # a comment at a line's end: the findings' positions stay
+        text = mark_device_imports(original, module, tree).code
     return FixResult(path=path, source=source, fixed=text, applied=applied, remaining=remaining)
 
 

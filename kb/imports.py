@@ -414,3 +414,37 @@ def _gather(
         if objects:
             names[m] = {"*"} if "*" in names.get(m, ()) else names.get(m, set()) | objects
     return plain, aliased, names, renamed
+
+
+NOQA_UNUSED = "# noqa: F401"
+
+
+def mark_device_imports(original: ast.Module, fixed: cst.Module, fixed_tree: ast.Module) -> cst.Module:
+    """`fixed` with `# noqa: F401` on the `import torch_xla` a fix added when nothing in the module names
+    `torch_xla`: the import is there for its side effect (it registers the XLA device that the `"xla"` strings
+    name), and `ruff --fix` would delete it as unused."""
+    if _imports_torch_xla(original) or not _imports_torch_xla(fixed_tree):
+        return fixed
+    if any(type(n) is ast.Name and n.id == "torch_xla" for n in ast.walk(fixed_tree)):
+        return fixed
+    body = list(fixed.body)
+    for index, line in enumerate(body):
+        statement = _single_import(line)
+        if (
+            type(statement) is cst.Import
+            and [(a.evaluated_name, a.asname) for a in statement.names] == [("torch_xla", None)]
+            and line.trailing_whitespace.comment is None
+        ):
+            trailing = line.trailing_whitespace.with_changes(
+                whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(NOQA_UNUSED)
+            )
+            body[index] = line.with_changes(trailing_whitespace=trailing)
+            return fixed.with_changes(body=body)
+    return fixed
+
+
+def _imports_torch_xla(tree: ast.Module) -> bool:
+    """A module-level `import torch_xla` (plain: it binds the name `torch_xla`)."""
+    return any(
+        type(s) is ast.Import and any(a.name == "torch_xla" and a.asname is None for a in s.names) for s in tree.body
+    )

@@ -18,7 +18,15 @@ from xlaport.kb.configs import config_kind
 from xlaport.kb.rule import Rule
 from xlaport.model.spans import enclosing_function, function_sources, function_spans, module_level
 
-from xlaport.files import SKIP_DIRS, ChangedMeanwhile, atomic_write, copy_file, in_place_backups, write_with_backup
+from xlaport.files import (
+    SKIP_DIRS,
+    ChangedMeanwhile,
+    atomic_write,
+    copy_file,
+    in_place_backups,
+    is_own_output,
+    write_with_backup,
+)
 from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
 
 from .isolated import WORKER_CONTEXT
@@ -45,7 +53,7 @@ def plan_tree(src: Path, notes: list[str] | None = None) -> tuple[list[Path], li
     python, other, special = [], [], []
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts):
+        if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts) or is_own_output(rel.name):
             continue
         if path.is_symlink():
             other.append(rel)

@@ -360,3 +360,20 @@ def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline,
     assert "verify rejected the migration" in " ".join(result.notes)
     assert {k: v for k, v in tree_digest(src).items() if not k.startswith(".xlaport/")} == before
     assert (src / ".xlaport" / "xlaport-verify.html").is_file()
+
+
+def test_own_reports_are_neither_linted_nor_copied_again(tmp_path):
+    """A migrated tree holds xlaport's reports: `lint DST` counts the code's findings only, and migrating DST again
+    plans its code, not the previous run's report and trace."""
+    from xlaport.files import iter_python_files
+
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    (dst / "ds_config.json").write_text('{"fp16": {"enabled": true}}\n')
+    for name in ("xlaport-report.json", "xlaport-report.md", "xlaport-report.html", "xlaport-trace.jsonl"):
+        (dst / name).write_text('{"message": "fp16 cuda nccl"}\n')
+    python, other = plan_tree(dst)
+    assert python == [Path("train.py")] and other == [Path("ds_config.json")]
+    linted = {p.name for p in iter_python_files([dst], (".py", ".json", ".jsonl", ".md", ".html"))}
+    assert linted == {"train.py", "ds_config.json"}

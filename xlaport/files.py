@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -15,6 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache"})
+# What xlaport itself writes beside a migrated tree (serve/report.py, xlaport/trace.py): never a user's file to lint,
+# migrate or copy again (a second migrate of a migrated tree would carry the first one's report along).
+OWN_OUTPUT_FILE = re.compile(r"xlaport-(report|verify)\.(json|md|html)|xlaport-trace\.jsonl")
+
+
+def is_own_output(name: str) -> bool:
+    """Is a file called `name` one of xlaport's reports or traces?"""
+    return OWN_OUTPUT_FILE.fullmatch(name) is not None
 
 
 class UnreadableSource(ValueError):
@@ -35,7 +44,7 @@ def iter_python_files(paths: Iterable[Path], suffixes: tuple[str, ...] = (".py",
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
                 for name in sorted(files):
-                    if name.endswith(suffixes):
+                    if name.endswith(suffixes) and not is_own_output(name):
                         yield Path(root) / name
         elif path.exists():
             yield path

@@ -60,6 +60,15 @@ DATASET = frozenset(
     }
 )
 DATA_FUNCTIONS = ("collate", "__getitem__", "__iter__", "preprocess", "tokenize")
+# Methods only lists have: a name they are called on holds a list, whatever else the function assumes.
+LIST_METHODS = frozenset({"append", "extend", "insert"})
+# Annotations of containers and text: a parameter annotated so is not a tensor.
+SEQUENCE_TYPES = frozenset({"list", "List", "tuple", "Tuple", "Sequence", "str", "Iterable", "dict", "Dict"})
+# Calls on a name that only a torch tensor answers (numpy arrays have `.shape` and `.size`, but not these).
+TENSOR_ONLY_METHODS = frozenset(
+    "size dim view unsqueeze to float half bfloat16 contiguous masked_fill permute detach new_zeros new_ones "
+    "new_full new_empty type_as expand softmax log_softmax".split()
+)
 
 
 class StepContextRule(ScopedRule):
@@ -95,6 +104,16 @@ class StepContextRule(ScopedRule):
         if isinstance(node, cst.Call):
             return self._call_is_tensor(node, depth)
         return False
+
+    def is_known_tensor(self, node: cst.CSTNode) -> bool:
+        """`is_tensor` without taking a `forward` parameter for a tensor on its name alone: its annotation, a
+        tensor-only method called on it or a torch function given it must say so. A safe rewrite that calls a
+        tensor method (`x.size(1)`) needs this evidence; an untyped argument may be a list of tensors."""
+        self._params_need_evidence = True
+        try:
+            return self.is_tensor(node)
+        finally:
+            self._params_need_evidence = False
 
     def _is_module_tensor(self, node: cst.Attribute) -> bool:
         """`self.queue_ptr` in a method of a class that registers it as a buffer (`self.register_buffer(
@@ -136,9 +155,15 @@ class StepContextRule(ScopedRule):
     def _name_is_tensor(self, name: cst.Name, depth: int) -> bool:
         scope_node = self.scope_node(name)
         scope = self.scope(scope_node)
+        if self.holds_sequence(name):
+            return False
         if name.value in scope.backward_names:
             return True
-        if name.value in scope.tensor_params and not self._overrides_a_number(name.value, scope_node):
+        if (
+            name.value in scope.tensor_params
+            and not self._overrides_a_number(name.value, scope_node)
+            and (not getattr(self, "_params_need_evidence", False) or self._used_as_tensor(name.value, scope_node))
+        ):
             return True
         guard = (id(scope_node), name.value)
         if guard in self.analysis.tensor_guard:
@@ -148,6 +173,76 @@ class StepContextRule(ScopedRule):
             return any(self.is_tensor(v, depth + 1) for v in self.assigned_values(name))
         finally:
             self.analysis.tensor_guard.discard(guard)
+
+    def holds_sequence(self, name: cst.Name) -> bool:
+        """Does the function of `name` use it as a list, tuple or string: a list method on it (`kvs.append(x)`),
+        list concatenation (`kvs + [x]`), a list or tuple literal or comprehension assigned to it, or a container
+        annotation? (`len()` alone says nothing: tensors have a length too.)"""
+        scope_node = self.scope_node(name)
+        key = (id(scope_node), name.value)
+        cache = self.analysis.sequence_names
+        if key not in cache:
+            cache[key] = self._uses_as_sequence(name.value, scope_node)
+        return cache[key]
+
+    def _uses_as_sequence(self, name: str, scope_node: cst.CSTNode) -> bool:
+        found = self.nodes_in(scope_node, False)
+        if isinstance(scope_node, cst.FunctionDef):
+            params = scope_node.params
+            for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+                if param.name.value == name and param.annotation is not None:
+                    members = [m for m in _union_members(param.annotation.annotation) if code_of(m) != "None"]
+                    heads = [m.value if isinstance(m, cst.Subscript) else m for m in members]
+                    if heads and all(code_of(h).rpartition(".")[2] in SEQUENCE_TYPES for h in heads):
+                        return True
+        for value in self.scope(scope_node).assigns.get(name, []):
+            if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
+                return True
+        for call in found.calls:
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in LIST_METHODS
+                and isinstance(func.value, cst.Name)
+                and func.value.value == name
+            ):
+                return True
+        for node in found.names:
+            if not (isinstance(node, cst.Name) and node.value == name):
+                continue
+            parent = self.parent(node)
+            if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Add):
+                other = parent.right if parent.left is node else parent.left
+                if _is_list_expression(other):
+                    return True
+            if isinstance(parent, cst.AugAssign) and parent.target is node and _is_list_expression(parent.value):
+                return True
+        return False
+
+    def _used_as_tensor(self, name: str, scope_node: cst.CSTNode) -> bool:
+        """Does the function say that its parameter `name` is a tensor: a `Tensor` annotation, a tensor-only
+        method called on it (`x.size(1)`, `x.view(...)`), or `x` given to a torch function (`torch.cat`)?"""
+        if isinstance(scope_node, cst.FunctionDef):
+            params = scope_node.params
+            for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+                if param.name.value == name and param.annotation is not None:
+                    # `Tensor | None` says so; `list[tuple[Tensor, Tensor]]` names tensors inside a container
+                    if any(code_of(m).endswith("Tensor") for m in _union_members(param.annotation.annotation)):
+                        return True
+        for call in self.nodes_in(scope_node, False).calls:
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in TENSOR_ONLY_METHODS
+                and isinstance(func.value, cst.Name)
+                and func.value.value == name
+            ):
+                return True
+            if self._is_torch_function(func) and any(
+                isinstance(a.value, cst.Name) and a.value.value == name for a in call.args
+            ):
+                return True
+        return False
 
     def _overrides_a_number(self, param: str, func: cst.CSTNode) -> bool:
         """`p = default(p, self.p)` (or `p or self.p`) in `forward`, where `__init__` sets `self.p` to a number:
@@ -383,6 +478,28 @@ class StepContextRule(ScopedRule):
         if all(isinstance(v, cst.Call) and self.is_call_to(v, *DATALOADERS) for v in values):
             return name
         return None
+
+
+def _is_list_expression(node: cst.CSTNode) -> bool:
+    """`[x]`, `[f(v) for v in vs]`, `[None] * n`, `list(...)`: a value that only a list can be added to."""
+    if isinstance(node, (cst.List, cst.ListComp)):
+        return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return isinstance(node.left, cst.List) or isinstance(node.right, cst.List)
+    return isinstance(node, cst.Call) and code_of(node.func) == "list"
+
+
+def _union_members(annotation: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`A | B | None` and `Optional[A]` / `Union[A, B]` -> their members; anything else is its own member."""
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        return _union_members(annotation.left) + _union_members(annotation.right)
+    if isinstance(annotation, cst.Subscript) and code_of(annotation.value).rpartition(".")[2] in ("Optional", "Union"):
+        found: list[cst.BaseExpression] = []
+        for element in annotation.slice:
+            if isinstance(element.slice, cst.Index):
+                found += _union_members(element.slice.value)
+        return found
+    return [annotation]
 
 
 def _is_number(node: cst.CSTNode | None) -> bool:

@@ -18,7 +18,7 @@ CUDA_STRING = re.compile(r"cuda(:\d+)?$")
 
 
 def is_cuda_value(node: cst.CSTNode | None) -> bool:
-    """`'cuda'`, `'cuda:1'`, `f'cuda:{rank}'`, `'cuda:{}'.format(i)`, `'cuda:' + str(i)`."""
+    """`'cuda'`, `'cuda:1'`, `f'cuda:{rank}'`, `'cuda:{}'.format(i)`, `'cuda:' + str(i)`, `'cuda:%d' % i`."""
     text = string_value(node)
     if text is not None:
         return bool(CUDA_STRING.match(text))
@@ -30,8 +30,8 @@ def is_cuda_value(node: cst.CSTNode | None) -> bool:
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
         text = string_value(node.func.value)
         return text is not None and text.startswith("cuda:")
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        text = string_value(node.left)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Modulo)):
+        text = string_value(node.left)  # 'cuda:' + str(i), 'cuda:%d' % i
         return text is not None and text.startswith("cuda:")
     return False
 
@@ -91,8 +91,16 @@ class DeviceFacts:
     int_devices: list[cst.BaseExpression] = field(default_factory=list)
     # `map_location=x` where the name x holds a CUDA or XLA device value: load on the CPU instead (XLA711).
     map_locations: list[cst.BaseExpression] = field(default_factory=list)
+    # Keys used only as `map_location` (`loc = 'cuda:{}'.format(gpu)`): their origins become 'cpu', not 'xla'.
+    map_location_keys: set[str] = field(default_factory=set)
+    # The key each origin in `string_origins` is made for (id(origin) -> key; consumers' literals have none).
+    origin_keys: dict[int, str] = field(default_factory=dict)
     accelerator_calls: list[cst.Call] = field(default_factory=list)
     guards: list[Guard] = field(default_factory=list)
+    # (key, test): `device_type == "cpu"`, `device != "cpu"`, `device.type == "cpu"`, with `regions` the code
+    # that runs when the device is not the CPU. On a TPU host the original fell back to the CPU there; once a
+    # flip makes the device XLA, that code runs (flips.py checks that nothing in it needs CUDA).
+    cpu_tests: list[tuple[str, Guard]] = field(default_factory=list)
 
     def dead_regions(self) -> list[cst.CSTNode]:
         """CUDA-only code a TPU host never runs: what quiet guards protect, and their tests."""

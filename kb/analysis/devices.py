@@ -52,6 +52,7 @@ class DeviceAnalysis:
         self.nodes, self.parents = module_walk(module)
         self.walker = DeviceWalker(self.nodes)
         self.facts = DeviceFacts()
+        self.cpu_utility: bool | None = None  # see `cpu_utility`, asked for by few rules
         self._run()
 
     # --- name resolution ---------------------------------------------------------------------------------
@@ -77,12 +78,19 @@ class DeviceAnalysis:
         consumers = self._consumers()
         facts = self.facts
         facts.device_keys = {k for k in (key_of(a) for a, kind in consumers if kind != "backend") if k}
+        elsewhere = {key_of(a) for a, kind in consumers if kind not in ("backend", "map_location")}
+        facts.map_location_keys = {
+            k
+            for k in (key_of(a) for a, kind in consumers if kind == "map_location")
+            if k and k not in elsewhere and not DEVICE_NAME.match(k)
+        }
         facts.int_keys = self._int_keys()
         for arg, kind in consumers:
             self._consumer(arg, kind)
         self._origins()
         self._accelerator()
         self._guards()
+        self._cpu_tests()
 
     def _consumers(self) -> list[tuple[cst.BaseExpression, str]]:
         """(argument, kind) for every place a device value is used. kind: device, device_type, map_location,
@@ -215,13 +223,18 @@ class DeviceAnalysis:
         facts = self.facts
         found: list[cst.BaseExpression] = []
         for target, value in self.walker.assigns:
-            if self._is_device_key(key_of(target)):
-                found.extend(self._value_strings(value))
+            key = key_of(target)
+            if self._is_device_key(key):
+                made = list(self._value_strings(value))
+                found.extend(made)
+                facts.origin_keys.update((id(n), key) for n in made)  # type: ignore[misc]
             facts.nccl_origins.extend(self._nccl_values(value))
         for param in self.walker.params:
             if param.default is not None:
                 if self._is_device_key(param.name.value):
-                    found.extend(self._value_strings(param.default))
+                    made = list(self._value_strings(param.default))
+                    found.extend(made)
+                    facts.origin_keys.update((id(n), param.name.value) for n in made)
                 if string_value(param.default) == "nccl":
                     facts.nccl_origins.append(param.default)
         for entry in self.walker.dict_entries:
@@ -276,6 +289,34 @@ class DeviceAnalysis:
                 )
                 self.facts.guards.append(guard)
 
+    def _cpu_tests(self) -> None:
+        for comp in self.walker.comparisons:
+            found = self._cpu_test_literal(comp)
+            if found is None:
+                continue
+            literal, key = found
+            test = self._guard(literal, not_cpu=True)
+            if test is not None and test.regions:
+                self.facts.cpu_tests.append((key, test))
+
+    def _cpu_test_literal(self, comp: cst.Comparison) -> tuple[cst.SimpleString, str] | None:
+        """The `'cpu'` literal of `device_type == 'cpu'`, `device != "cpu"`, `device.type == 'cpu'`, `'cpu' in
+        device`, and the key of the device value it tests (`device` for `device.type`)."""
+        if len(comp.comparisons) != 1:
+            return None
+        operator = comp.comparisons[0].operator
+        if not isinstance(operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)):
+            return None
+        sides = (comp.left, comp.comparisons[0].comparator)
+        literal = next((s for s in sides if isinstance(s, cst.SimpleString) and string_value(s) == "cpu"), None)
+        other = next((s for s in sides if s is not literal), None)
+        if literal is None or other is None:
+            return None
+        key = key_of(other)
+        if key == "type" and isinstance(other, cst.Attribute):
+            key = key_of(other.value)  # `device.type`, `x.device.type`
+        return (literal, key) if self._is_device_key(key) else None  # type: ignore[return-value]
+
     def _cuda_test_literal(self, comp: cst.Comparison) -> cst.SimpleString | None:
         """The `'cuda'` literal of `'cuda' in device`, `device.type == 'cuda'`, `device_type != "cuda"` (or the
         `'nccl'` of `args.dist_backend == 'nccl'`)."""
@@ -306,10 +347,11 @@ class DeviceAnalysis:
             return None
         return literal if self._is_device_key(key_of(func.value)) else None
 
-    def _guard(self, test: cst.CSTNode) -> Guard | None:
+    def _guard(self, test: cst.CSTNode, not_cpu: bool = False) -> Guard | None:
         """The condition around `test` and the code it protects; None when the test is not a plain guard
-        (an `or`, a call argument, an assert)."""
-        positive = True
+        (an `or`, a call argument, an assert). `not_cpu`: `test` is the `'cpu'` of a CPU test, and the code
+        wanted is what runs when the device is not the CPU."""
+        positive = not not_cpu
         node: cst.CSTNode = test
         if isinstance(test, cst.SimpleString) and isinstance(self.parent(test), cst.Arg):
             node = self.parent(self.parent(test))  # the `device.startswith('cuda')` call
@@ -319,12 +361,14 @@ class DeviceAnalysis:
                 comp = self.parent(comp)
             assert isinstance(comp, cst.Comparison)
             if isinstance(comp.comparisons[0].operator, (cst.NotEqual, cst.NotIn, cst.IsNot)):
-                positive = False
+                positive = not positive
             node = comp
         while True:
             parent = self.parent(node)
             if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And) and positive:
                 node = parent
+            elif isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.Or) and not positive:
+                node = parent  # `args.no_cuda or not torch.cuda.is_available()`: False only with CUDA
             elif isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 positive = not positive
                 node = parent
@@ -402,14 +446,22 @@ class DeviceAnalysis:
         return bool(cuda_reference_list(self, region))
 
     def is_cuda_fallback(self, node: cst.IfExp) -> bool:
-        """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)` as the body): XLA203 rewrites
-        the whole expression, so neither its string nor its test is reported again here."""
+        """`'cuda' if torch.cuda.is_available() else ...` (or `torch.device(...)`, `f'cuda:{i}'`, or a device
+        variable such as `args.device` as the body): XLA203 rewrites the whole expression, so neither its string
+        nor its test is reported again here."""
         test_is_probe = isinstance(node.test, cst.Call) and self.call_name(node.test) == "torch.cuda.is_available"
         body = node.body
-        body_is_device = (isinstance(body, cst.SimpleString) and is_cuda_value(body)) or (
-            isinstance(body, cst.Call) and self.call_name(body) == "torch.device"
+        body_is_device = (
+            is_cuda_value(body)
+            or (isinstance(body, cst.Call) and self.call_name(body) == "torch.device")
+            or self.is_device_variable(body)
         )
         return test_is_probe and body_is_device
+
+    def is_device_variable(self, node: cst.CSTNode) -> bool:
+        """`device`, `args.device`, `cfg["device"]`: a value held under a device key (named so, or given to a
+        device consumer), whose CUDA origins XLA226 rewrites where they are made."""
+        return isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)) and self._is_device_key(key_of(node))
 
     def _gives_up_otherwise(self, guard: Guard) -> bool:
         """`if torch.cuda.is_available(): ... else: print('needs a GPU'); sys.exit(1)`: without the accelerator
@@ -458,6 +510,56 @@ def imports_torch_xla(module: cst.Module) -> bool:
     """Is `module` torch_xla code? A CUDA program that works on GPUs already has, somewhere in its files, what
     torch_xla idioms replace (a process group, a gradient all-reduce): findings about their absence need this."""
     return any(m == "torch_xla" or m.startswith("torch_xla.") for m in analyse(module).walker.aliases.values())
+
+
+# What a script that only converts, exports or evaluates does with its model.
+CHECKPOINT_CALLS = frozenset(
+    {
+        "torch.load",
+        "torch.save",
+        "torch.onnx.export",
+        "torch.jit.trace",
+        "torch.jit.script",
+        "torch.jit.save",
+        "torch.export.export",
+        "safetensors.torch.save_file",
+        "safetensors.torch.load_file",
+    }
+)
+CHECKPOINT_METHODS = frozenset({"save_pretrained", "from_pretrained", "load_state_dict", "push_to_hub"})
+# Calls that train (or may: a Trainer, a fit loop, a stepping helper).
+TRAINING_METHODS = frozenset({"backward", "step", "train", "fit", "optimizer_step", "training_step"})
+
+
+def cpu_utility(module: cst.Module) -> bool:
+    """A script (a `__main__` block or module-level statements that run) that works on checkpoints (load, save,
+    convert, export) and trains nowhere: its cuda-if-available device is a convenience, and moving it onto
+    XLA breaks its saves (`save_pretrained` of XLA tensors: `invalid python storage`) for no speed that matters."""
+    analysis = analyse(module)
+    if analysis.cpu_utility is None:
+        analysis.cpu_utility = _is_script(module) and _checkpoints_without_training(analysis)
+    return analysis.cpu_utility
+
+
+def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
+    checkpoints = False
+    for call in analysis.walker.calls:
+        func = call.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method in TRAINING_METHODS:
+            return False
+        if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
+            checkpoints = True
+    return checkpoints
+
+
+def _is_script(module: cst.Module) -> bool:
+    for stmt in module.body:
+        if isinstance(stmt, (cst.For, cst.While)):
+            return True
+        if isinstance(stmt, cst.If) and "__main__" in cst.Module(body=[]).code_for_node(stmt.test):
+            return True
+    return False
 
 
 _CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}

@@ -120,6 +120,7 @@ class ModuleAnalysis:
     tensor_attrs: dict[int, frozenset[str]] | None = None  # class id -> its buffers and parameters (context.py)
     subtrees: dict[tuple[int, bool], Nodes] = field(default_factory=dict)
     tensor_guard: set[tuple[int, str]] = field(default_factory=set)  # (scope, name) being resolved
+    sequence_names: dict[tuple[int, str], bool] = field(default_factory=dict)  # (scope, name): used as a list?
     tree: ast.Module | None = None  # CPython's AST of the same source (parsed from the module when not given)
     source: str | None = None  # the module's text, when the caller has it (positions come cheaper)
     _positions: Positions | None = None

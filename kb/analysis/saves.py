@@ -96,3 +96,42 @@ def may_hold_device_data(rule: ScopedRule, data: cst.BaseExpression | None) -> b
             for v in rule.assigned_values(data)
         )
     return False
+
+
+# Calls that write their data to disk as it is: a dtype change in what they are given changes the file.
+SAVE_CALLS = frozenset(
+    {"torch.save", "torch_xla.core.xla_model.save", "safetensors.torch.save_file", "safetensors.torch.save_model"}
+)
+SAVE_METHODS = frozenset({"save_pretrained"})
+
+
+def is_save(rule: Rule, call: cst.Call) -> bool:
+    return method_name(call) in SAVE_METHODS or bool(rule.qualified_names(call.func) & SAVE_CALLS)
+
+
+def flows_to_save(rule: ScopedRule, node: cst.CSTNode) -> bool:
+    """Is the value of `node` written to disk: inside the arguments of a save (`torch.save({k: v.half() ...})`),
+    or assigned to a name (`state = ...`, `sd[k] = ...`) that a save in the same function writes?"""
+    holder: cst.CSTNode | None = None
+    for anc in rule.ancestors(node):
+        if isinstance(anc, cst.Call) and is_save(rule, anc):
+            return True
+        if isinstance(anc, (cst.Assign, cst.AnnAssign)):
+            target = anc.targets[0].target if isinstance(anc, cst.Assign) else anc.target
+            while isinstance(target, (cst.Subscript, cst.Attribute)) and not isinstance(target, cst.Name):
+                target = target.value  # `sd[k] = ...` fills `sd`
+            holder = target if isinstance(target, cst.Name) else None
+            break
+        if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+    if holder is None:
+        return False
+    scope = rule.scope_node(node)
+    for call in rule.nodes_in(scope, False).calls:
+        if is_save(rule, call) and any(
+            isinstance(n, cst.Name) and n.value == holder.value
+            for arg in call.args
+            for n in rule.nodes_in(arg.value).names
+        ):
+            return True
+    return False

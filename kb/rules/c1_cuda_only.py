@@ -52,7 +52,7 @@ class XlaDeviceWithoutImport(Rule):
         "already did it."
     )
     before = "import torch\n\nx = torch.randn(4, device='xla')\n"
-    after = "import torch\nimport torch_xla\n\nx = torch.randn(4, device='xla')\n"
+    after = "import torch\nimport torch_xla  # noqa: F401\n\nx = torch.randn(4, device='xla')\n"
     message = "the 'xla' device needs `import torch_xla` first (it registers the backend)"
     symptoms = ("NotImplementedError: Could not run 'aten::empty.memory_format' with arguments from the 'XLA' backend",)
     references = ("pytorch/xla #9725",)

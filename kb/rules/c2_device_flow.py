@@ -58,18 +58,31 @@ class CudaDeviceOrigin(DeviceFlowRule):
         "The value is used far from where it is written, so rewriting the uses misses it: the program dies with "
         "`Found no NVIDIA driver` or, behind a test such as `'cuda' in device`, runs on the CPU. Rewriting where "
         "the value is made keeps the configuration surface (`--device=...`, a config file) working. The XLA "
-        "device as a string is `'xla'` (each process owns one chip: `f'cuda:{rank}'` becomes `'xla'`)."
+        "device as a string is `'xla'` (each process owns one chip: `f'cuda:{rank}'` becomes `'xla'`). A value used "
+        "only as `torch.load`'s `map_location` becomes `'cpu'`: XLA tensors cannot be restored, CPU ones are "
+        "copied onto the device by `load_state_dict`."
     )
     before = "import torch\n\ndevice = 'cuda'\nx = torch.zeros(2).to(device)\n"
-    after = "import torch\nimport torch_xla\n\ndevice = 'xla'\nx = torch.zeros(2).to(device)\n"
+    after = "import torch\nimport torch_xla  # noqa: F401\n\ndevice = 'xla'\nx = torch.zeros(2).to(device)\n"
     message = "CUDA device value made here; the XLA device string is `'xla'`"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
     references = ("xla-device-facts: the string 'xla' works wherever a device string is accepted",)
     valid = ("import torch\ndevice = 'cpu'\nx = torch.zeros(2).to(device)\n", "name = 'cuda'\nprint(name)\n")
 
     def check(self, analysis: DeviceAnalysis) -> None:
-        for node in analysis.facts.string_origins:
-            self.report(node, replacement=_string("xla", node), imports=(IMPORT_TORCH_XLA,))
+        facts = analysis.facts
+        for node in facts.string_origins:
+            if facts.origin_keys.get(id(node)) in facts.map_location_keys:
+                # only ever a `map_location`: XLA tensors cannot be restored there (XLA711), the CPU can
+                self.report(node, MAP_LOCATION_ONLY, replacement=_string("cpu", node))
+            else:
+                self.report(node, replacement=_string("xla", node), imports=(IMPORT_TORCH_XLA,))
+
+
+MAP_LOCATION_ONLY = (
+    "CUDA device value made here and used only as `map_location`: load on the CPU (`'cpu'`), "
+    "`load_state_dict` copies onto the device"
+)
 
 
 @register
@@ -281,11 +294,12 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
     def walk(n: cst.BaseExpression) -> cst.BaseExpression:
         if n is test:
             return true
-        if isinstance(n, cst.BooleanOperation) and isinstance(n.operator, cst.And):
+        if isinstance(n, cst.BooleanOperation) and isinstance(n.operator, (cst.And, cst.Or)):
             left, right = walk(n.left), walk(n.right)
-            if const(left) == "True":
+            neutral = "True" if isinstance(n.operator, cst.And) else "False"  # `x and True` / `x or False` is x
+            if const(left) == neutral:
                 return right.with_changes(lpar=n.lpar, rpar=n.rpar) if n.lpar else right
-            if const(right) == "True":
+            if const(right) == neutral:
                 return left.with_changes(lpar=n.lpar, rpar=n.rpar) if n.lpar else left
             return n.with_changes(left=left, right=right)
         if isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Not):

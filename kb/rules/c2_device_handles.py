@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.device_facts import is_cuda_value
 from ..analysis.devices import analyse as analyse_devices
 from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return
 from ..analysis.launch import world_size_move
@@ -158,7 +159,10 @@ class CudaIsAvailableFallback(Rule):
         if self.is_call_to(node, "torch.device"):
             args = positional_args(node)
             if args and self._is_fallback(args[0].value):
-                self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
+                if self._device_variable(args[0].value.body):  # the flag's value stays the user's choice
+                    self.report(args[0].value, replacement=args[0].value.body)
+                else:
+                    self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
             return
         if self.is_call_to(node, "torch.cuda.is_available"):
             parent = self.parent(node)
@@ -188,6 +192,10 @@ class CudaIsAvailableFallback(Rule):
             return
         if isinstance(node.body, cst.SimpleString):  # one representation: strings stay strings
             self.report(node, replacement=same_quotes(node.body, "xla"), imports=(IMPORT_TORCH_XLA,))
+        elif is_cuda_value(node.body):  # f'cuda:{rank}', 'cuda:%d' % gpu: one chip per process, the string 'xla'
+            self.report(node, replacement=cst.SimpleString('"xla"'), imports=(IMPORT_TORCH_XLA,))
+        elif self._device_variable(node.body):  # `args.device if ... else 'cpu'`: the flag's value, made 'xla'
+            self.report(node, replacement=node.body.with_changes(lpar=node.lpar, rpar=node.rpar))
         else:
             self.report(node, replacement=expr(XLA_DEVICE), imports=(IMPORT_TORCH_XLA,))
 
@@ -212,8 +220,15 @@ class CudaIsAvailableFallback(Rule):
         return (
             isinstance(node, cst.IfExp)
             and self.is_call_to(node.test, "torch.cuda.is_available")
-            and (is_cuda_string(node.body) or self.is_call_to(node.body, "torch.device"))
+            and (
+                is_cuda_value(node.body)
+                or self.is_call_to(node.body, "torch.device")
+                or self._device_variable(node.body)
+            )
         )
+
+    def _device_variable(self, node: cst.CSTNode) -> bool:
+        return analyse_devices(self.analysis.module).is_device_variable(node)
 
 
 # --- device counting and selection -----------------------------------------------------

@@ -6,6 +6,7 @@ from bisect import bisect_right
 
 import libcst as cst
 
+from ..analysis.devices import cpu_utility
 from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners
 from ..analysis.saves import may_hold_device_data, saved, writes_cpu_data
 from ..analysis.scopes import ScopedRule
@@ -108,8 +109,8 @@ class SavePretrainedXla(Rule):
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained"):
             return
-        if keyword_arg(node, "state_dict") is not None:
-            return
+        if keyword_arg(node, "state_dict") is not None or cpu_utility(self.analysis.module):
+            return  # a conversion script keeps its model on the CPU
         receiver = dotted(func.value)
         last = (receiver or code_of(func.value)).rsplit(".", 1)[-1].lower()
         if any(word in last for word in NOT_MODELS):

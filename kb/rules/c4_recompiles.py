@@ -238,6 +238,7 @@ class DataLoaderWithoutDropLast(StepContextRule):
 
 
 HF_PACKAGES = ("transformers", "peft", "trl")
+HF_MODEL_BUILDERS = frozenset({"peft.get_peft_model", "peft.mapping.get_peft_model", "transformers.pipeline"})
 GENERATE_KWARGS = frozenset(
     {
         "max_new_tokens",
@@ -261,8 +262,10 @@ class GenerateWithDynamicCache(StepContextRule):
     category = "C4"
     fix = "manual"
     detects = (
-        "`model.generate(...)` in a module that uses transformers/peft/trl, without `cache_implementation=` "
-        "(or a `generation_config` / `past_key_values` that could set it)."
+        "`model.generate(...)` on a Hugging Face model (assigned from an HF call, or in a module that builds one: "
+        "`AutoModelForCausalLM.from_pretrained`, `get_peft_model`), without `cache_implementation=` (or a "
+        "`generation_config` / `past_key_values` that could set it). A model's own `generate()` (a sampling loop, "
+        "which ignores `cache_implementation`) is not reported."
     )
     why = (
         "The default DynamicCache grows by one position per generated token, so every decoding step has new "
@@ -288,6 +291,9 @@ class GenerateWithDynamicCache(StepContextRule):
         "        from transformers import GPT2LMHeadModel\n        return GPT2LMHeadModel.from_pretrained(name)\n\n"
         "    def generate(self, idx, max_new_tokens, top_k=None):\n        return idx\n\n"
         "model = GPT()\nraw_model = model.module if ddp else model\ny = raw_model.generate(x, 32, top_k=40)\n",
+        "from transformers import AutoTokenizer\n\ndef sample(model, tokenizer, prompt):\n"
+        "    ids = tokenizer(prompt, return_tensors='pt').input_ids\n"
+        "    return model.generate(ids, max_new_tokens=64, temperature=0.8, top_k=50)\n",
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -301,6 +307,8 @@ class GenerateWithDynamicCache(StepContextRule):
             return
         if self._model_of_another_library(node.func.value) or self._own_generate():
             return
+        if not self._hf_model_here(node.func.value):
+            return  # a model handed in from elsewhere, in a module that loads no HF model: its own generate, maybe
         if keywords & GENERATE_KWARGS or any(a.star == "**" for a in node.args):
             self.report(node)
 
@@ -314,6 +322,28 @@ class GenerateWithDynamicCache(StepContextRule):
             bases = {n for b in stmt.bases for n in self.qualified_names(b.value)}
             if "generate" in methods and not any(n.split(".")[0] in HF_PACKAGES for n in bases):
                 return True
+        return False
+
+    def _hf_model_here(self, receiver: cst.CSTNode) -> bool:
+        """Evidence that `receiver` is a Hugging Face model: it is assigned from an HF call, or the module
+        builds an HF model somewhere (`AutoModelForCausalLM.from_pretrained`, `get_peft_model`). Importing
+        a tokenizer alone says nothing: `model.generate(...)` may be the project's own sampling loop, which
+        has no `cache_implementation` to set."""
+        if isinstance(receiver, cst.Name):
+            for value in self.assigned_values(receiver):
+                if isinstance(value, cst.Call) and self.qualified_startswith(value.func, *HF_PACKAGES):
+                    return True
+        for call in self.module_nodes().calls:
+            for name in self.qualified_names(call.func):
+                parts = name.split(".")
+                if parts[0] not in HF_PACKAGES:
+                    continue
+                if name in HF_MODEL_BUILDERS or (
+                    parts[-1] in ("from_pretrained", "from_config")
+                    and len(parts) > 2
+                    and ("Model" in parts[-2] or "For" in parts[-2])
+                ):
+                    return True
         return False
 
     def _model_of_another_library(self, receiver: cst.CSTNode) -> bool:

@@ -7,6 +7,7 @@ import libcst as cst
 from ..analysis.context import StepContextRule
 from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
+from ..analysis.saves import flows_to_save
 from ..cst_helpers import (
     add_kwarg,
     code_of,
@@ -27,8 +28,13 @@ DEVICE_AUTOCAST = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.
 CUDA_SCALER = frozenset({"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"})
 DEVICE_SCALER = frozenset({"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.GradScaler"})
 FLOAT16 = frozenset({"torch.float16", "torch.half"})
+BFLOAT16 = frozenset({"torch.bfloat16"})
+BF16_RAISES = (
+    "CUDA autocast with bfloat16 raises `RuntimeError: Current CUDA Device does not support bfloat16` on a host "
+    'without CUDA; the XLA autocast keeps bfloat16: `torch.autocast("xla", dtype=torch.bfloat16)`'
+)
 OFF_ON_XLA = (
-    "CUDA autocast is a no-op on XLA tensors, and its `enabled=` is a CUDA test that is False on a TPU: "
+    "CUDA autocast does not reach XLA tensors, and its `enabled=` is a CUDA test that is False on a TPU: "
     'use `torch.autocast("xla", dtype=torch.bfloat16)` and decide by hand when it is enabled'
 )
 
@@ -62,7 +68,7 @@ class _AmpRule(StepContextRule):
 class CudaAutocast(_AmpRule):
     code = "XLA501"
     needs = ("autocast",)
-    title = "CUDA autocast does nothing on XLA tensors"
+    title = "CUDA autocast does not reach XLA tensors (and raises with bfloat16 without CUDA)"
     category = "C5"
     fix = "unsafe"
     autofix = True
@@ -77,12 +83,21 @@ class CudaAutocast(_AmpRule):
         "loss scaling; with the torch_xla wrapper a float16 dtype only warns "
         "`TPU Autocast only supports dtype of torch.bfloat16` and disables autocast. Unsafe: float16 (or the "
         "float32 the untouched region computes in on XLA) becomes bfloat16, which rounds differently: the "
-        "numbers change. Left alone, the CUDA region still runs on XLA, in float32."
+        "numbers change. Left alone, the CUDA region still runs on XLA, in float32. With `dtype=torch.bfloat16` "
+        "it is not a no-op: on a host without CUDA it raises `RuntimeError: Current CUDA Device does not support "
+        "bfloat16` when entered (measured, torch 2.9); that fix is safe, the dtype it asked for stays."
     )
     before = "import torch\n\nwith torch.cuda.amp.autocast(dtype=torch.float16):\n    loss = model(x)\n"
     after = 'import torch\n\nwith torch.autocast("xla", dtype=torch.bfloat16):\n    loss = model(x)\n'
-    message = 'CUDA autocast is a no-op on XLA tensors; use `torch.autocast("xla", dtype=torch.bfloat16)`'
-    symptoms = ("TPU Autocast only supports dtype of torch.bfloat16", "matmul output dtype stays float32")
+    message = (
+        "CUDA autocast does not reach XLA tensors (without CUDA it disables itself): the region runs in float32; "
+        'use `torch.autocast("xla", dtype=torch.bfloat16)`'
+    )
+    symptoms = (
+        "TPU Autocast only supports dtype of torch.bfloat16",
+        "matmul output dtype stays float32",
+        "RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.",
+    )
     references = ("pytorch/xla docs: perf/amp.md", "torch_xla/amp/autocast_mode.py")
     valid = (
         "import torch\nwith torch.autocast('xla', dtype=torch.bfloat16):\n    y = model(x)\n",
@@ -105,7 +120,12 @@ class CudaAutocast(_AmpRule):
             if name in found:
                 args.append(kwarg(name, found[name].value))
         replacement = cst.Call(func=expr("torch.autocast"), args=with_commas(args))
-        self.report(node, replacement=replacement, imports=(IMPORT_TORCH,))
+        dtype = found.get("dtype")
+        if dtype is not None and self.qualified_names(dtype.value) & BFLOAT16:
+            # it asked for bfloat16 and keeps it; left alone it raises at start-up on a host without CUDA
+            self.report(node, BF16_RAISES, replacement=replacement, imports=(IMPORT_TORCH,), fix="safe")
+        else:
+            self.report(node, replacement=replacement, imports=(IMPORT_TORCH,))
 
 
 HALF_REASON = "the code still trains in float16 (fix XLA503 first)"
@@ -345,7 +365,9 @@ class Float16(_AmpRule):
     why = (
         "TPUs compute in bfloat16; float16 is emulated, slower, and its narrow range overflows without a "
         "GradScaler (which XLA502 removes). bfloat16 keeps float32's range with fewer mantissa bits, so results "
-        "change slightly: check the numerics after the switch."
+        "change slightly: check the numerics after the switch. float16 in what a program saves (`torch.save`, "
+        "`save_pretrained`, a state dict filled for a save) is a file format its readers expect, not a "
+        "computation on the TPU: it is left alone."
     )
     before = "import torch\n\nmodel = model.half()\nx = torch.zeros(4, dtype=torch.float16)\n"
     after = "import torch\n\nmodel = model.bfloat16()\nx = torch.zeros(4, dtype=torch.bfloat16)\n"
@@ -361,24 +383,28 @@ class Float16(_AmpRule):
         if self.facts().cpu_script:
             return  # float16 on the CPU of a script that names no device: nothing moves to the TPU
         if method_name(node) == "half" and not node.args:
-            self.report(node.func.attr, replacement=cst.Name("bfloat16"))
+            self._report(node.func.attr, cst.Name("bfloat16"))
             return
         for keyword in ("torch_dtype", "dtype"):
             arg = keyword_arg(node, keyword)
             if arg is not None and string_value(arg.value) in ("float16", "half", "fp16"):
                 quote = arg.value.value[0]
-                self.report(arg.value, replacement=cst.SimpleString(f"{quote}bfloat16{quote}"))
+                self._report(arg.value, cst.SimpleString(f"{quote}bfloat16{quote}"))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if self.qualified_names(node) & FLOAT16 and self._is_dtype_value(node):
-            self.report(node, replacement=node.with_changes(attr=cst.Name("bfloat16")))
+            self._report(node, node.with_changes(attr=cst.Name("bfloat16")))
 
     def visit_Name(self, node: cst.Name) -> None:  # `from torch import float16`
         parent = self.parent(node)
         if isinstance(parent, (cst.Attribute, cst.ImportAlias)):
             return
         if self.qualified_names(node) & FLOAT16 and self._is_dtype_value(node):
-            self.report(node, replacement=expr("torch.bfloat16"), imports=(IMPORT_TORCH,))
+            self._report(node, expr("torch.bfloat16"), (IMPORT_TORCH,))
+
+    def _report(self, node: cst.CSTNode, replacement: cst.CSTNode, imports: tuple = ()) -> None:
+        if not flows_to_save(self, node):  # a float16 checkpoint is a file format its readers expect: no TPU matter
+            self.report(node, replacement=replacement, imports=imports)
 
     def _is_dtype_value(self, node: cst.CSTNode) -> bool:
         if self.facts().cpu_script:

@@ -182,7 +182,9 @@ class NegativeSliceBeyondSize(StepContextRule):
     detects = (
         "`x[:, -n:]` on a tensor, with `n` a variable (a context size, a window) and no size test around it "
         "(`x if x.size(1) <= n else x[:, -n:]` is left alone). The fix clamps the start as CPU and CUDA do: "
-        "`x[:, -min(n, x.size(1)):]`."
+        "`x[:, -min(n, x.size(1)):]`. It needs evidence that `x` is a tensor (made by torch, annotated `Tensor`, "
+        "a tensor-only method called on it); an untyped `forward` argument without it is reported for a manual "
+        "look, and one used as a list (`x + [y]`, `x.append(y)`) is not reported: lists clamp the start."
     )
     why = (
         "CPU and CUDA tensors clamp a slice start below `-size` to the whole dimension, and autoregressive "
@@ -205,6 +207,8 @@ class NegativeSliceBeyondSize(StepContextRule):
         "import torch\nidx = torch.cat((idx, nxt), dim=1)\nlast = idx[:, -1:]\n",
         "text = line[-trailing:]\n",
         "import torch\nkeys = torch.cat((cache, new), dim=1)\nkeep = min(keys.size(1), window)\nkeys = keys[:, -keep:]\n",
+        "import torch\nclass Mix(torch.nn.Module):\n    def forward(self, x, past, n):\n        past = past[-n:]\n"
+        "        return torch.stack(past + [x])\n",
     )
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
@@ -224,6 +228,9 @@ class NegativeSliceBeyondSize(StepContextRule):
     def _report(self, node: cst.Subscript, index: cst.Slice, dim: int) -> None:
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
             self.report(node)  # the receiver has side effects or costs: clamp by hand
+            return
+        if not self.is_known_tensor(node.value):  # an untyped `forward` argument may be a list: `.size` would raise
+            self.report(node, f"{self.message} (if `{code_of(node.value)}` is a tensor: nothing here says so)")
             return
         size = expr(f"{code_of(node.value)}.size({dim})")
         bound = index.lower.expression  # type: ignore[union-attr]

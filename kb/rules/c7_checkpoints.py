@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.device_facts import key_of
 from ..analysis.devices import analyse as analyse_devices
+from ..analysis.devices import cpu_utility
 from ..analysis.saves import holds_state_dict, moved_to_cpu
 from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
@@ -58,8 +60,8 @@ class TorchSaveDeviceTensors(ScopedRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, "torch.save") or self.facts().cpu_script:
-            return  # a script that names no device saves CPU tensors
+        if not self.is_call_to(node, "torch.save") or self.facts().cpu_script or cpu_utility(self.analysis.module):
+            return  # a script that names no device, or keeps it on the CPU (a conversion script), saves CPU tensors
         args = positional_args(node)
         data = args[0].value if args else getattr(keyword_arg(node, "obj"), "value", None)
         if data is None or not holds_state_dict(data) or moved_to_cpu(self, node, data):
@@ -118,8 +120,11 @@ class LoadOntoCudaOrXla(Rule):
         self.report(value, replacement=cpu)
 
     def _device_target(self, value: cst.BaseExpression) -> bool:
-        if any(value is n for n in analyse_devices(self.analysis.module).facts.map_locations):
-            return True  # a name that holds the device (`map_location=device`, `device = 'cuda'` above)
+        facts = analyse_devices(self.analysis.module).facts
+        if any(value is n for n in facts.map_locations):
+            # a name that holds the device (`map_location=device`, `device = 'cuda'` above), unless XLA226 makes
+            # its CUDA origin 'cpu' (a name used only as a map_location)
+            return not (key_of(value) in facts.map_location_keys and key_of(value) in facts.origin_keys.values())
         text = string_value(value)
         if text is not None:
             return is_cuda_string(value) or text == "xla" or text.startswith("xla:")

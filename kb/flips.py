@@ -1,0 +1,163 @@
+"""A device flip carries what it makes live (issue #24).
+
+On a TPU host the original program falls back to the CPU: `'cuda' if torch.cuda.is_available() else 'cpu'` gives
+'cpu', so code behind `if 'cuda' in device:` or `device_type != 'cpu'` never runs there. The flips (XLA203's
+fallback, XLA226's CUDA origins, XLA230's guards) make the device XLA, and that code runs. Each flip is kept only
+when every CUDA reference it makes reachable is rewritten by a safe fix of the same pass (XLA501 turns a bfloat16
+CUDA autocast into the XLA one, XLA205 drops a cuDNN flag, ...); otherwise the flip is withheld, its finding says
+which call blocks it, and the program keeps running on the CPU as before instead of dying at start-up.
+
+The blockers are CUDA-only calls (`torch.cuda.*`, `torch.backends.*`, `torch.accelerator.*` that need a driver);
+device values and moves in that code (`'cuda'`, `.cuda()`) are the choice the flip is for, and XLA201/202/226
+rewrite them. Two kinds of code become live: what a flipped guard protects, and the non-CPU branch of a CPU test on a device
+value (`ctx = nullcontext() if device_type == 'cpu' else torch.cuda.amp.autocast(...)`). The first withholds that
+guard's flip; the second the flips that make that value XLA: its CUDA origins, the guards and the fallbacks that
+assign it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import libcst as cst
+
+from .analysis.device_facts import key_of
+from .analysis.device_regions import cuda_reference_list
+from .analysis.devices import DeviceAnalysis
+from .analysis.module import walk
+
+FLIP_CODES = frozenset({"XLA203", "XLA226", "XLA230"})
+HARMLESS_WITHOUT_CUDA = frozenset({"XLA501"})
+# CUDA references that run without a CUDA driver (measured with torch 2.9 on a host without one): settings, probes
+# that answer False or 0, seeds and cache calls that do nothing. What they mean on a TPU is other rules' business;
+# they do not stop a program. (`synchronize`, `Event(...).record()`, `set_device`, `current_device`,
+# `get_device_name`, `reset_peak_memory_stats` raise.)
+HARMLESS_CALLS = (
+    "torch.backends.",
+    "torch.cuda.is_available",
+    "torch.cuda.device_count",
+    "torch.cuda.is_bf16_supported",
+    "torch.cuda.manual_seed",
+    "torch.cuda.manual_seed_all",
+    "torch.cuda.empty_cache",
+    "torch.cuda.memory_allocated",
+    "torch.cuda.max_memory_allocated",
+    "torch.cuda.nvtx.",
+)
+Span = tuple[tuple[int, int], tuple[int, int]]
+
+
+class Detected(Protocol):
+    """What the audit reads of an engine detection."""
+
+    start: tuple[int, int]
+    end: tuple[int, int]
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def node(self) -> cst.CSTNode: ...
+    @property
+    def safe_fix(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A CUDA reference that a flip would make reachable, with no safe rewrite in the same pass."""
+
+    what: str  # `torch.cuda.Event`, `.cuda()`
+    line: int
+    because: str  # the test that kept it from running on a TPU host
+
+
+def blocked_flips(
+    analysis: DeviceAnalysis,
+    detections: list[Detected],
+    span_of: Callable[[cst.CSTNode], Span],
+    dead: list[Span],
+) -> dict[int, Blocker]:
+    """index in `detections` -> the blocker, for each flip that must be withheld. `span_of`: a node's
+    ((line, column), (line, column)); `dead`: the spans of code a TPU host never runs (quiet CUDA guards)."""
+    # what a safe fix rewrites, and CUDA autocasts (XLA501): without CUDA one is a no-op, and a bfloat16 one, which
+    # raises there, is a safe fix
+    fixed = [(d.start, d.end) for d in detections if d.safe_fix or d.code in HARMLESS_WITHOUT_CUDA]
+    flips = {i: d for i, d in enumerate(detections) if d.code in FLIP_CODES}
+    if not flips:
+        return {}
+
+    def blocker(region: cst.CSTNode, because: str) -> Blocker | None:
+        for node, what in cuda_reference_list(analysis, region):
+            if not what.startswith("torch.") or what.startswith(HARMLESS_CALLS):
+                continue  # device values and moves ('cuda', `.cuda()`) are the choice the flip is for: XLA2xx's
+            span = span_of(node)
+            if any(_within(span, s) for s in dead) or any(_within(span, s) for s in fixed):
+                continue
+            return Blocker(what, span[0][0], because)
+        return None
+
+    out: dict[int, Blocker] = {}
+    facts = analysis.facts
+    for guard in facts.guards:
+        if not guard.flips:
+            continue
+        found = next((b for r in guard.regions if (b := blocker(r, _code(guard.condition)))), None)
+        if found is not None:
+            for i, d in flips.items():
+                if d.code == "XLA230" and d.node is guard.test:
+                    out[i] = found
+    for key, test in facts.cpu_tests:
+        found = next((b for r in test.regions if (b := blocker(r, _code(test.condition)))), None)
+        if found is None:
+            continue
+        for i, d in flips.items():
+            if i not in out and key in _flip_keys(analysis, d):
+                out[i] = found
+    return out
+
+
+CPU_UTILITY = (
+    "kept on the CPU: this script loads, converts or saves models and never trains (no backward, no optimizer "
+    "step); on a TPU host it ran on the CPU, and its saves need CPU tensors. Rewrite the device by hand "
+    "(`torch_xla.device()`) if it should run on the TPU"
+)
+
+
+def message(code: str, blocker: Blocker) -> str:
+    return (
+        f"not rewritten: this flip makes the device XLA, and then `{blocker.what}` at line {blocker.line} runs "
+        f"(a TPU host never ran it: `{blocker.because}` kept it on the CPU path), which needs CUDA; rewrite that "
+        "call for XLA first, then migrate again"
+    )
+
+
+def _flip_keys(analysis: DeviceAnalysis, d: Detected) -> set[str]:
+    """The device keys whose value the flip `d` makes XLA: an origin's key, the target of the assignment around
+    a fallback or a guard (`device = 'cuda' if ... else 'cpu'`), or what a guarded block assigns (`if
+    torch.cuda.is_available(): device = 'cuda'`)."""
+    if d.code == "XLA226":
+        key = analysis.facts.origin_keys.get(id(d.node))
+        if key is not None:
+            return {key}
+    node: cst.CSTNode | None = d.node
+    while node is not None and not isinstance(node, cst.SimpleStatementLine):
+        parent = analysis.parent(node)
+        if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
+            return {key_of(parent.targets[0].target)} - {None}  # type: ignore[return-value]
+        if isinstance(parent, cst.AnnAssign) and parent.value is node:
+            return {key_of(parent.target)} - {None}  # type: ignore[return-value]
+        if isinstance(parent, cst.If) and parent.test is node:
+            targets = (t.target for n in walk(parent.body) if isinstance(n, cst.Assign) for t in n.targets)
+            return {key_of(t) for t in targets} - {None}  # type: ignore[return-value]
+        node = parent
+    return set()
+
+
+def _code(node: cst.CSTNode) -> str:
+    text = cst.Module(body=[]).code_for_node(node)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _within(inner: Span, outer: Span) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]

@@ -1,0 +1,223 @@
+"""A device flip carries what it makes live (issue #24): code that a TPU host never ran because the device fell
+back to the CPU (`device_type == "cpu"` branches, what a CUDA guard protects) runs once the device is XLA, so each
+flip is kept only when nothing CUDA-only becomes reachable; and every expression form of the cuda-if-available
+guard flips where the plain form does."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from xlaport.kb import fix_source, lint_source
+
+# The repro in our own words: a CPU fallback, a device type derived from it, and a CUDA autocast behind a CPU test.
+AUTOCAST_BEHIND_CPU_TEST = """\
+from contextlib import nullcontext
+
+import torch
+import torch.nn as nn
+
+device = "cuda:0" if torch.cuda.is_available() else "cpu"
+device_type = "cuda" if "cuda" in device else "cpu"
+ctx = nullcontext() if device_type == "cpu" else torch.cuda.amp.autocast(dtype=torch.bfloat16)
+
+model = nn.Linear(8, 8).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    x = torch.randn(4, 8, device=device)
+    with ctx:
+        loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("ran on", x.device, "in", loss.dtype)
+"""
+
+# A CUDA-only call without a safe rewrite behind the same test (it raises without CUDA, measured): the flip of
+# `device_type` is withheld.
+QUERY_BEHIND_CPU_TEST = AUTOCAST_BEHIND_CPU_TEST.replace(
+    "model = nn.Linear(8, 8).to(device)\n",
+    'gpu = "cpu" if device_type == "cpu" else torch.cuda.get_device_name()\nmodel = nn.Linear(8, 8).to(device)\n',
+)
+
+
+def cuda_calls(tree: ast.Module) -> list[str]:
+    """`torch.cuda.*` references in a program (what needs a CUDA driver)."""
+    return [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and ast.unparse(n) == "torch.cuda"]
+
+
+def assigned_string(tree: ast.Module, name: str) -> ast.expr:
+    return next(n.value for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == name)
+
+
+def test_the_flip_migrates_the_bfloat16_autocast_it_makes_live():
+    fixed = fix_source(AUTOCAST_BEHIND_CPU_TEST).fixed
+    tree = ast.parse(fixed)
+    assert ast.unparse(assigned_string(tree, "device")) == "'xla'"
+    assert cuda_calls(tree) == []  # nothing that needs CUDA is left anywhere, reachable or not
+    assert 'torch.autocast("xla", dtype=torch.bfloat16)' in fixed
+
+
+def test_a_flip_that_would_make_a_device_query_run_is_withheld_and_says_why():
+    result = fix_source(QUERY_BEHIND_CPU_TEST)
+    tree = ast.parse(result.fixed)
+    # the device moves to XLA, but `device_type` keeps its CUDA test, so the CPU branch is still the one taken
+    assert ast.unparse(assigned_string(tree, "device")) == "'xla'"
+    assert ast.unparse(assigned_string(tree, "device_type")) == "'cuda' if 'cuda' in device else 'cpu'"
+    withheld = [f for f in result.remaining if f.code in ("XLA226", "XLA230")]
+    assert withheld and all(not f.fixable and "`torch.cuda.get_device_name` at line 11" in f.message for f in withheld)
+
+
+def test_a_flipped_guard_whose_branch_needs_cuda_is_withheld():
+    source = (
+        "import torch\n\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "if 'cuda' in device:\n"
+        "    model = model.cuda()\n"
+        "    print(torch.cuda.get_device_name(0))\n"
+    )
+    findings = [f for f in lint_source(source) if f.code == "XLA230"]
+    assert findings and not findings[0].fixable and "torch.cuda.get_device_name" in findings[0].message
+    assert "if 'cuda' in device:" in fix_source(source).fixed
+
+
+def test_a_guard_whose_branch_is_all_rewritten_still_flips():
+    source = (
+        "import torch\n\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "if 'cuda' in device:\n"
+        "    model = model.cuda()\n"
+        "    torch.backends.cudnn.benchmark = True\n"
+    )
+    fixed = fix_source(source).fixed
+    assert "torch.cuda" not in fixed and "cudnn" not in fixed and ".cuda()" not in fixed
+
+
+def test_bfloat16_cuda_autocast_is_a_safe_fix_and_says_it_raises():
+    source = "import torch\n\nwith torch.cuda.amp.autocast(dtype=torch.bfloat16):\n    y = model(x)\n"
+    (finding,) = [f for f in lint_source(source) if f.code == "XLA501"]
+    assert finding.fix == "safe" and finding.fixable and "raises" in finding.message
+    half = source.replace("bfloat16", "float16")
+    (finding,) = [f for f in lint_source(half) if f.code == "XLA501"]
+    assert finding.fix == "unsafe" and "no-op" not in finding.message
+
+
+GUARD_FORMS = {
+    "dev = torch.device(args.device if torch.cuda.is_available() else 'cpu')": "dev = torch.device(args.device)",
+    "dev = 'cpu' if args.no_cuda or not torch.cuda.is_available() else 'cuda'": "dev = 'cpu' if args.no_cuda else 'xla'",
+    "dev = 'cuda' if (torch.cuda.is_available() and not args.no_cuda) else 'cpu'": "dev = 'xla' if (not args.no_cuda) else 'cpu'",
+    "dev = torch.device('cuda:%d' % args.gpu if torch.cuda.is_available() else 'cpu')": "dev = torch_xla.device()",
+    "dev = f'cuda:{args.gpu}' if torch.cuda.is_available() else 'cpu'": 'dev = "xla"',
+}
+
+
+@pytest.mark.parametrize("line", list(GUARD_FORMS), ids=range(len(GUARD_FORMS)))
+def test_every_guard_form_flips(line: str):
+    source = (
+        "import argparse\nimport torch\n\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cuda')\n"
+        "args = parser.parse_args()\n"
+        f"{line}\n"
+        "model = torch.nn.Linear(2, 2).to(dev)\n"
+    )
+    fixed = fix_source(source).fixed
+    assert GUARD_FORMS[line] in fixed.splitlines()
+    assert "torch.cuda" not in fixed
+
+
+@pytest.mark.slow
+def test_migrated_programs_run_where_the_originals_ran(tmp_path: Path):
+    """The proof by running: on this host without CUDA each original takes its CPU path and finishes; each
+    migrated program, through torch_xla on the CPU, must finish too (before: `Current CUDA Device does not support
+    bfloat16` at start-up)."""
+    runner = tmp_path / "run_all.py"
+    runner.write_text(
+        "import runpy, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    runpy.run_path(path, run_name='__main__')\n"
+        "    print('finished', path, flush=True)\n"
+    )
+    outputs = []
+    for kind in ("original", "migrated"):  # one process each: a CPU backward before an XLA one trips autograd
+        programs = []
+        for name, source in (("autocast", AUTOCAST_BEHIND_CPU_TEST), ("query", QUERY_BEHIND_CPU_TEST)):
+            path = tmp_path / f"{name}_{kind}.py"
+            path.write_text(source if kind == "original" else fix_source(source).fixed)
+            programs.append(str(path))
+        env = {**os.environ, "PJRT_DEVICE": "CPU"}
+        done = subprocess.run(
+            [sys.executable, str(runner), *programs], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("finished") == 2
+        outputs.append(done.stdout)
+    assert "ran on cpu" in outputs[0]
+    assert "ran on xla:0" in outputs[1]  # the migrated programs train on the XLA device
+
+
+CONVERSION_SCRIPT = '''\
+"""Turns a training checkpoint into a Hugging Face folder."""
+import argparse
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def convert(src, base, dst):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    state = torch.load(src, map_location=device)
+    state = {k.replace("module.", "", 1): v for k, v in state["model"].items()}
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base))
+    model.load_state_dict(state)
+    model.to(device)
+    model.save_pretrained(dst)
+    torch.save(model.state_dict(), dst + "/weights.pt")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("src")
+    parser.add_argument("dst")
+    args = parser.parse_args()
+    convert(args.src, "base", args.dst)
+'''
+
+
+def test_a_conversion_script_stays_on_the_cpu():
+    result = fix_source(CONVERSION_SCRIPT, unsafe=True)
+    assert result.fixed == CONVERSION_SCRIPT  # nothing moves onto XLA, and the saves stay as they were
+    (kept,) = [f for f in result.remaining if f.code == "XLA203"]
+    assert not kept.fixable and "kept on the CPU" in kept.message
+    assert not [f for f in result.remaining if f.code in ("XLA308", "XLA701")]
+
+
+def test_the_same_device_line_in_a_training_script_still_flips():
+    training = CONVERSION_SCRIPT.replace(
+        "    model.save_pretrained(dst)\n",
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for batch in range(3):\n"
+        "        model(torch.ones(1, 4, dtype=torch.long, device=device)).logits.sum().backward()\n"
+        "        opt.step()\n"
+        "    model.save_pretrained(dst)\n",
+    )
+    assert "device = torch_xla.device()" in fix_source(training).fixed
+
+
+def test_a_statement_guard_that_would_make_a_device_query_run_is_withheld():
+    source = (
+        "import torch\n\n"
+        "device = 'cpu'\n"
+        "if torch.cuda.is_available():\n"
+        "    device = 'cuda'\n"
+        "model = torch.nn.Linear(2, 2).to(device)\n"
+        "if device != 'cpu':\n"
+        "    print(torch.cuda.get_device_name())\n"
+    )
+    fixed = fix_source(source).fixed
+    assert "if torch.cuda.is_available():\n    device = 'cuda'" in fixed  # still the CPU on a TPU host
+    (finding,) = [f for f in lint_source(source) if f.code == "XLA230"]
+    assert not finding.fixable and "get_device_name" in finding.message
