@@ -347,7 +347,8 @@ def test_fault_cpu_device(runs):
 
 @pytest.mark.slow
 def test_short_cpu_run_that_exits_cleanly_is_l0_and_never_validated():
-    from xlaport.serve.pipeline import run_xla_check, verdict
+    from xlaport.serve.checks import run_xla_check
+    from xlaport.serve.results import verdict
 
     # through the pipeline's validation adapter, as `migrate --validate` runs it
     run = run_xla_check(PROGRAMS / "fault_cpu_device.py", ["3"], timeout_s=300, memory_mb=8192)
