@@ -107,9 +107,9 @@ def _count_migration(summary_json: str, result: ProgramResult) -> None:
         summary = json.loads(summary_json)
     except json.JSONDecodeError:
         return
-    files = summary.get("files", []) if isinstance(summary, dict) else []
-    result.fixes = sum(len(f.get("applied", [])) for f in files)
-    result.manual = sum(len(f.get("manual", [])) for f in files)
+    if isinstance(summary, dict):  # the migrate summary's counts by kb code
+        result.fixes = sum(summary.get("fixes_applied", {}).values())
+        result.manual = sum(summary.get("findings_left", {}).values())
 
 
 def main() -> int:
