@@ -48,8 +48,7 @@ class InferenceModeOnXla(StepContextRule):
         self.report(node, replacement=expr("torch.no_grad()"), imports=(IMPORT_TORCH,))
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
-        if isinstance(node.decorator, cst.Call) or not self.is_call_to(
-            cst.Call(func=node.decorator), "torch.inference_mode"
-        ):
+        # a bare `@torch.inference_mode` (the called form is a Call, seen by visit_Call)
+        if isinstance(node.decorator, cst.Call) or "torch.inference_mode" not in self.qualified_names(node.decorator):
             return
         self.report(node.decorator, replacement=expr("torch.no_grad()"), imports=(IMPORT_TORCH,))
