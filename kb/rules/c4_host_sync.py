@@ -75,9 +75,15 @@ class ItemInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) != "item" or node.args:
+        if method_name(node) != "item" or node.args or self.is_host_value(node.func.value):
             return
-        if self.per_step_loop(node) is None or self.is_host_value(node.func.value):
+        if self.per_step_loop(node) is None:
+            func = self.per_step_function(node)
+            if func is not None:
+                self.report(
+                    node,
+                    f"`.item()` in {runs_every_step(func)} copies the value to the host every step; {HOST_SYNC_FIX}",
+                )
             return
         message = None
         for anc in self.ancestors(node):
@@ -90,6 +96,11 @@ class ItemInStepLoop(StepContextRule):
             if isinstance(anc, cst.BaseStatement):
                 break
         self.report(node, message)
+
+
+def runs_every_step(func: cst.FunctionDef) -> str:
+    """How a message names a function that the step loop reaches (a helper it calls, a model's `forward`)."""
+    return f"`{func.name.value}`, which runs every training step,"
 
 
 CAST_IN_LOOP = "converting a tensor to a Python number in the step loop syncs with the host every step"
@@ -174,7 +185,7 @@ LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_sc
 @register
 class TensorLoggedInStepLoop(StepContextRule):
     code = "XLA403"
-    needs = ("step", "backward", "sync")
+    needs = ("step", "backward", "sync", "forward")
     title = "Printing or logging a tensor in the training loop syncs every step"
     category = "C4"
     fix = "manual"
@@ -214,10 +225,14 @@ class TensorLoggedInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self._is_log_call(node) or self.per_step_loop(node) is None:
+        if not self._is_log_call(node) or not any(self._logs_tensor(arg.value) for arg in node.args):
             return
-        if any(self._logs_tensor(arg.value) for arg in node.args):
+        if self.per_step_loop(node) is not None:
             self.report(node)
+        elif (func := self.per_step_function(node)) is not None:
+            self.report(
+                node, f"logging a tensor in {runs_every_step(func)} reads it on the host every step; {HOST_SYNC_FIX}"
+            )
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         self._check_text(node)
@@ -236,8 +251,16 @@ class TensorLoggedInStepLoop(StepContextRule):
                 return  # reported at the outermost text
             if isinstance(anc, cst.BaseStatement):
                 break
-        if self.per_step_loop(node) is not None and self._logs_tensor(node):
+        if not self._logs_tensor(node):
+            return
+        if self.per_step_loop(node) is not None:
             self.report(node, FORMAT_MESSAGE)
+        elif (func := self.per_step_function(node)) is not None:
+            self.report(
+                node,
+                f"formatting a tensor as text in {runs_every_step(func)} reads it on the host every "
+                f"step; {HOST_SYNC_FIX}",
+            )
 
     def _is_log_call(self, node: cst.Call) -> bool:
         is_print = isinstance(node.func, cst.Name) and self.is_builtin(node.func, "print")
@@ -277,7 +300,7 @@ HOST_COPY_METHODS = frozenset({"cpu", "tolist", "numpy"})
 @register
 class HostCopyInStepLoop(StepContextRule):
     code = "XLA404"
-    needs = ("step", "backward", "sync")
+    needs = ("step", "backward", "sync", "forward")
     title = "`.cpu()` / `.tolist()` / `.numpy()` in the training loop copies to the host every step"
     category = "C4"
     fix = "manual"
@@ -316,8 +339,16 @@ class HostCopyInStepLoop(StepContextRule):
         grand = self.parent(parent) if isinstance(parent, cst.Attribute) else None
         if isinstance(grand, cst.Call) and method_name(grand) in HOST_COPY_METHODS:
             return
-        if self.per_step_loop(node) is not None and not self.is_host_value(node.func.value):
+        if self.is_host_value(node.func.value):
+            return
+        if self.per_step_loop(node) is not None:
             self.report(node)
+        elif (func := self.per_step_function(node)) is not None:
+            self.report(
+                node,
+                f"copying to the host in {runs_every_step(func)} waits for the device every step; "
+                "keep results on the device or copy them in `xm.add_step_closure(fn, args=(t,))`",
+            )
 
 
 CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
