@@ -26,8 +26,9 @@ class ItemInStepLoop(StepContextRule):
     fix = "manual"
     detects = (
         "`t.item()` executed in every iteration of a loop that runs `backward()` / `optimizer.step()`, "
-        "including `print(loss.item())` and `tqdm.set_postfix(loss=loss.item())`. Reads in the body of an "
-        "every-N-steps branch (`if step % N == 0:`) are not flagged."
+        "including `print(loss.item())` and `tqdm.set_postfix(loss=loss.item())`, and in a function that such a "
+        "loop runs every step (a helper it calls, a model's `forward` and the methods `forward` calls, in any file "
+        "of the tree). Reads in the body of an every-N-steps branch (`if step % N == 0:`) are not flagged."
     )
     why = (
         "`.item()` must return a Python number, so XLA cuts the lazy graph there, compiles and runs the partial "
@@ -56,7 +57,12 @@ class ItemInStepLoop(StepContextRule):
         "    loss.backward()\n"
         "    xm.optimizer_step(optimizer)\n"
         "    xm.add_step_closure(lambda v: print(v.item()), args=(loss,))\n",
-        "def log(v):\n    print(v.item())\n\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    log(loss)\n",
+        "def log(v):\n    print(v.item())\n\n"
+        "for step, x in enumerate(loader):\n"
+        "    loss = model(x)\n"
+        "    loss.backward()\n"
+        "    if step % 100 == 0:\n"
+        "        log(loss)\n",
         "for epoch in range(3):\n"
         "    for x in loader:\n"
         "        loss = model(x)\n"
@@ -193,7 +199,8 @@ class TensorLoggedInStepLoop(StepContextRule):
         "`print(loss)`, f-strings with a tensor, `pbar.set_postfix(loss=loss)`, `writer.add_scalar(tag, loss, "
         'step)`, `logger.info(f"{loss}")` and `wandb.log({...: loss})` inside the training-step loop; and text '
         'formatted from a tensor wherever it goes (`print0(f"norm {norm:.4f}")` through a helper, '
-        '`f.write("%f" % loss)`), the gradient norm that `clip_grad_norm_` returns included.'
+        '`f.write("%f" % loss)`), the gradient norm that `clip_grad_norm_` returns included; the same in a function '
+        "that the loop runs every step (a helper, a model's `forward` and the methods it calls)."
     )
     why = (
         "Formatting a lazy tensor reads its value: XLA runs the pending graph and copies the value to the host "
@@ -304,7 +311,10 @@ class HostCopyInStepLoop(StepContextRule):
     title = "`.cpu()` / `.tolist()` / `.numpy()` in the training loop copies to the host every step"
     category = "C4"
     fix = "manual"
-    detects = '`.cpu()`, `.tolist()`, `.numpy()` and `.to("cpu")` executed in every iteration of the step loop.'
+    detects = (
+        '`.cpu()`, `.tolist()`, `.numpy()` and `.to("cpu")` executed in every iteration of the step loop, or in a '
+        "function that the loop runs every step (a helper, a model's `forward` and the methods it calls)."
+    )
     why = (
         "Moving a lazy tensor to the CPU executes the pending graph and waits for the device-to-host transfer "
         "every step (`TransferFromDeviceTime` grows per step, the step runs as several graphs)."
