@@ -351,18 +351,36 @@ class StepContextRule(ScopedRule):
             return True
         return False
 
-    def is_cpu_tensor(self, node: cst.CSTNode) -> bool:
-        """A name only ever assigned a torch factory call without `device=`: `d = torch.tensor(list(values))`."""
-        if not isinstance(node, cst.Name):
+    def is_cpu_tensor(self, node: cst.CSTNode, depth: int = 0, seen: frozenset[str] = frozenset()) -> bool:
+        """A tensor made on the CPU and never moved: a torch factory call without `device=` (`torch.arange(n)`),
+        and what is computed from one without a move (`r[mask] - offset`, `F.pad(r, (1, 0))`, `r.sum()`), through
+        names whose every assignment is one (`idx = ...; idx = F.pad(idx, ...)`). Reading it costs no device sync."""
+        if depth > 8:
             return False
-        values = self.assigned_values(node)
-        return bool(values) and all(
-            isinstance(v, cst.Call)
-            and self._is_torch_function(v.func)
-            and self.call_name(v).rsplit(".", 1)[-1] in TENSOR_FACTORIES_ON_CPU
-            and keyword_arg(v, "device") is None
-            for v in values
-        )
+        if isinstance(node, cst.Name):
+            if node.value in seen:
+                return True  # `idx = F.pad(idx, ...)`: as on the CPU as idx's other values say
+            if node.value in self.scope(self.scope_node(node)).params:
+                return False  # what the caller passed may live anywhere
+            values = self.assigned_values(node)
+            return bool(values) and all(self.is_cpu_tensor(v, depth + 1, seen | {node.value}) for v in values)
+        if isinstance(node, cst.Subscript):
+            return self.is_cpu_tensor(node.value, depth + 1, seen)
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_cpu_tensor(node.left, depth + 1, seen) or self.is_cpu_tensor(node.right, depth + 1, seen)
+        if isinstance(node, cst.Comparison):
+            operands = [node.left, *(c.comparator for c in node.comparisons)]
+            return any(self.is_cpu_tensor(o, depth + 1, seen) for o in operands)
+        if not isinstance(node, cst.Call) or keyword_arg(node, "device") is not None:
+            return False
+        if self._is_torch_function(node.func):
+            if self.call_name(node).rsplit(".", 1)[-1] in TENSOR_FACTORIES_ON_CPU:
+                return True
+            args = positional_args(node)
+            return bool(args) and self.is_cpu_tensor(args[0].value, depth + 1, seen)  # `F.pad(cpu_tensor, ...)`
+        if isinstance(node.func, cst.Attribute) and method_name(node) not in ("to", "cuda", "type"):
+            return self.is_cpu_tensor(node.func.value, depth + 1, seen)  # `r.sum()`, `r.long()`
+        return False
 
     # --- loops (the one definition is in steps.py) ------------------------------------
     def runs_step(self, loop: cst.For | cst.While) -> bool:

@@ -81,7 +81,10 @@ class ItemInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) != "item" or node.args or self.is_host_value(node.func.value):
+        if method_name(node) != "item" or node.args:
+            return
+        receiver = node.func.value
+        if self.is_host_value(receiver) or self.is_cpu_tensor(receiver):
             return
         if self.per_step_loop(node) is None:
             func = self.per_step_function(node)
@@ -349,7 +352,7 @@ class HostCopyInStepLoop(StepContextRule):
         grand = self.parent(parent) if isinstance(parent, cst.Attribute) else None
         if isinstance(grand, cst.Call) and method_name(grand) in HOST_COPY_METHODS:
             return
-        if self.is_host_value(node.func.value):
+        if self.is_host_value(node.func.value) or self.is_cpu_tensor(node.func.value):
             return
         if self.per_step_loop(node) is not None:
             self.report(node)
@@ -436,7 +439,7 @@ class TensorControlFlow(StepContextRule):
             return self._is_tensor_condition(test.expression)
         if isinstance(test, cst.Name) and any(isinstance(v, CONTAINERS) for v in self.assigned_values(test)):
             return False  # `masks = []` ... `masks = torch.stack(masks)`: `if masks:` may test the list
-        return self.is_tensor(test)
+        return self.is_tensor(test) and not self.is_cpu_tensor(test)
 
     def visit_If(self, node: cst.If) -> None:
         self._check(node.test)

@@ -184,3 +184,34 @@ def test_the_reached_function_is_named_in_host_read_messages(tmp_path):
     result = lint_file(tmp_path / "ranker.py", display="ranker.py")
     (finding,) = [f for f in result.findings if f.code == "XLA404"]
     assert "`_order`, which runs every training step" in finding.message
+
+
+SPLITTER = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Splitter(nn.Module):
+    def forward(self, x, start, every):
+        span = x.shape[1]
+        positions = torch.arange(span) + start
+        cuts = positions[positions % every == 0] - start
+        cuts = F.pad(cuts, (1, 0), value=0)
+        if cuts[-1] != span:
+            cuts = F.pad(cuts, (0, 1), value=span)
+        sizes = (cuts[1:] - cuts[:-1]).tolist()
+        first = cuts[1].item()
+        return x.split(sizes, dim=1), first
+"""
+
+
+def test_reads_of_a_tensor_made_on_the_cpu_are_not_host_syncs(tmp_path):
+    """Split sizes computed from `torch.arange(n)` (no device) in `forward`: reading them costs no device sync."""
+    (tmp_path / "splitter.py").write_text(SPLITTER)
+    result = lint_file(tmp_path / "splitter.py", display="splitter.py")
+    assert [f for f in result.findings if f.code in ("XLA401", "XLA404", "XLA405")] == []
+    on_device = SPLITTER.replace("torch.arange(span)", "torch.arange(span, device=x.device)")
+    (tmp_path / "splitter.py").write_text(on_device)
+    result = lint_file(tmp_path / "splitter.py", display="splitter.py")
+    assert {f.code for f in result.findings} >= {"XLA401", "XLA404", "XLA405"}
