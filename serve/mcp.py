@@ -192,6 +192,7 @@ def create_server(
                 target=target,
             )
             if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
+                _refuse_hidden(source)
                 return await _stoppable(_migrate, source, destination, options, write_root=access.root)
 
             def migrate() -> dict[str, Any]:
@@ -207,6 +208,7 @@ def create_server(
         access.need(execute=True, tool="verify_migration")
         original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
+            _refuse_hidden(original, migrated)
             return await _stoppable(_verify, original, migrated, command)
 
     return server
@@ -225,6 +227,23 @@ async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | 
         return call.result()  # type: ignore[return-value]
     finally:
         call.stop()
+
+
+def _refuse_hidden(*folders: Path) -> None:
+    """A run copies a tree into the sandbox user's scratch, where all of it becomes readable: for a client of
+    this server (never the user who could read the files anyway) a tree with anything the sandbox user could
+    not read on its own is refused, naming the path and its mode, never its content (as check_xla does)."""
+    from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
+
+    if not all(folder.is_dir() for folder in folders):
+        return  # the pipeline says which is not a folder
+    for folder in folders:
+        if hidden := hidden_from_sandbox(folder):
+            raise ValueError(
+                f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call never shows a run what "
+                "that user could not read. Make the tree readable to other users (chmod -R o+rX), or run the "
+                "verification yourself on this machine"
+            )
 
 
 def _check(source: str | None, path: Path | None, args: list[str], timeout_s: float) -> CheckOutcome:
