@@ -30,7 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from xlaport.kb.retrieval import FixHit
 
-from xlaport.files import DirtyTree, writes_confined_to
+from xlaport.files import DirtyTree
 from xlaport.targets import DEFAULT_TARGET, Target
 
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
@@ -191,15 +191,10 @@ def create_server(
                 force=force,
                 target=target,
             )
-            if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
+            if access.execute and (validate_cmd or verify_cmd):
                 _refuse_hidden(source)
-                return await _stoppable(_migrate, source, destination, options, write_root=access.root)
-
-            def migrate() -> dict[str, Any]:
-                with writes_confined_to(access.root):
-                    return pipe().migrate(source, destination, options, may_execute=access.execute).summary()
-
-            return await anyio.to_thread.run_sync(migrate)
+            # in a process of its own, as every long call: a cancelled or abandoned call stops writing
+            return await _stoppable(_migrate, source, destination, options, access.execute, write_root=access.root)
 
     @server.tool()
     async def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
@@ -254,8 +249,8 @@ def _verify(original: Path, migrated: Path, command: str) -> VerifyOutcome:
     return get_pipeline().verify(original, migrated, command)
 
 
-def _migrate(src: Path, dst: Path | None, options: MigrateOptions) -> dict[str, Any]:
-    return get_pipeline().migrate(src, dst, options, may_execute=True).summary()
+def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:
+    return get_pipeline().migrate(src, dst, options, may_execute=may_execute).summary()
 
 
 def _suggest_validated(source: str, path: str | None, options: SuggestOptions) -> Patch:
