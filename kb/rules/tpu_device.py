@@ -53,6 +53,9 @@ def tpu_string(node: cst.SimpleString) -> cst.SimpleString:
     return same_quotes(node, "tpu" + value[len("cuda") :])
 
 
+MAP_LOCATION = "`map_location` names a CUDA device; load on the CPU (`load_state_dict` copies onto the device)"
+
+
 @register
 class CudaDeviceStringForTpu(Rule):
     code = "TPU201"
@@ -64,7 +67,7 @@ class CudaDeviceStringForTpu(Rule):
     needs = ("cuda",)
     detects = (
         '`"cuda"` / `"cuda:N"` as the device of `torch.device(...)`, `.to(...)`, a `device=` argument or an '
-        "autocast/GradScaler device type."
+        "autocast/GradScaler device type; as `torch.load`'s `map_location` it becomes `'cpu'`."
     )
     why = (
         "TorchTPU's device is the native `tpu` device (torch's PrivateUse1 backend, renamed when the package "
@@ -90,6 +93,10 @@ class CudaDeviceStringForTpu(Rule):
         for arg in candidates:
             if type(arg.value) is cst.SimpleString and is_cuda_string(arg.value):
                 self.report(arg.value, replacement=tpu_string(arg.value))
+        location = keyword_arg(node, "map_location") if self.is_call_to(node, "torch.load") else None
+        if location is not None and type(location.value) is cst.SimpleString and is_cuda_string(location.value):
+            # a checkpoint restored onto the CPU; `load_state_dict` copies it onto the module's device
+            self.report(location.value, MAP_LOCATION, replacement=same_quotes(location.value, "cpu"))
 
 
 @register

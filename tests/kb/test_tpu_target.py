@@ -146,3 +146,11 @@ def test_cuda_only_apis_and_triton_kernels_are_reported_on_tpu():
     found = [(f.line, f.code) for f in lint_source(source, rules=TPU_RULES)]
     assert (2, "TPU208") in found and (4, "TPU208") in found and (5, "TPU203") in found
     assert (5, "TPU208") not in found
+
+
+def test_a_checkpoint_mapped_to_cuda_is_loaded_on_the_cpu():
+    source = "import torch\nstate = torch.load('ckpt.pt', map_location='cuda:0')\n"
+    assert (
+        fix_source(source, "t.py", TPU_RULES).fixed
+        == "import torch\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
+    )
