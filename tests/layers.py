@@ -67,6 +67,7 @@ HEAVY = frozenset(
 KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
     {
         ("xlaport.serve.pipeline", "xlaport.serve.checks"),
+        ("xlaport.serve.migration", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
         ("xlaport.kb.retrieval", "xlaport.kb.configs"),
