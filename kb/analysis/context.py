@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import DATALOADERS, code_of, keyword_arg, method_name, positional_args, string_value
+from ..cst_helpers import DATALOADERS, code_of, find_nodes, keyword_arg, method_name, positional_args, string_value
 from . import steps
 from .scopes import DEVICE_LOADERS, ScopedRule
 from .steps import SYNC_CALLS, is_optimizer_name
@@ -362,8 +362,13 @@ class StepContextRule(ScopedRule):
                 return True  # `idx = F.pad(idx, ...)`: as on the CPU as idx's other values say
             if node.value in self.scope(self.scope_node(node)).params:
                 return False  # what the caller passed may live anywhere
+            # `idx = F.pad(idx, ...)` is as on the CPU as idx was: the values that do not read the name itself must
+            # say so (none when it was bound otherwise: `a, idx = torch.split(...)` then `idx = idx[mask]`)
             values = self.assigned_values(node)
-            return bool(values) and all(self.is_cpu_tensor(v, depth + 1, seen | {node.value}) for v in values)
+            own = [v for v in values if any(n.value == node.value for n in find_nodes(v, cst.Name))]
+            others = [v for v in values if not any(v is o for o in own)]
+            inner = seen | {node.value}
+            return bool(others) and all(self.is_cpu_tensor(v, depth + 1, inner) for v in [*others, *own])
         if isinstance(node, cst.Subscript):
             return self.is_cpu_tensor(node.value, depth + 1, seen)
         if isinstance(node, cst.BinaryOperation):
@@ -436,6 +441,8 @@ class StepContextRule(ScopedRule):
             return True
         if func is not None and func.name.value == "forward":
             return True
+        if func is not None and self.per_step_function(node) is not None:
+            return True  # a helper the step loop runs every step, in this file or from another one
         return self.facts().device_code
 
     def contains_sync(self, node: cst.CSTNode) -> bool:

@@ -45,7 +45,7 @@ class _MaskRule(StepContextRule):
         mask = next((index for index in indexes if self.is_mask(index)), None)
         if mask is None or not self.facts().uses("torch"):
             return None
-        if self.is_host_value(node.value) or not self.in_device_context(node):
+        if self.is_host_value(node.value) or self.is_cpu_tensor(node.value) or not self.in_device_context(node):
             return None
         return mask
 
@@ -249,7 +249,7 @@ class DataDependentShapeOp(StepContextRule):
         if op is None and "torch.where" in names and len(node.args) == 1 and node.args[0].keyword is None:
             op = "aten::nonzero"
         if op is None and method_name(node) in DYNAMIC_SHAPE_METHODS and not self._is_torch_function(node.func):
-            if not self.is_host_value(node.func.value):
+            if not self.is_host_value(node.func.value) and not self.is_cpu_tensor(node.func.value):
                 op = DYNAMIC_SHAPE_METHODS[method_name(node)]
         if op is not None and self.in_device_context(node):
             self.report(node, f"{self.message} [{op}]")

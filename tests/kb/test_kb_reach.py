@@ -215,3 +215,48 @@ def test_reads_of_a_tensor_made_on_the_cpu_are_not_host_syncs(tmp_path):
     (tmp_path / "splitter.py").write_text(on_device)
     result = lint_file(tmp_path / "splitter.py", display="splitter.py")
     assert {f.code for f in result.findings} >= {"XLA401", "XLA404", "XLA405"}
+
+
+SHAPES = """\
+import torch
+
+
+def positive_mean(values):
+    keep = values > 0
+    return values[keep].mean()
+
+
+def distinct_count(labels):
+    return torch.unique(labels).numel()
+
+
+def table_lookup(rows):
+    return torch.arange(10)[rows.cpu() > 2]
+"""
+
+SHAPES_TRAIN = """\
+import torch
+
+from shapes import distinct_count, positive_mean
+
+
+def fit(model, loader, opt):
+    device = torch.device("cuda")
+    for step, (x, y) in enumerate(loader):
+        out = model(x.to(device))
+        loss = out.pow(2).mean() + positive_mean(out)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0:
+            print(distinct_count(y.to(device)))
+"""
+
+
+def test_data_dependent_shapes_in_a_helper_the_loop_runs_every_step(tmp_path):
+    for name, text in {"shapes.py": SHAPES, "train.py": SHAPES_TRAIN}.items():
+        (tmp_path / name).write_text(text)
+    rels = [Path("shapes.py"), Path("train.py")]
+    project = summarize_project(tmp_path, rels)
+    found = lint_file(tmp_path / "shapes.py", display="shapes.py", project=project).findings
+    # `positive_mean` runs every step; `distinct_count` every 50 steps; `table_lookup` never (and on the CPU)
+    assert {(f.line, f.code) for f in found if f.code in ("XLA409", "XLA410", "XLA411")} == {(6, "XLA409")}
