@@ -1,0 +1,30 @@
+"""bench/zero_edit.py's fixes/manual columns: the program's own script from the migration report, the tree's from
+the summary, and never a silent 0 when the summary cannot be read."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from zero_edit import ProgramResult, _count_migration  # noqa: E402
+
+
+def test_counts_are_the_scripts_and_the_trees(tmp_path):
+    report = tmp_path / "xlaport-report.json"
+    files = [
+        {"path": "lessons/train.py", "codes_applied": ["XLA201", "XLA201", "XLA406"], "manual": [{}, {}]},
+        {"path": "lessons/other.py", "codes_applied": ["XLA201"], "manual": []},
+    ]
+    report.write_text(json.dumps({"files": files}))
+    summary = json.dumps({"fixes_applied": {"XLA201": 3, "XLA406": 1}, "findings_left": {"XLA401": 2}})
+    result = ProgramResult("owner/repo", "lessons/train.py")
+    _count_migration(summary, report, "lessons/train.py", result)
+    assert (result.fixes, result.manual, result.tree_fixes, result.tree_manual) == (3, 2, 4, 2)
+
+
+def test_an_unreadable_summary_is_unknown_not_zero(tmp_path):
+    result = ProgramResult("owner/repo", "train.py")
+    _count_migration("progress bar\n{", tmp_path / "missing.json", "train.py", result)
+    assert (result.fixes, result.manual, result.tree_fixes, result.tree_manual) == (-1, -1, -1, -1)
