@@ -261,10 +261,12 @@ def measure(
     repo_dir = work / program.repo.replace("/", "__")  # the migrations of a repository serve all its programs
     original = repo_dir / "original"
     trees = {"default": repo_dir / "default", "rules": repo_dir / "rules"}
-    if not original.is_dir():
+    if not (trees["rules"] / ".model-evidence-done").is_file():  # a kept --work folder is reused
+        shutil.rmtree(repo_dir, ignore_errors=True)
         shutil.copytree(source_dir, original, symlinks=True)
         migrate(python, original, trees["default"])
         migrate(python, original, trees["rules"], "--unsafe-fixes")
+        (trees["rules"] / ".model-evidence-done").touch()
     if program.data:
         for tree in (original, *trees.values()):
             make_data(program.data, tree)
@@ -318,6 +320,8 @@ def measure(
     arms = [a for a in ("rules", "model") if a in trees and any(getattr(r, f"{a}_static") for r in results)]
     if arms and text["model"] == text["rules"] and "model" in arms:
         arms.remove("model")  # the model changed nothing: its copy is the rules' copy
+    if not arms:
+        return results, []  # nothing closed statically: no run could show evidence
     runs = {}
     for arm in ["default", *arms]:
         log(f"    check {arm} ...")
@@ -443,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="LoRA model directory (default: $XLAPORT_MODEL, else the newest)")
     parser.add_argument("--no-model", action="store_true", help="rules only")
     parser.add_argument("--only", help="only programs whose repo/script contains this")
+    parser.add_argument("--skip", action="append", default=[], help="leave out programs whose repo/script has this")
+    parser.add_argument("--work", type=Path, help="keep the migrated copies here (reused by a later run)")
     parser.add_argument("--static-only", action="store_true", help="lint only: no check or verify runs")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--accepted", type=Path, help="append accepted candidates' traces (JSONL) here")
@@ -461,10 +467,16 @@ def main(argv: list[str] | None = None) -> int:
         if model is None:
             raise SystemExit(no_model_message())
         log(f"model {model.model_dir} loaded in {time.perf_counter() - started:.0f} s")
-    programs = [p for p in load_manifest() if not args.only or args.only in f"{p.repo}/{p.script}"]
+    programs = [
+        p
+        for p in load_manifest()
+        if (not args.only or args.only in f"{p.repo}/{p.script}")
+        and not any(skip in f"{p.repo}/{p.script}" for skip in args.skip)
+    ]
     results, traces = [], []
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="xlaport-model-evidence-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="xlaport-model-evidence-"))
+    work.mkdir(parents=True, exist_ok=True)
     for program in programs:
         log(f"... {program.repo}: {program.script}")
         try:
@@ -480,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"    ! {type(exc).__name__}: {exc}")
         results += found
         traces += accepted
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
     summary = summarize(results)
     print(table(results))
     print(json.dumps(summary, indent=1))
