@@ -440,6 +440,21 @@ def table(results: list[FindingResult]) -> str:
     return "\n".join(rows)
 
 
+def write_json(
+    path: Path, model, static_only: bool, started: float, results: list, traces: list, partial: bool
+) -> None:
+    payload = {
+        "model": str(model.model_dir) if model else None,
+        "static_only": static_only,
+        "partial": partial,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "summary": summarize(results),
+        "findings": [asdict(r) for r in results],
+        "accepted": traces,
+    }
+    path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -492,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"    ! {type(exc).__name__}: {exc}")
         results += found
         traces += accepted
+        if args.json:  # after each program: a long run stopped early keeps what it measured
+            write_json(args.json, model, args.static_only, started, results, traces, partial=True)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(results)
@@ -502,15 +519,7 @@ def main(argv: list[str] | None = None) -> int:
             for trace in traces:
                 out.write(json.dumps(trace) + "\n")
     if args.json:
-        payload = {
-            "model": str(model.model_dir) if model else None,
-            "static_only": args.static_only,
-            "wall_s": round(time.perf_counter() - started, 1),
-            "summary": summary,
-            "findings": [asdict(r) for r in results],
-            "accepted": traces,
-        }
-        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        write_json(args.json, model, args.static_only, started, results, traces, partial=False)
     return 0
 
 
