@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -110,13 +111,16 @@ def lint(
     rules = _rules(select, ignore, target)
     files = _files(paths)
     found, trees = _jobs(paths, files)
-    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=False)
+    machine = format is not LintFormat.text  # JSON and SARIF carry each fix's edits; SARIF hashes the lines
+    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=format is LintFormat.sarif, edits=machine)
     results = run_files(found, trees, task, _processes(jobs, len(files)))
     findings = [f for r in results for f in r.findings]
+    unanalysed = [(r.path, r.error) for r in results if r.error]
     if format is LintFormat.json:
-        typer.echo(as_json(findings))
+        typer.echo(as_json(findings, unanalysed))
     elif format is LintFormat.sarif:
-        typer.echo(as_sarif(findings, [(r.path, r.error) for r in results if r.error]))
+        sources = {r.path: r.source for r in results if r.source is not None}
+        typer.echo(as_sarif(findings, unanalysed, sources, os.getcwd()))
     else:
         if findings:
             typer.echo(as_text(findings))

@@ -15,6 +15,19 @@ from .cst_helpers import whole_statement
 
 Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
 Applicability = Literal["safe", "unsafe", "manual"]
+# How bad a finding is for a program on a TPU host (SARIF's levels): "error" it fails, trains on the wrong device or
+# silently loses a setting; "warning" it runs, slower (host syncs, recompiles, CPU fallback) or with other numerics;
+# "note" the code is harmless there (a no-op call, a deprecated spelling that still works).
+Severity = Literal["error", "warning", "note"]
+SEVERITY_BY_CATEGORY: dict[str, Severity] = {
+    "C1": "error",
+    "C2": "error",
+    "C3": "error",
+    "C4": "warning",
+    "C5": "warning",
+    "C6": "warning",
+    "C7": "warning",
+}
 
 CATEGORY_NAMES: dict[str, str] = {
     "C1": "environment / dependencies",
@@ -66,8 +79,31 @@ class Report:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """One text replacement of a fix: the characters from (line, column) up to, not including, (end_line,
+    end_column) become `content`. Lines and columns count from 1, columns in characters (code points)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+    def to_dict(self) -> dict:
+        return {
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "content": self.content,
+        }
+
+
+@dataclass(frozen=True)
 class Finding:
-    """A detection as users see it (CLI, JSON, HTTP, MCP)."""
+    """A detection as users see it (CLI, JSON, HTTP, MCP). `end_line`/`end_column`: where the reported code ends
+    (exclusive, columns from 1; None when unknown); `edits`: this finding's own fix as text replacements, filled in
+    only when asked (`lint_source(..., edits=True)`: lint's JSON and SARIF)."""
 
     path: str
     line: int
@@ -78,6 +114,9 @@ class Finding:
     message: str
     fix: Applicability
     fixable: bool = False  # a rewrite exists for this occurrence
+    end_line: int | None = None
+    end_column: int | None = None
+    edits: tuple[Edit, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -90,6 +129,8 @@ class Finding:
             "message": self.message,
             "fix": self.fix,
             "fixable": self.fixable,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
         }
 
 
@@ -113,6 +154,8 @@ class Rule(cst.BatchableCSTVisitor):
     before: ClassVar[str]
     after: ClassVar[str] = ""
     message: ClassVar[str] = ""
+    # None: SEVERITY_BY_CATEGORY of the category (see `severity_of`)
+    severity: ClassVar[Severity | None] = None
     symptoms: ClassVar[tuple[str, ...]] = ()
     references: ClassVar[tuple[str, ...]] = ()
     # Snippets that must produce no finding of this rule (Fixit's "valid" examples).
@@ -193,6 +236,11 @@ class Rule(cst.BatchableCSTVisitor):
 
     def position(self, node: cst.CSTNode) -> CodeRange:
         return self.analysis.position(node)
+
+
+def severity_of(rule: type[Rule]) -> Severity:
+    """The rule's own severity, else its category's."""
+    return rule.severity or SEVERITY_BY_CATEGORY[rule.category]
 
 
 @cache
