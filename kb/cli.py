@@ -1,4 +1,4 @@
-"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`);
+"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`, `docs`);
 `register` adds them to the root app.
 
 Each command imports the engine inside its function: every `xlaport` invocation imports this module, and
@@ -213,6 +213,21 @@ def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201
     typer.echo(render_markdown(rule))
 
 
+def kb_docs(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the pages (created when missing).")],
+    target: TargetOption = "torch_xla",
+) -> None:
+    """Write one HTML page per rule (what, why, before/after, fix safety) and an index.html into OUT; SARIF's
+    helpUri points at these pages where they are published (XLAPORT_DOCS_URL)."""
+    from .docs import write_docs
+
+    rules = _rules(None, None, target)
+    if out.exists() and not out.is_dir():
+        fail_usage(f"not a folder: {out}")
+    written = write_docs(out, rules)
+    typer.echo(f"wrote {len(written) - 1} rule page(s) and {out / 'index.html'}", err=True)
+
+
 def kb_search(
     text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
@@ -241,4 +256,5 @@ def register(app: typer.Typer) -> None:
     kb_app.command("list")(kb_list)
     kb_app.command("show")(kb_show)
     kb_app.command("search")(kb_search)
+    kb_app.command("docs")(kb_docs)
     app.add_typer(kb_app, name="kb")
