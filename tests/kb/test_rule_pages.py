@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 from typer.testing import CliRunner
+from xlaport.kb import all_rules
+from xlaport.kb.docs import page_name, render_html
 
 from xlaport.cli import app
 from xlaport.htmlpage import markdown
-from xlaport.kb import all_rules
-from xlaport.kb.docs import page_name, render_html
 
 
 def test_kb_docs_writes_a_page_per_rule_and_an_index_whose_links_resolve(tmp_path: Path):
