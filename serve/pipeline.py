@@ -55,6 +55,7 @@ from xlaport.trace import TRACE_FILE, append_records
 
 from .inputs import check_arguments, check_file_name, parse_command
 from .isolated import FIX_WORKERS, fix_source_killable
+from .phases import PhaseListener, PhaseTimer, Step
 from .report import write_reports, write_verify_reports
 from .results import (
     CheckOutcome,
@@ -76,7 +77,6 @@ from .source import unified_diff
 from .tree import (
     GENERATED_TESTS_DIR,
     IN_PLACE_REPORT_DIR,
-    Progress,
     check_destination,
     plan_tree,
     rewrite_configs,
@@ -363,15 +363,17 @@ class Pipeline:
         src: Path,
         dst: Path | None,
         options: MigrateOptions | None = None,
-        progress: Progress | None = None,
+        progress: PhaseListener | None = None,
         *,
         may_execute: bool = True,
     ) -> MigrationResult:
         """Migrates a tree into `dst` (or in place), validates and verifies it, writes the reports and the trace.
+        `progress` is told when each phase (and step) starts; the result records what each took (serve/phases.py).
 
         With `in_place`, a migration that validation or verify rejects is not written at all.
         """
         start = time.perf_counter()
+        timer = PhaseTimer(progress)
         options = options or MigrateOptions()
         src = Path(src).resolve()
         if not src.is_dir():
@@ -395,7 +397,9 @@ class Pipeline:
         # the reports and traces quote the sources: none is readable by more people than every source is
         report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
 
-        results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, progress)
+        timer.start("rewrite")
+        results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, timer.files)
+        timer.start("related fixes" if options.k or self.proposer is not None else "findings left")
         by_rel = dict(zip(python, results, strict=True))
         outcomes, texts, originals, notes = [], {}, {}, tree_notes
         for rel, result in by_rel.items():
@@ -421,6 +425,7 @@ class Pipeline:
             notes += [n for n in file_notes if n == RULES_ONLY]
         if options.k == 0 and any(o.manual for o in outcomes):
             notes.append(NOT_SEARCHED)
+        timer.start("config files")
         for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
             by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
             outcomes.append(
@@ -452,9 +457,10 @@ class Pipeline:
         if options.in_place:
             if may_execute and (options.validate_cmd or options.verify_cmd):
                 with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage, writable_too(Path(stage)):
+                    timer.start("write")
                     write_tree(src, Path(stage), other, by_rel, texts)
                     validation, verification = self.evidence(
-                        src, Path(stage), options, validation, report_dir, report_mode
+                        src, Path(stage), options, validation, report_dir, report_mode, timer
                     )
             if validation.status == "rejected" or (verification is not None and verification.status == "fail"):
                 written = False
@@ -464,6 +470,7 @@ class Pipeline:
                     + " rejected the migration"
                 )
             else:
+                timer.start("write")
                 backups, skipped = write_in_place(src, originals, texts, options.force)
                 if backups:
                     notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
@@ -471,6 +478,7 @@ class Pipeline:
             copied = 0
         else:
             created = not dst.exists()
+            timer.start("write")
             try:
                 copied = write_tree(src, dst, other, by_rel, texts)
             except WriteFailed:
@@ -478,7 +486,7 @@ class Pipeline:
                     shutil.rmtree(dst, ignore_errors=True)
                 raise
             if may_execute:
-                validation, verification = self.evidence(src, dst, options, validation, report_dir, report_mode)
+                validation, verification = self.evidence(src, dst, options, validation, report_dir, report_mode, timer)
 
         migration = MigrationResult(
             run_id=uuid.uuid4().hex[:12],
@@ -498,7 +506,9 @@ class Pipeline:
             notes=list(dict.fromkeys(notes)),
             report_dir=str(report_dir),
         )
+        timer.start("reports")  # what it takes is in the JSON written after the HTML; the HTML shows the rest
         migration.wall_s = round(time.perf_counter() - start, 3)
+        migration.phases = list(timer.timings)
         migration.reports = write_reports(migration, report_dir, report_mode)
         if options.keep_trace:  # opt-in: the records quote the user's source
             records = trace_records(migration, originals, texts, by_rel)
@@ -510,6 +520,8 @@ class Pipeline:
                     restrict_mode(trace, report_mode)
             if global_trace is not None:
                 migration.reports["trace_global"] = str(global_trace)
+        timer.stop()
+        migration.phases = list(timer.timings)  # the reports' own time too (the files written hold the rest)
         return migration
 
     def evidence(
@@ -520,6 +532,7 @@ class Pipeline:
         validation: Validation,
         report_dir: Path,
         report_mode: int = REPORT_MODE,
+        timer: PhaseTimer | None = None,
     ) -> tuple[Validation, VerifyOutcome | None]:
         """Validation (execution check + generated tests) and verify of a migrated tree, as asked.
 
@@ -532,14 +545,19 @@ class Pipeline:
 
         verification = None
         shared = None
+        timer = timer or PhaseTimer()
         if options.verify_cmd:
-            report = run_verify(original_root, migrated_root, options.verify_cmd)
+            timer.start("verify")
+            report = run_verify(original_root, migrated_root, options.verify_cmd, timer.step)
             verification = verify_outcome(report, options.verify_cmd)
             verification.reports = write_verify_reports(report, report_dir, report_mode)
             if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
                 shared = check_run_of_verify(verification.report)
         if options.validate_cmd:
-            validation = self.validate_tree(original_root, migrated_root, options.validate_cmd, options, shared)
+            timer.start("validate")
+            validation = self.validate_tree(
+                original_root, migrated_root, options.validate_cmd, options, shared, timer.step
+            )
         return validation, verification
 
     def validate_tree(
@@ -549,11 +567,16 @@ class Pipeline:
         command: str,
         options: MigrateOptions,
         xla_check: CheckRun | None = None,
+        step: Step | None = None,
     ) -> Validation:
-        """The execution check of the migrated entry script (unless given), then the generated tests."""
+        """The execution check of the migrated entry script (unless given), then the generated tests. `step` is told
+        when each starts (serve/phases.py)."""
         from .checks import run_generated_tests, run_xla_check
 
+        step = step or (lambda name: None)
         script, args = parse_command(command)
+        if xla_check is None:
+            step("the migrated run (execution check)")
         # run from the tree root, as the command is written (the recorded run and the tests do the same)
         checks = [
             xla_check
@@ -564,7 +587,9 @@ class Pipeline:
         # original; kept in the migrated tree, to run again on a TPU host
         tests_dir = migrated_root / GENERATED_TESTS_DIR
         checks.append(
-            run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s)
+            run_generated_tests(
+                original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s, step=step
+            )
         )
         status, reason, level = verdict(checks)
         return Validation(
