@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 from typer.testing import CliRunner
-
-from xlaport.cli import app
 from xlaport.serve.cli import ProgressBar
 from xlaport.serve.phases import PhaseTimer
+
+from xlaport.cli import app
 
 
 class Recorder:
