@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -148,8 +149,6 @@ class ProgressBar:
         self.console = console  # a rich Console; default: stderr's
 
     def __enter__(self):
-        import time
-
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
