@@ -66,27 +66,47 @@ def page_name(code: str) -> str:
 
 def render_html(rule: type[Rule]) -> str:
     """A rule's page: what it detects, why, before/after, fix safety, severity, symptoms, references."""
+    body = [f'<p><a href="{INDEX_NAME}">All rules</a></p>', f"<h1>{esc(rule.code)}: {markdown(rule.title)}</h1>"]
+    return page(f"{rule.code}: {rule.title}", body + _sections(rule, "h2"))
+
+
+def render_rules_page(rules: list[type[Rule]], title: str = "xlaport rules") -> str:
+    """Several rules on one page, each under an anchor named by its code (`page.html#XLA201`): the page a migration
+    report writes beside itself for the rules it names."""
+    body = [f"<h1>{esc(title)}</h1>", "<ul>"]
+    body += [f'<li><a href="#{r.code}">{esc(r.code)}</a>: {markdown(r.title)}</li>' for r in rules]
+    body.append("</ul>")
+    for rule in rules:
+        body.append(f'<h2 id="{rule.code}">{esc(rule.code)}: {markdown(rule.title)}</h2>')
+        body += _sections(rule, "h3")
+    return page(title, body)
+
+
+def _sections(rule: type[Rule], heading: str) -> list[str]:
+    """The body of a rule's documentation, its headings at `heading` (h2, h3)."""
     level = severity_of(rule)
+
+    def h(text: str) -> str:
+        return f"<{heading}>{text}</{heading}>"
+
     parts = [
-        f'<p><a href="{INDEX_NAME}">All rules</a></p>',
-        f"<h1>{esc(rule.code)}: {markdown(rule.title)}</h1>",
         f"<p>Category {esc(rule.category)} ({esc(CATEGORY_NAMES[rule.category])}) · "
         f'severity <span class="{level}">{level}</span> · fix {esc(rule.fix)}'
         f"{' (automatic)' if rule.autofix else ''}</p>",
-        "<h2>What it detects</h2>",
+        h("What it detects"),
         f"<p>{markdown(rule.detects)}</p>",
-        "<h2>Why it matters on TPU</h2>",
+        h("Why it matters on TPU"),
         f"<p>{markdown(rule.why)}</p>",
     ]
     if rule.symptoms:
-        parts += ["<h2>Symptoms</h2>", "<ul>", *(f"<li><code>{esc(s)}</code></li>" for s in rule.symptoms), "</ul>"]
-    parts += ["<h2>Example</h2>", f"<pre><code>{esc(rule.before.rstrip())}</code></pre>"]
+        parts += [h("Symptoms"), "<ul>", *(f"<li><code>{esc(s)}</code></li>" for s in rule.symptoms), "</ul>"]
+    parts += [h("Example"), f"<pre><code>{esc(rule.before.rstrip())}</code></pre>"]
     if rule.after:
         parts += ["<p>Use instead:</p>", f"<pre><code>{esc(rule.after.rstrip())}</code></pre>"]
-    parts += ["<h2>Fix safety</h2>", f"<p>{markdown(FIX_SAFETY[rule.fix])}</p>"]
+    parts += [h("Fix safety"), f"<p>{markdown(FIX_SAFETY[rule.fix])}</p>"]
     if rule.references:
-        parts += ["<h2>References</h2>", "<ul>", *(f"<li>{markdown(r)}</li>" for r in rule.references), "</ul>"]
-    return page(f"{rule.code}: {rule.title}", parts)
+        parts += [h("References"), "<ul>", *(f"<li>{markdown(r)}</li>" for r in rule.references), "</ul>"]
+    return parts
 
 
 def render_index(rules: list[type[Rule]]) -> str:
