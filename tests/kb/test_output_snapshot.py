@@ -175,3 +175,17 @@ if __name__ == "__main__":  # regenerate the snapshots
     for format, path in SNAPSHOTS.items():
         path.write_text(json.dumps(stable(lint(format), format), indent=1) + "\n")
         print(f"wrote {path}", file=sys.stderr)
+
+
+def test_every_fix_of_the_kb_fixtures_applied_alone_leaves_valid_python():
+    """Each fixable finding's edits, applied alone to its kb fixture (tests/fixtures/kb/*/input.py), compile."""
+    from xlaport.kb import lint_source
+
+    applied = 0
+    for path in sorted((ROOT / "tests" / "fixtures" / "kb").glob("*/input.py")):
+        source = path.read_text()
+        for finding in lint_source(source, path.name, edits=True):
+            if finding.edits:
+                compile(apply_edits(source, finding.edits), f"{path.parent.name}: {finding.code}", "exec")
+                applied += 1
+    assert applied > 200
