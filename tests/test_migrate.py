@@ -323,7 +323,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
     # where the time went: each phase in order, the steps of verify and validation inside them
     timings = [(t.phase, t.name) for t in result.phases]
     assert [name for phase, name in timings if phase is None] == [
-        "rewrite", "findings left", "config files", "write", "verify", "validate", "reports"
+        "rewrite", "findings left", "write", "verify", "validate", "reports"
     ]  # fmt: skip
     steps = [(phase, name) for phase, name in timings if phase is not None]
     assert steps[0] == ("verify", "the migrated run") and steps[-1] == ("validate", "the generated tests")
