@@ -80,10 +80,10 @@ def lint_file(
         if error:
             return FileResult(name, error=error)
     if is_pin_file(path) and LibraryPinPredatesTpu.code in (_codes(rules) or ()):  # only the torch_tpu target has it
-        found = lint_config(source, name, _codes(rules)) if config_kind(path) else []
+        found = lint_config(source, name, _codes(rules), edits) if config_kind(path) else []
         return FileResult(name, findings=found + lint_pins(source, name), source=source)
     if config_kind(path):
-        return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
+        return FileResult(name, findings=lint_config(source, name, _codes(rules), edits), source=source)
     try:
         found = lint_source(source, name, rules, project, analysis, edits=edits)
         return FileResult(name, findings=found, source=source)
