@@ -18,7 +18,7 @@ from xlaport.kb.docs import render_rules_page
 from xlaport.files import REPORT_MODE, atomic_write
 from xlaport.htmlpage import diff_block, esc, markdown, page
 
-from .results import MigrationResult
+from .results import FileOutcome, ManualItem, MigrationResult
 
 if TYPE_CHECKING:
     from xlaport.eval.verify.report import VerifyReport
@@ -190,9 +190,10 @@ def as_markdown(migration: MigrationResult) -> str:
             lines += ["", "```diff", outcome.diff.rstrip("\n"), "```"]
         if outcome.manual:
             lines += ["", "Left for a human:", ""]
-            for item in outcome.manual:
+            for item, where in _manual_groups(outcome):
                 f = item.finding
-                lines.append(f"- line {f.line} ({item.function}): **{f.code}** {f.message}")
+                count = f" ×{len(where)}" if len(where) > 1 else ""
+                lines.append(f"- {_lines(where)} ({item.function}): **{f.code}** {f.message}{count}")
                 lines += [f"  - related fix {h.code} ({h.score:.2f}): {h.title}" for h in item.retrieved]
     return "\n".join(lines) + "\n"
 
@@ -203,21 +204,27 @@ def _html_list(items: list[str], css: str = "") -> str:
     return f"<ul{attr}>" + "".join(f"<li>{markdown(item)}{_times(n)}</li>" for item, n in _folded(items)) + "</ul>"
 
 
-def _manual_html(outcome, linked: set[str]) -> list[str]:
-    """A file's findings left for a human; the same finding (code, message, function, related fixes) on several
-    lines is one item with its lines and count."""
-    groups: dict[tuple, list[int]] = {}
-    items = {}
+def _manual_groups(outcome: FileOutcome) -> list[tuple[ManualItem, list[int]]]:
+    """A file's findings left for a human, the same finding (code, message, function, related fixes) on several
+    lines once, with its lines."""
+    groups: dict[tuple, tuple[ManualItem, list[int]]] = {}
     for item in outcome.manual:
         f = item.finding
         key = (f.code, f.message, item.function, tuple((h.code, h.title) for h in item.retrieved))
-        groups.setdefault(key, []).append(f.line)
-        items.setdefault(key, item)
+        groups.setdefault(key, (item, []))[1].append(f.line)
+    return list(groups.values())
+
+
+def _lines(numbers: list[int]) -> str:
+    return f"line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
+
+
+def _manual_html(outcome: FileOutcome, linked: set[str]) -> list[str]:
+    """A file's findings left for a human, repeats folded (`_manual_groups`) with their lines and count."""
     parts = ["<h3>Left for a human</h3>", "<ul>"]
-    for key, lines in groups.items():
-        item = items[key]
+    for item, lines in _manual_groups(outcome):
         f = item.finding
-        where = f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+        where = _lines(lines)
         hits = "".join(
             f"<li>related fix {_rule_link(h.code, linked)} ({h.score:.2f}): {markdown(h.title)}</li>"
             for h in item.retrieved

@@ -137,3 +137,4 @@ def test_migration_report_folds_repeats_sorts_counts_renders_markdown_and_links(
     assert "other (planning, reading the tree)</td><td>0.50" in table
     markdown_text = (tmp_path / "xlaport-report.md").read_text()
     assert "Fixes applied: XLA201×3, XLA202" in markdown_text and "rewrite 1.0 s, verify 8.5 s" in markdown_text
+    assert markdown_text.count("XLA401") == 2 and "- lines 12, 30, 41, 57 (train): **XLA401**" in markdown_text
