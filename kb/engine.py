@@ -296,7 +296,12 @@ def _own_edits(module: cst.Module, d: _Detection) -> tuple[Edit, ...]:
     the imports they left unused, so its result can differ from applying each finding's edits."""
     if d.report.replacement is None or _applicability(d) == "manual":
         return ()
-    return text_edits(module.code, _apply(module, [d]).code)
+    try:
+        fixed = _apply(module, [d]).code
+        ast.parse(fixed)
+    except Exception:  # noqa: BLE001  (a rewrite that only works with its rule's other edits: no edits, the finding stays)
+        return ()
+    return text_edits(module.code, fixed)
 
 
 def lint_source(

@@ -189,3 +189,16 @@ def test_every_fix_of_the_kb_fixtures_applied_alone_leaves_valid_python():
                 compile(apply_edits(source, finding.edits), f"{path.parent.name}: {finding.code}", "exec")
                 applied += 1
     assert applied > 200
+
+
+def test_a_fix_that_cannot_be_applied_alone_keeps_its_finding_without_edits(monkeypatch):
+    from xlaport.kb import engine, lint_source
+
+    expected = [(f.line, f.code) for f in lint_source(TRAIN, "train.py")]
+
+    def refuses(module, chosen):
+        raise ValueError("needs the other edits of its rule")
+
+    monkeypatch.setattr(engine, "_apply", refuses)
+    found = lint_source(TRAIN, "train.py", edits=True)
+    assert [(f.line, f.code) for f in found] == expected and not any(f.edits for f in found)
