@@ -15,7 +15,8 @@ from pathlib import PurePath
 from typing import ClassVar
 
 from .engine import FixResult
-from .rule import Finding, Rule, register
+from .finding import Finding
+from .rule import Rule, register
 
 CONFIG_KINDS = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".sh": "shell", ".bash": "shell"}
 MAX_CONFIG_CHARS = 1_000_000  # larger "configs" are data files

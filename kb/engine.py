@@ -21,14 +21,16 @@ from xlaport.targets import DEFAULT_TARGET, check_target
 from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.devices import cpu_utility
-from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
-from .analysis.project import ProjectSteps
+from .analysis.module import ModuleAnalysis
+from .analysis.project_steps import ProjectSteps
+from .cst_walk import LAYOUT, module_walk, node_depths, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
+from .finding import Finding
 from .flips import CPU_UTILITY, FLIP_CODES, Span, blocked_flips
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
-from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
+from .rule import REGISTRY, ImportSpec, Report, Rule
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6

@@ -26,7 +26,7 @@ import libcst as cst
 from .analysis.device_facts import key_of
 from .analysis.device_regions import cuda_reference_list
 from .analysis.devices import DeviceAnalysis
-from .analysis.module import walk
+from .cst_walk import walk
 
 FLIP_CODES = frozenset({"XLA203", "XLA226", "XLA230"})
 HARMLESS_WITHOUT_CUDA = frozenset({"XLA501"})

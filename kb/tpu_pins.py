@@ -13,7 +13,8 @@ import re
 from pathlib import PurePath
 
 from .configs import ConfigRule
-from .rule import Finding, register
+from .finding import Finding
+from .rule import register
 
 TRAPPED = ("transformers", "accelerate")
 # `transformers==4.30.2`, `accelerate<0.21`, `"transformers~=4.31"`: a requirement that caps the version.

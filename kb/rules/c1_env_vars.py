@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.env import EnvWrite, EnvWriteRule
+from ..analysis.env import EnvWrite
 from ..cst_helpers import positional_args, same_quotes, string_value
+from ..env_rule import EnvWriteRule
 from ..rule import register
 
 # --- environment variables ----------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
     add_kwarg,
     bound_arguments,
@@ -22,6 +21,7 @@ from ..cst_helpers import (
     with_commas,
 )
 from ..rule import IMPORT_TORCH_XLA, Rule, register
+from ..scoped_rule import ScopedRule
 
 
 # --- compile, optimizer and clipping flags ------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, parameter_owners, related
-from ..analysis.scopes import ScopedRule
 from ..analysis.steps import step_loop, training_loop
 from ..cst_helpers import (
     DATALOADERS,
@@ -25,6 +24,7 @@ from ..cst_helpers import (
     used_names,
 )
 from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from ..scoped_rule import ScopedRule
 
 
 @register

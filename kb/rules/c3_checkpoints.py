@@ -9,9 +9,9 @@ import libcst as cst
 from ..analysis.devices import cpu_utility
 from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners
 from ..analysis.saves import may_hold_device_data, saved, writes_cpu_data
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import SCOPES, add_kwarg, code_of, dotted, find_nodes, has_star_args, keyword_arg, positional_args
 from ..rule import Rule, register
+from ..scoped_rule import ScopedRule
 from .c3_hf_trainer import is_on, is_training_args
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis import steps
-from ..analysis.context import StepContextRule
 from ..analysis.devices import imports_torch_xla
 from ..cst_helpers import code_of, expr, identifier, keyword_arg, method_name
 from ..rule import IMPORT_PL, IMPORT_TORCH_XLA, IMPORT_XM, register
+from ..step_rule import StepContextRule
 
 MULTIPROCESS_SIGNALS = (
     "torch_xla.launch",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import ORDER_OPS, StepContextRule
 from ..cst_helpers import identifier, method_name
 from ..rule import register
+from ..step_rule import ORDER_OPS, StepContextRule
 
 
 class _MaskRule(StepContextRule):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
-from ..analysis.module import walk
 from ..analysis.steps import is_barrier
 from ..cst_helpers import expr, method_name, positional_args
+from ..cst_walk import walk
 from ..rule import IMPORT_TORCH_XLA, register
+from ..step_rule import StepContextRule
 
 LOOPS = (cst.For, cst.While)
 CAT = ("torch.cat", "torch.concat")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..cst_helpers import TEXT, find_nodes, method_name, positional_args, string_value
 from ..rule import register
+from ..step_rule import StepContextRule
 
 HOST_SYNC_FIX = (
     "log every N steps after the step barrier, or hand the tensor to "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis import steps
-from ..analysis.context import StepContextRule
 from ..cst_helpers import DATALOADERS, add_kwarg, identifier, keyword_arg, method_name, positional_args, string_value
 from ..rule import register
+from ..step_rule import StepContextRule
 
 COLLATORS = frozenset(
     {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
 from ..analysis.saves import flows_to_save
@@ -22,6 +21,7 @@ from ..cst_helpers import (
     with_commas,
 )
 from ..rule import IMPORT_TORCH, REMOVE, register
+from ..step_rule import StepContextRule
 
 CUDA_AUTOCAST = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})
 DEVICE_AUTOCAST = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})

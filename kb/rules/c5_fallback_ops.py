@@ -9,9 +9,9 @@ from typing import ClassVar
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..cst_helpers import keyword_arg, method_name, positional_args, string_value
 from ..rule import register
+from ..step_rule import StepContextRule
 
 
 class _FallbackOp(StepContextRule):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..cst_helpers import expr
 from ..rule import IMPORT_TORCH, register
+from ..step_rule import StepContextRule
 
 
 @register

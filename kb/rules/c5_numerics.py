@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
-from ..analysis.scopes import AUTOCASTS
 from ..cst_helpers import expr, keyword_arg, method_name, parenthesized, positional_args, string_value
 from ..rule import IMPORT_TORCH, IMPORT_XLA_BACKENDS, MATMUL_PRECISIONS, ImportSpec, register
+from ..scoped_rule import AUTOCASTS
+from ..step_rule import StepContextRule
 
 SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 

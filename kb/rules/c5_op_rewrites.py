@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
-from ..analysis.module import walk
 from ..cst_helpers import code_of, expr, keyword_arg, method_name, positional_args, string_value, with_commas
+from ..cst_walk import walk
 from ..rule import IMPORT_TORCH, register
+from ..step_rule import StepContextRule
 
 
 @register

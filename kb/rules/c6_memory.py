@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.guards import guarded_by_cuda
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import DATALOADERS, keyword_arg
 from ..rule import Rule, register
+from ..scoped_rule import ScopedRule
 from .c4_barriers import MULTIPROCESS_SIGNALS
 
 HBM_OOM = (

@@ -8,7 +8,6 @@ from ..analysis.device_facts import key_of
 from ..analysis.devices import analyse as analyse_devices
 from ..analysis.devices import cpu_utility
 from ..analysis.saves import holds_state_dict, moved_to_cpu
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
     expr,
     is_cuda_string,
@@ -18,6 +17,7 @@ from ..cst_helpers import (
     string_value,
 )
 from ..rule import IMPORT_XM, Rule, register
+from ..scoped_rule import ScopedRule
 
 
 @register

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import imports_torch_xla
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
 from ..rule import IMPORT_XM, IMPORT_XR, REMOVE, Rule, register
+from ..scoped_rule import ScopedRule
 
 RANK_CALLS = {
     "torch_xla.core.xla_model.is_master_ordinal",

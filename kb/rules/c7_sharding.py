@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.env import EnvWrite, EnvWriteRule
+from ..analysis.env import EnvWrite
 from ..cst_helpers import expr, string_value, whole_statement
+from ..env_rule import EnvWriteRule
 from ..rule import IMPORT_XR, Rule, register
 
 
