@@ -26,7 +26,7 @@ from .analysis.project_steps import ProjectSteps
 from .cst_walk import LAYOUT, module_walk, node_depths, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
 from .finding import Finding
-from .flips import CPU_UTILITY, FLIP_CODES, Span, blocked_flips
+from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
@@ -245,7 +245,7 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
     devices = analyse_devices(module)
     if cpu_utility(module):  # a conversion script keeps its CPU fallback; nothing else is held back
         for index, d in enumerate(detections):
-            if d.rule.code in ("XLA203", "XLA230"):
+            if d.rule.code in FALLBACK_CODES | GUARD_CODES:
                 detections[index] = replace(d, report=replace(d.report, message=CPU_UTILITY, replacement=None))
         return detections
     dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]

@@ -74,6 +74,7 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),
         ("xlaport.serve.mcp", "xlaport.serve.pipeline"),
         ("xlaport.serve.mcp", "xlaport.serve.isolated"),
+        ("xlaport.serve.mcp", "xlaport.eval.sandbox"),  # the refusal of unreadable trees, only for a run (issue 25)
         ("xlaport.kb", "xlaport.kb.configs"),  # PEP 562: the package's names load on first use
     }
 )
