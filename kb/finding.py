@@ -1,8 +1,9 @@
-"""A finding as users see it (CLI, JSON, HTTP, MCP): plain data, below the analysis and the rules that make one."""
+"""A finding as users see it (CLI, JSON, HTTP, MCP) and a file's fix result: plain data, below the analysis and
+the rules that make them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
@@ -35,3 +36,16 @@ class Finding:
             "fix": self.fix,
             "fixable": self.fixable,
         }
+
+
+@dataclass
+class FixResult:
+    path: str
+    source: str
+    fixed: str
+    applied: list[Finding] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.source

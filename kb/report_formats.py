@@ -6,9 +6,8 @@ import json
 from pathlib import PurePosixPath
 from urllib.parse import quote
 
-from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
-from .engine import all_rules
 from .finding import Finding
+from .registry import all_rules
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

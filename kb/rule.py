@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar
 
@@ -174,24 +174,3 @@ def _visitor_names(cls: type) -> list[str]:
             if callable(attr) and not getattr(attr, "_is_no_op", False):
                 names.append(name)
     return names
-
-
-@dataclass
-class RuleSet:
-    """The registered rules, keyed by code."""
-
-    rules: dict[str, type[Rule]] = field(default_factory=dict)
-
-    def add(self, rule: type[Rule]) -> type[Rule]:
-        if rule.code in self.rules:
-            raise ValueError(f"duplicate rule code {rule.code}")
-        self.rules[rule.code] = rule
-        return rule
-
-
-REGISTRY = RuleSet()
-
-
-def register(rule: type[Rule]) -> type[Rule]:
-    """Class decorator: adds a rule to the knowledge base."""
-    return REGISTRY.add(rule)

@@ -70,12 +70,11 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
         ("xlaport.serve.migration", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
-        ("xlaport.kb.retrieval", "xlaport.kb.configs"),
+        ("xlaport.kb.retrieval", "xlaport.kb.registry"),
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),
         ("xlaport.serve.mcp", "xlaport.serve.pipeline"),
         ("xlaport.serve.mcp", "xlaport.serve.isolated"),
         ("xlaport.serve.mcp", "xlaport.eval.sandbox"),  # the refusal of unreadable trees, only for a run (issue 25)
-        ("xlaport.kb", "xlaport.kb.configs"),  # PEP 562: the package's names load on first use
     }
 )
 # Inside kb, from the bottom up: a module imports modules of its own level or below. Every other kb module (the
@@ -87,6 +86,7 @@ KB_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analysis", ("xlaport.kb.analysis",)),
     ("rule bases", ("xlaport.kb.rule", "xlaport.kb.scoped_rule", "xlaport.kb.step_rule", "xlaport.kb.env_rule")),
     ("rules", ("xlaport.kb.rules",)),
+    # above them all: kb/registry.py, which lists the rule modules (with configs and tpu_pins), and the engine
 )
 # Modules that import a module whose name is computed at run time, and why (nothing else may).
 DYNAMIC_IMPORTERS = {

@@ -5,11 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ..cst_helpers import expr
-from ..rule import IMPORT_TORCH, register
+from ..rule import IMPORT_TORCH
 from ..step_rule import StepContextRule
 
 
-@register
 class InferenceModeOnXla(StepContextRule):
     code = "XLA521"
     needs = ("inference_mode",)

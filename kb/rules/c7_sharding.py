@@ -7,10 +7,9 @@ import libcst as cst
 from ..analysis.env import EnvWrite
 from ..cst_helpers import expr, string_value, whole_statement
 from ..env_rule import EnvWriteRule
-from ..rule import IMPORT_XR, Rule, register
+from ..rule import IMPORT_XR, Rule
 
 
-@register
 class XlaUseSpmdEnv(EnvWriteRule):
     code = "XLA709"
     needs = ("xla_use_spmd",)
@@ -81,7 +80,6 @@ FSDP_WRAPPERS = {
 }
 
 
-@register
 class TorchFsdpOnXla(Rule):
     code = "XLA710"
     needs = ("fsdp",)
