@@ -28,6 +28,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
+from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
 from xlaport.kb.retrieval import FixHit
 
 from xlaport.files import DirtyTree
@@ -228,8 +229,6 @@ def _refuse_hidden(*folders: Path) -> None:
     """A run copies a tree into the sandbox user's scratch, where all of it becomes readable: for a client of
     this server (never the user who could read the files anyway) a tree with anything the sandbox user could
     not read on its own is refused, naming the path and its mode, never its content (as check_xla does)."""
-    from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
-
     if not all(folder.is_dir() for folder in folders):
         return  # the pipeline says which is not a folder
     for folder in folders:
