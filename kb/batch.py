@@ -18,14 +18,17 @@ from pathlib import Path
 
 from xlaport.files import UnreadableSource, read_source
 
-from .analysis.context import StepContextRule
 from .analysis.module import ModuleAnalysis
-from .analysis.project import UNKNOWN, ModuleSteps, ProjectSteps, module_name, passes, star_exports
+from .analysis.project import passes, star_exports
+from .analysis.project_steps import UNKNOWN, ModuleSteps, ProjectSteps, module_name
 from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
-from .engine import fix_source, get_rule, lint_source, run_rules, without_cycle_collection
+from .engine import fix_source, lint_source, run_rules, without_cycle_collection
+from .finding import Finding
 from .parsing import SourceError, parse_both
-from .rule import Finding, Rule
+from .registry import get_rule
+from .rule import Rule
+from .step_rule import StepContextRule
 from .tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import ClassVar
 
-from .engine import FixResult
-from .rule import Finding, Rule, register
+from .finding import Finding, FixResult
+from .rule import Rule
 from .text_edits import text_edits
 
 CONFIG_KINDS = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".sh": "shell", ".bash": "shell"}
@@ -47,7 +47,6 @@ class ConfigRule(Rule):
     example_path: ClassVar[str]
 
 
-@register
 class CudaDeviceInConfig(ConfigRule):
     code = "XLA240"
     title = "A config file or run script names a CUDA device"
@@ -75,7 +74,6 @@ class CudaDeviceInConfig(ConfigRule):
     valid = ("train:\n  device: xla\n  cuda_version: 12.1\n",)
 
 
-@register
 class NcclInConfig(ConfigRule):
     code = "XLA740"
     title = "A config file or run script selects NCCL or CUDA devices by environment"

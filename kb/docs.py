@@ -3,12 +3,15 @@ index: `xlaport kb docs --out DIR`, linked from SARIF's helpUri and the migratio
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from xlaport.files import atomic_write
 from xlaport.htmlpage import esc, markdown, page
 
 from .rule import CATEGORY_NAMES, Rule, severity_of
+
+KB_FOLDER = Path(__file__).resolve().parent
 
 FIX_SAFETY = {
     "safe": "Safe: keeps the program's meaning; applied by `xlaport fix` by default.",
@@ -34,10 +37,19 @@ def entry_dict(rule: type[Rule]) -> dict:
     }
 
 
+def source_of(rule: type[Rule]) -> str:
+    """Where the rule is defined, as its repository path and line: `kb/rules/c4_barriers.py:40 (MissingStepBarrier)`.
+    Its docstring there says what the short `detects` leaves out."""
+    path = Path(inspect.getsourcefile(rule) or "").resolve()
+    shown = f"kb/{path.relative_to(KB_FOLDER).as_posix()}" if path.is_relative_to(KB_FOLDER) else str(path)
+    return f"{shown}:{inspect.getsourcelines(rule)[1]} ({rule.__name__})"
+
+
 def render_markdown(rule: type[Rule]) -> str:
     parts = [
         f"# {rule.code}: {rule.title}",
         f"Category: {rule.category} ({CATEGORY_NAMES[rule.category]})",
+        f"Source: {source_of(rule)}",
         "## What it detects",
         rule.detects,
         "## Why it matters on TPU",

@@ -11,60 +11,29 @@ import tokenize
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from xlaport.targets import DEFAULT_TARGET, check_target
-
-from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.devices import cpu_utility
-from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
-from .analysis.project import ProjectSteps
+from .analysis.module import ModuleAnalysis
+from .analysis.project_steps import ProjectSteps
+from .cst_walk import LAYOUT, module_walk, node_depths, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
+from .finding import Edit, Finding, FixResult
 from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
-from .rule import REGISTRY, Edit, Finding, ImportSpec, Report, Rule
+from .registry import all_rules
+from .rule import ImportSpec, Report, Rule
 from .text_edits import text_edits
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
 FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
-
-
-def all_rules(target: str = DEFAULT_TARGET) -> list[type[Rule]]:
-    """The rules that apply to `target` (xlaport/targets.py), by code."""
-    return sorted((r for r in REGISTRY.rules.values() if target in r.targets), key=lambda r: r.code)
-
-
-def get_rule(code: str) -> type[Rule]:
-    try:
-        return REGISTRY.rules[code.upper()]
-    except KeyError:
-        raise KeyError(f"unknown rule code {code!r}") from None
-
-
-def select_rules(
-    select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
-) -> list[type[Rule]]:
-    """Rules of `target` whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
-    chosen = all_rules(check_target(target))
-
-    def matches(rule: type[Rule], patterns: list[str]) -> bool:
-        return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)
-
-    unknown = [p for p in (select or []) + (ignore or []) if not any(matches(r, [p]) for r in chosen)]
-    if unknown:  # a typo in --ignore is as much a mistake as one in --select
-        raise KeyError(f"no rule matches {', '.join(unknown)}")
-    if select:
-        chosen = [r for r in chosen if matches(r, select)]
-    if ignore:
-        chosen = [r for r in chosen if not matches(r, ignore)]
-    return chosen
 
 
 def suppressions(source: str) -> dict[int, set[str] | None]:
@@ -337,19 +306,6 @@ def without_cycle_collection() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-@dataclass
-class FixResult:
-    path: str
-    source: str
-    fixed: str
-    applied: list[Finding] = field(default_factory=list)
-    remaining: list[Finding] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return self.fixed != self.source
 
 
 def _applicability(d: _Detection) -> str:

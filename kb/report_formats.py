@@ -22,10 +22,10 @@ from urllib.parse import quote
 
 from xlaport import __version__
 
-from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
 from .docs import FIX_SAFETY, render_markdown
-from .engine import all_rules, get_rule
-from .rule import CATEGORY_NAMES, Edit, Finding, Rule, severity_of
+from .finding import Edit, Finding
+from .registry import all_rules, get_rule
+from .rule import CATEGORY_NAMES, Rule, severity_of
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 JSON_SCHEMA_VERSION = 2

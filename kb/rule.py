@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar, Literal
 
@@ -12,9 +12,8 @@ from libcst.metadata import CodeRange
 
 from .analysis.module import ModuleAnalysis
 from .cst_helpers import whole_statement
+from .finding import Applicability, Category
 
-Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
-Applicability = Literal["safe", "unsafe", "manual"]
 # How bad a finding is for a program on a TPU host (SARIF's levels): "error" it fails, trains on the wrong device or
 # silently loses a setting; "warning" it runs, slower (host syncs, recompiles, CPU fallback) or with other numerics;
 # "note" the code is harmless there (a no-op call, a deprecated spelling that still works).
@@ -76,62 +75,6 @@ class Report:
     # This occurrence's applicability when it differs from the rule's (Ruff's per-fix applicability):
     # an unsafe rule whose analysis is certain here keeps the numbers, so its fix is safe.
     fix: Applicability | None = None
-
-
-@dataclass(frozen=True)
-class Edit:
-    """One text replacement of a fix: the characters from (line, column) up to, not including, (end_line,
-    end_column) become `content`. Lines and columns count from 1, columns in characters (code points)."""
-
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-    content: str
-
-    def to_dict(self) -> dict:
-        return {
-            "line": self.line,
-            "column": self.column,
-            "end_line": self.end_line,
-            "end_column": self.end_column,
-            "content": self.content,
-        }
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A detection as users see it (CLI, JSON, HTTP, MCP). `end_line`/`end_column`: where the reported code ends
-    (exclusive, columns from 1; None when unknown); `edits`: this finding's own fix as text replacements, filled in
-    only when asked (`lint_source(..., edits=True)`: lint's JSON and SARIF)."""
-
-    path: str
-    line: int
-    column: int
-    code: str
-    category: str
-    title: str
-    message: str
-    fix: Applicability
-    fixable: bool = False  # a rewrite exists for this occurrence
-    end_line: int | None = None
-    end_column: int | None = None
-    edits: tuple[Edit, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "line": self.line,
-            "column": self.column,
-            "code": self.code,
-            "category": self.category,
-            "title": self.title,
-            "message": self.message,
-            "fix": self.fix,
-            "fixable": self.fixable,
-            "end_line": self.end_line,
-            "end_column": self.end_column,
-        }
 
 
 class Rule(cst.BatchableCSTVisitor):
@@ -252,24 +195,3 @@ def _visitor_names(cls: type) -> list[str]:
             if callable(attr) and not getattr(attr, "_is_no_op", False):
                 names.append(name)
     return names
-
-
-@dataclass
-class RuleSet:
-    """The registered rules, keyed by code."""
-
-    rules: dict[str, type[Rule]] = field(default_factory=dict)
-
-    def add(self, rule: type[Rule]) -> type[Rule]:
-        if rule.code in self.rules:
-            raise ValueError(f"duplicate rule code {rule.code}")
-        self.rules[rule.code] = rule
-        return rule
-
-
-REGISTRY = RuleSet()
-
-
-def register(rule: type[Rule]) -> type[Rule]:
-    """Class decorator: adds a rule to the knowledge base."""
-    return REGISTRY.add(rule)

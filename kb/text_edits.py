@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from .rule import Edit
+from .finding import Edit
 
 
 def text_edits(old: str, new: str) -> tuple[Edit, ...]:
