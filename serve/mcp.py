@@ -28,7 +28,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
-from xlaport.kb.retrieval import FixHit
+from xlaport.kb.hits import FixHit
 
 from xlaport.files import DirtyTree, writes_confined_to
 from xlaport.targets import DEFAULT_TARGET, Target

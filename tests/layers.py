@@ -68,7 +68,8 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
     {
         ("xlaport.serve.pipeline", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
-        ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
+        ("xlaport.serve.report", "xlaport.eval.check"),
+        ("xlaport.serve.pipeline", "xlaport.kb.retrieval"),  # numpy and the embedding model: the [search] extra  # the check's findings, rendered only when it ran
         ("xlaport.kb.retrieval", "xlaport.kb.configs"),
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),
         ("xlaport.serve.mcp", "xlaport.serve.pipeline"),
