@@ -139,3 +139,12 @@ def test_lint_fix_and_a_plain_migrate_of_an_example_import_no_extra(tmp_path):
     assert json.loads(fixed.stdout.splitlines()[-1]) == []
     assert train.read_text() != original
     assert train.read_text() == (tmp_path / "out" / "train.py").read_text()  # fix and migrate rewrite alike
+
+
+def test_env_says_which_extras_are_installed(monkeypatch):
+    from typer.testing import CliRunner
+
+    _without(monkeypatch, "torch_xla")
+    lines = CliRunner().invoke(cli.app, ["env"]).stdout.splitlines()
+    assert any(line.startswith("extra [check]: missing ") and "torch_xla" in line for line in lines)
+    assert sum(line.startswith("extra [") for line in lines) == len(extras.EXTRA_MODULES)

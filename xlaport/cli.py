@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from xlaport.cliutil import EXIT_USAGE
-from xlaport.extras import extra_of_module, install_hint, missing_extra_message
+from xlaport.extras import EXTRA_MODULES, extra_of_module, install_hint, missing_extra_message, missing_modules
 
 HELP = __doc__
 
@@ -57,6 +57,9 @@ def env() -> None:
         f"platform: {platform.platform()}",
     ]
     lines += [f"{name}: {_version(name) or 'not installed'}" for name in ENV_PACKAGES]
+    for extra in EXTRA_MODULES:  # which optional parts work here (xlaport/extras.py)
+        missing = missing_modules(extra)
+        lines.append(f"extra [{extra}]: {'missing ' + ', '.join(missing) if missing else 'installed'}")
     lines += [f"{name}={os.environ[name]}" for name in ENV_VARIABLES if name in os.environ]
     typer.echo("\n".join(lines))
 
