@@ -105,7 +105,10 @@ ExtendSelectOption = Annotated[
 ]
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", help="The configuration file ([tool.xlaport]); default: found from the paths upwards."),
+    typer.Option(
+        "--config",
+        help="The configuration file (pyproject.toml with a tool.xlaport table, or xlaport.toml); default: the nearest above the paths.",
+    ),
 ]
 IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Read no configuration file.")]
 ForceExcludeOption = Annotated[
@@ -115,7 +118,8 @@ ForceExcludeOption = Annotated[
 ConfiguredUnsafeOption = Annotated[
     bool | None,
     typer.Option(
-        "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that may change behaviour [default: configured]."
+        "--unsafe-fixes/--no-unsafe-fixes",
+        help="Also apply fixes that may change behaviour (default: the configuration's unsafe-fixes, else no).",
     ),
 ]
 
@@ -242,7 +246,7 @@ def lint(
 ) -> None:
     """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors.
 
-    Settings: [tool.xlaport] in pyproject.toml, or xlaport.toml (select, extend-select, ignore, exclude,
+    Settings: the tool.xlaport table of pyproject.toml, or xlaport.toml (select, extend-select, ignore, exclude,
     per-file-ignores, unsafe-fixes); the command line's options come on top, as in ruff."""
     from .batch import run_files
     from .report_formats import as_json, as_sarif, as_text
