@@ -1,4 +1,4 @@
-"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`);
+"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`, `docs`);
 `register` adds them to the root app.
 
 Each command imports the engine inside its function: every `xlaport` invocation imports this module, and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -260,18 +261,26 @@ def lint(
             files.remove(link)  # as `xlaport fix` (which says so): a folder is never rewritten outside itself
     found, trees = _jobs(paths, files)
     unsafe = settings.unsafe_fixes if unsafe_fixes is None else unsafe_fixes
-    task = _task(settings, rules, files, fix=fix, unsafe=unsafe, keep_source=fix)
+    # JSON and SARIF carry each fix's edits (of a lint: with --fix the findings left are of the rewritten text, and
+    # carry none); SARIF hashes the lines
+    machine = format is not LintFormat.text and not statistics
+    keep_source = fix or format is LintFormat.sarif
+    task = _task(settings, rules, files, fix=fix, unsafe=unsafe, keep_source=keep_source, edits=machine and not fix)
     results = run_files(found, trees, task, _processes(jobs, len(files)))
     findings = [f for r in results for f in r.findings]  # with --fix: what the fixes left
+    unanalysed = [(r.path, r.error) for r in results if r.error]
     if fix:
         changed = _write_fixes(files, results, force=False)
         typer.echo(_fix_summary("applied", changed, len(findings)), err=True)
     if statistics:
         _emit(_statistics(findings, format), output_file)
     elif format is LintFormat.json:
-        _emit(as_json(findings), output_file)
+        _emit(as_json(findings, unanalysed), output_file)
     elif format is LintFormat.sarif:
-        _emit(as_sarif(findings, [(r.path, r.error) for r in results if r.error]), output_file)
+        texts = {r.path: r.fixed if fix and r.fixed is not None else r.source for r in results}
+        _emit(
+            as_sarif(findings, unanalysed, {p: t for p, t in texts.items() if t is not None}, os.getcwd()), output_file
+        )
     else:
         _emit(as_text(findings), output_file)
     if format is LintFormat.text or statistics:
@@ -357,6 +366,21 @@ def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201
     typer.echo(render_markdown(rule))
 
 
+def kb_docs(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the pages (created when missing).")],
+    target: TargetOption = "torch_xla",
+) -> None:
+    """Write one HTML page per rule (what, why, before/after, fix safety) and an index.html into OUT; SARIF's
+    helpUri points at these pages where they are published (XLAPORT_DOCS_URL)."""
+    from .docs import write_docs
+
+    rules = _rules(None, None, target)
+    if out.exists() and not out.is_dir():
+        fail_usage(f"not a folder: {out}")
+    written = write_docs(out, rules)
+    typer.echo(f"wrote {len(written) - 1} rule page(s) and {out / 'index.html'}", err=True)
+
+
 def kb_search(
     text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
@@ -385,4 +409,5 @@ def register(app: typer.Typer) -> None:
     kb_app.command("list")(kb_list)
     kb_app.command("show")(kb_show)
     kb_app.command("search")(kb_search)
+    kb_app.command("docs")(kb_docs)
     app.add_typer(kb_app, name="kb")

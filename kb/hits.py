@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from .rule import Finding
+    from .finding import Finding
 
 
 class FixHit(BaseModel):

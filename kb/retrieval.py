@@ -245,8 +245,7 @@ class FixIndex:
             if index is not None:
                 return index
         if rules is None:
-            from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
-            from .engine import all_rules
+            from .registry import all_rules
 
             rules = all_rules()
         from .docs import entry_dict

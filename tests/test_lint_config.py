@@ -137,7 +137,7 @@ def test_a_configured_code_that_matches_no_rule_is_a_usage_error(tmp_path):
 
 def _lint_codes(*args) -> tuple[int, list[tuple[str, str]]]:
     result = run("lint", "--format", "json", *args)
-    return result.exit_code, sorted((Path(f["path"]).name, f["code"]) for f in json.loads(result.stdout))
+    return result.exit_code, sorted((Path(f["path"]).name, f["code"]) for f in json.loads(result.stdout)["findings"])
 
 
 def test_lint_reads_select_exclude_and_per_file_ignores(tmp_path):
@@ -204,14 +204,14 @@ def test_exit_zero_statistics_and_output_file(tmp_path):
     out = tmp_path / "reports" / "lint.json"
     written = run("lint", "--format", "json", "--output-file", out, source)
     assert written.exit_code == 1 and written.stdout == ""
-    assert [f["code"] for f in json.loads(out.read_text())].count("XLA201") == 2
+    assert [f["code"] for f in json.loads(out.read_text())["findings"]].count("XLA201") == 2
 
 
 def test_lint_fix_rewrites_then_reports_what_is_left(tmp_path):
     source = tmp_path / "a.py"
     source.write_text(SOURCE)
     result = run("lint", "--fix", "--format", "json", source)
-    left = json.loads(result.stdout)
+    left = json.loads(result.stdout)["findings"]
     assert result.exit_code == 1  # the unsafe fix was not applied: a finding is left
     assert [f["code"] for f in left if f["code"] in ("XLA201", "XLA701")] == ["XLA701"]
     assert ".cuda()" not in source.read_text() and (tmp_path / "a.py.xlaport.bak").read_text() == SOURCE
