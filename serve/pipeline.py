@@ -24,11 +24,12 @@ import gc
 import shlex
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
+from xlaport.kb.hits import FixHit, finding_query
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
-from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -58,6 +59,9 @@ from .results import (
 from .source import unified_diff
 from .tree import rewrite_tree
 
+if TYPE_CHECKING:
+    from xlaport.kb.retrieval import FixIndex
+
 RULES_ONLY = "rules-only: no code model configured"
 # migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
 NOT_SEARCHED = "related kb fixes not searched (`--related 3` lists 3 per finding left)"
@@ -83,6 +87,8 @@ class Pipeline:
     def index(self) -> FixIndex:
         with self._index_lock:
             if self._index is None:
+                from xlaport.kb.retrieval import FixIndex  # numpy and the embedding model: the [search] extra
+
                 self._index = FixIndex.load_or_build()
             return self._index
 

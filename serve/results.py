@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from xlaport.kb import Finding
-from xlaport.kb.retrieval import FixHit
+from xlaport.kb.hits import FixHit
 
 from xlaport.targets import DEFAULT_TARGET, Target
 

@@ -70,6 +70,7 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
         ("xlaport.serve.migration", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
+        ("xlaport.serve.pipeline", "xlaport.kb.retrieval"),  # numpy and the embedding model: the [search] extra
         ("xlaport.kb.retrieval", "xlaport.kb.registry"),
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),
         ("xlaport.serve.mcp", "xlaport.serve.pipeline"),
