@@ -61,7 +61,23 @@ def enwik8(path: Path, size: int = 95_000_000) -> None:
             out.write(rng.integers(32, 127, size=5_000_000, dtype=np.uint8).tobytes())
 
 
+def shakespeare_char(folder: Path, size: int = 200_000) -> None:
+    """nanoGPT-style character data: train.bin and val.bin (uint16 token ids, 9:1) and meta.pkl (the vocabulary)."""
+    import pickle
+
+    rng = np.random.default_rng(4)
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,;:!?'\n-"))
+    ids = rng.integers(0, len(chars), size=size, dtype=np.uint16)
+    folder.mkdir(parents=True, exist_ok=True)
+    split = size * 9 // 10
+    ids[:split].tofile(folder / "train.bin")
+    ids[split:].tofile(folder / "val.bin")
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
+    (folder / "meta.pkl").write_bytes(pickle.dumps(meta))
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
+    "shakespeare_char": shakespeare_char,
     "mnist": mnist,
     "fashion_mnist": fashion_mnist,
     "text": text,
