@@ -138,6 +138,53 @@ def migrate(
     raise typer.Exit(1 if rejected else verify_exit)
 
 
+def optimize(
+    tree: Annotated[
+        Path, typer.Argument(help="A migrated tree whose check reaches L2 (kept candidates are written there).")
+    ],
+    validate: Annotated[
+        str | None,
+        typer.Option(
+            "--validate", help='Command the check runs, e.g. "python train.py --steps 20"; without it: propose only.'
+        ),
+    ] = None,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify", help="Command for verify against the original (its reference runs once, for every candidate)."
+        ),
+    ] = None,
+    original: Annotated[
+        Path | None,
+        typer.Option(
+            "--original", help="The original tree verify compares with [default: the src of TREE's migrate report]."
+        ),
+    ] = None,
+    family: Annotated[
+        list[str] | None, typer.Option("--family", help="Only these families (repeatable) [default: all].")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Judge, but write nothing into TREE.")] = False,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per run.")] = 600.0,
+) -> None:
+    """Performance rewrites kept only with evidence: each candidate (per-step logging reads, GradScaler+float16,
+    growing generation, host input pipelines) is applied alone, the check and verify run again against the same
+    reference, and it is kept when the step cost improves and the curve holds.
+
+    Exit 0 when done (kept or not), 1 when refused (the tree's check is not L2), 2 on usage errors."""
+    from .optimize import optimize as run_optimize
+    from .optimize import render_text as render_optimize
+
+    try:
+        report = run_optimize(
+            tree, validate, verify, original, timeout_s=timeout, write=not dry_run, families_wanted=family
+        )
+    except ValueError as exc:
+        fail_usage(str(exc))
+    typer.echo(json.dumps(report.to_dict(), indent=2) if format is OutputFormat.json else render_optimize(report))
+    raise typer.Exit(1 if report.status == "refused" else 0)
+
+
 class ProgressBar:
     """A rich progress bar on stderr for long runs on a terminal; a no-op callback otherwise."""
 
@@ -328,6 +375,7 @@ def mcp(
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the root app (see xlaport/cli.py)."""
     app.command()(migrate)
+    app.command()(optimize)
     app.command()(suggest)
     app.command()(serve)
     app.command()(mcp)
