@@ -79,6 +79,14 @@ def migrate(
             "and ~1 GB) [default: 0, none].",
         ),
     ] = 0,
+    optimize: Annotated[
+        bool,
+        typer.Option(
+            "--optimize",
+            help="Then try performance rewrites one at a time on the copy, kept only when the check and verify "
+            "show a cheaper step with the same curve (see `xlaport optimize`).",
+        ),
+    ] = False,
     keep_trace: Annotated[
         bool,
         typer.Option(
@@ -113,6 +121,7 @@ def migrate(
         force=force,
         k=related,
         keep_trace=keep_trace,
+        optimize=optimize,
     )
     try:
         with ProgressBar() as progress:

@@ -88,6 +88,7 @@ class StepCost:
     compiles: int
     compiles_after_warmup: int
     reasons: list[str] = field(default_factory=list)
+    step_ms_spread: float = 0.0  # interquartile range of the steps after warm-up: how much the step time moves
 
     @classmethod
     def of(cls, check: dict) -> StepCost:
@@ -101,6 +102,7 @@ class StepCost:
             compiles=check.get("compiles_total", 0),
             compiles_after_warmup=check.get("compiles_after_warmup", 0),
             reasons=list(check.get("reasons", [])),
+            step_ms_spread=round(1000 * _iqr([s["wall_s"] for s in after]), 2),
         )
 
     def line(self) -> str:
@@ -128,11 +130,20 @@ def compare(before: StepCost, after: StepCost) -> tuple[list[str], list[str]]:
     if before.step_ms and after.step_ms:
         change = after.step_ms / before.step_ms - 1
         text = f"step time {before.step_ms:.1f} -> {after.step_ms:.1f} ms ({change:+.0%})"
-        if change <= -FASTER_ENOUGH:
+        # beyond the steps' own spread too: on a shared machine one run's steps can all be slow
+        noise = 2 * max(before.step_ms_spread, after.step_ms_spread)
+        if change <= -FASTER_ENOUGH and before.step_ms - after.step_ms > noise:
             better.append(text)
-        elif change >= SLOWER_LIMIT:
+        elif change >= SLOWER_LIMIT and after.step_ms - before.step_ms > noise:
             worse.append(text)
     return better, worse
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 4:
+        return 0.0
+    quartiles = statistics.quantiles(values, n=4)
+    return quartiles[2] - quartiles[0]
 
 
 @dataclass

@@ -40,7 +40,7 @@ from xlaport.targets import DEFAULT_TARGET, evidence_note
 
 from .inputs import check_arguments, check_file_name
 from .isolated import FIX_WORKERS, fix_source_killable
-from .migration import TreeRun, finish_migration, library_pin_notes, plan_migration, write_and_prove
+from .migration import TreeRun, finish_migration, library_pin_notes, optimize_copy, plan_migration, write_and_prove
 from .results import (
     CheckOutcome,
     Evidence,
@@ -350,6 +350,7 @@ class Pipeline:
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
         write_and_prove(run)
+        optimize_copy(run)
         return finish_migration(run)
 
     def finish_tree(self, run: TreeRun) -> None:

@@ -97,6 +97,11 @@ class MigrateOptions(BaseModel):
     )
     in_place: bool = False
     force: bool = False
+    optimize: bool = Field(
+        False,
+        description="After validation/verify, try performance rewrites one at a time and keep those the evidence "
+        "supports (xlaport optimize); needs validate_cmd or verify_cmd.",
+    )
     keep_trace: bool = Field(
         False,
         description="Keep the migration trace (every changed file's and function's source, before and after) "
@@ -170,6 +175,7 @@ class MigrationResult(BaseModel):
     files: list[FileOutcome]
     validation: Validation
     verification: VerifyOutcome | None = None
+    optimization: dict[str, Any] | None = None  # serve/optimize.py's report, with --optimize
     notes: list[str] = []
     report_dir: str
     reports: dict[str, str] = {}
@@ -197,6 +203,9 @@ class MigrationResult(BaseModel):
             "verification": None
             if self.verification is None
             else {"status": self.verification.status, "level": self.verification.level},
+            "optimization": None
+            if self.optimization is None
+            else {"status": self.optimization["status"], "reason": self.optimization["reason"]},
             "notes": self.notes,
             "reports": self.reports,
             "wall_s": self.wall_s,

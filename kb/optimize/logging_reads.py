@@ -128,12 +128,14 @@ def plan(source: str, path: str, lines: list[int] | tuple[int, ...] = ()) -> tup
 
 
 def _reads_in_training_loops(tree: Tree) -> list[int]:
-    """Lines of host reads inside a loop that makes training steps (propose-only mode: nothing measured)."""
+    """Lines of `t.item()`-style reads inside a loop that makes training steps (nothing measured, no kb lines)."""
     found = []
     for loop in _walk_loops(tree.module):
-        if not (call_names(loop.body) & {"backward", "step", "optimizer_step"}):
+        if not (call_names(loop.body) & {"backward", "step", "optimizer_step", "sync", "mark_step"}):
             continue
         for call in read_calls(loop.body):
+            if not isinstance(call.func, cst.Attribute):
+                continue  # `float(x)` of what may be a plain number: only the kb's findings (typed) say
             stmt = next((a for a in tree.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
             if stmt is not None and tree.enclosing_loop(stmt) is not None:
                 found.append(tree.lines(stmt)[0])
