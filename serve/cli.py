@@ -172,6 +172,9 @@ def optimize(
     family: Annotated[
         list[str] | None, typer.Option("--family", help="Only these families (repeatable) [default: all].")
     ] = None,
+    workdir: Annotated[
+        str, typer.Option("--workdir", help="The folder of the trees the commands run in, relative to TREE.")
+    ] = "",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Judge, but write nothing into TREE.")] = False,
     format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per run.")] = 600.0,
@@ -186,7 +189,14 @@ def optimize(
 
     try:
         report = run_optimize(
-            tree, validate, verify, original, timeout_s=timeout, write=not dry_run, families_wanted=family
+            tree,
+            validate,
+            verify,
+            original,
+            timeout_s=timeout,
+            write=not dry_run,
+            families_wanted=family,
+            subdir=workdir,
         )
     except ValueError as exc:
         fail_usage(str(exc))

@@ -169,6 +169,7 @@ class Verdict:
     before: dict | None = None
     after: dict | None = None
     verify: dict | None = None
+    output_tail: str | None = None  # the last lines the candidate's run printed
 
 
 @dataclass
@@ -224,6 +225,7 @@ class Session:
         timeout_s: float = 600.0,
         memory_mb: int = 8192,
         scratch: Path | None = None,
+        subdir: str = "",
     ) -> None:
         self.tree = Path(tree).resolve()
         self.validate_cmd = validate_cmd or verify_cmd
@@ -232,6 +234,7 @@ class Session:
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="xlaport-optimize-"))
         self.reference_cache = self.scratch / "reference-cache"
+        self.subdir = subdir
         self.texts = {rel: (self.tree / rel).read_text(encoding="utf-8") for rel in python_files(self.tree)}
         self.runs = 0
 
@@ -261,11 +264,11 @@ class Session:
         if check is None:
             script, args = parse_command(self.validate_cmd)
             check = run_check(
-                work / script,
+                work / self.subdir / script,
                 args,
                 timeout_s=self.timeout_s,
                 memory_mb=self.memory_mb,
-                workdir=work,
+                workdir=work / self.subdir,
                 project=work,
                 reveal=True,
             ).to_dict()
@@ -282,7 +285,7 @@ class Session:
         config = VerifyConfig(
             reference_cache=str(self.reference_cache), timeout_s=self.timeout_s, memory_mb=self.memory_mb
         )
-        return verify_tree(self.original, work, ["python", script, *args], config)
+        return verify_tree(self.original, work, ["python", script, *args], config, subdir=self.subdir)
 
     # -- judging ---------------------------------------------------------------------------------------
     def judge(self, candidate: Candidate, baseline: Evidence) -> tuple[Verdict, Evidence | None]:
@@ -320,6 +323,7 @@ class Session:
             before=asdict(before.cost) if before else None,
             after=asdict(after.cost) if after else None,
             verify=after.verify if after else None,
+            output_tail=after.check.get("stdout_tail") if after else None,
         )
 
     # -- candidates ------------------------------------------------------------------------------------
@@ -431,22 +435,23 @@ def optimize(
     memory_mb: int = 8192,
     write: bool = True,
     families_wanted: list[str] | None = None,
+    subdir: str = "",
 ) -> OptimizeReport:
     """Optimizes a migrated tree (see the module's docstring); with `write`, the kept candidates are written to
-    the tree and the report beside it (xlaport-optimize.json/.md)."""
+    the tree and the report beside it (xlaport-optimize.json/.md). The commands run in `subdir` of the trees."""
     tree = Path(tree).resolve()
     if not tree.is_dir():
         raise ValueError(f"not a directory: {tree}")
     for command in filter(None, (validate_cmd, verify_cmd)):
         script, _ = parse_command(command)
-        if not (tree / script).is_file():
+        if not (tree / subdir / script).is_file():
             raise ValueError(f"the command's script is not in the tree: {script}")
     if verify_cmd and original is None:
         original = original_of(tree)
         if original is None:
             raise ValueError("verify needs the original tree: pass --original SRC (the tree has no migrate report)")
     wanted = families_wanted or list(families.FAMILIES)
-    session = Session(tree, validate_cmd, verify_cmd, original, timeout_s, memory_mb)
+    session = Session(tree, validate_cmd, verify_cmd, original, timeout_s, memory_mb, subdir=subdir)
     report = OptimizeReport(
         tree=str(tree),
         original=str(original) if original else None,
@@ -490,7 +495,11 @@ def _proposals(session: Session, wanted: list[str]) -> list[Verdict]:
 
 def _optimize(session: Session, report: OptimizeReport, wanted: list[str]) -> None:
     baseline = session.run(session.texts)
-    report.baseline = {**asdict(baseline.cost), "verify": baseline.verify}
+    report.baseline = {
+        **asdict(baseline.cost),
+        "verify": baseline.verify,
+        "output_tail": baseline.check.get("stdout_tail"),
+    }
     refused = _refusal(baseline.cost)
     if refused:
         report.status, report.reason = "refused", refused + " (optimize starts from a program whose evidence holds)"
@@ -534,12 +543,11 @@ def _optimize(session: Session, report: OptimizeReport, wanted: list[str]) -> No
             verdict.status = "not tried"
             verdict.reason = "the check measured no per-step cost it answers; proposed only: " + verdict.reason
         report.candidates.append(verdict)
-    report.final = {**asdict(current.cost), "verify": current.verify}
+    report.final = {**asdict(current.cost), "verify": current.verify, "output_tail": current.check.get("stdout_tail")}
     kept = [v for v in report.candidates if v.status == "kept"]
     report.status = "optimized" if kept else "unchanged"
     report.reason = (
-        f"{len(kept)} candidate(s) kept: {StepCost(**{k: v for k, v in report.baseline.items() if k != 'verify'}).line()} "
-        f"-> {current.cost.line()}"
+        f"{len(kept)} candidate(s) kept: {_cost(report.baseline).line()} -> {current.cost.line()}"
         if kept
         else "no candidate improved the step with the curve kept"
     )
@@ -560,9 +568,9 @@ def _write(session: Session, report: OptimizeReport) -> None:
 def render_text(report: OptimizeReport) -> str:
     lines = [f"xlaport optimize {report.tree}: {report.status}" + (f": {report.reason}" if report.reason else "")]
     if report.baseline:
-        lines.append("  before: " + StepCost(**{k: v for k, v in report.baseline.items() if k != "verify"}).line())
+        lines.append("  before: " + _cost(report.baseline).line())
     if report.final:
-        lines.append("  after:  " + StepCost(**{k: v for k, v in report.final.items() if k != "verify"}).line())
+        lines.append("  after:  " + _cost(report.final).line())
     for verdict in report.candidates:
         c = verdict.candidate
         lines.append(f"  - {verdict.status}: {c['id']} ({c.get('proposer', 'rules')}): {verdict.reason}")
@@ -597,3 +605,7 @@ def render_markdown(report: OptimizeReport) -> str:
                 "```",
             ]
     return "\n".join(out) + "\n"
+
+
+def _cost(summary: dict) -> StepCost:
+    return StepCost(**{k: v for k, v in summary.items() if k not in ("verify", "output_tail")})
