@@ -72,6 +72,18 @@ class VerifyRequest(BaseModel):
     timeout_s: float = Field(1800.0, gt=0, le=7200, description="How long the request may take in all.")
 
 
+class OptimizeRequest(BaseModel):
+    model_config = STRICT
+    original: str = Field(description="The original (CUDA) script's text: the reference run.")
+    migrated: str = Field(description="The migrated script's text, the one to optimize.")
+    name: str = Field("train.py", description="The script's file name (both are run under it).")
+    args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '20'].")
+    run: bool = Field(
+        True, description="Judge each candidate by running the program (needs the token); false: propose only."
+    )
+    timeout_s: float = Field(3600.0, gt=0, le=7200, description="How long the request may take in all.")
+
+
 class SandboxStatus(BaseModel):
     sandboxed: bool = Field(description="True only when every mechanism below holds on this machine.")
     guarantees: list[str] = Field(description="What holds for code that the server executes.")
@@ -338,6 +350,19 @@ def create_app(
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
         run = lambda: state["pipeline"].verify_sources(body.original, body.migrated, body.args, body.name)  # noqa: E731
+        return await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
+
+    @app.post("/v1/optimize", responses=_errors(400, 401, 403, 413, 429, 504))
+    async def optimize(body: OptimizeRequest, request: Request, authorization: str | None = Header(None)) -> dict:
+        """Performance rewrites of a migrated script, each kept only when a run shows a cheaper step and the
+        same curve (xlaport optimize). Running needs the server's token; `run: false` only proposes (diffs)."""
+        if body.run:
+            if server_token is None:
+                raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
+            may_execute(authorization)
+        run = lambda: state["pipeline"].optimize_sources(  # noqa: E731
+            body.original, body.migrated, body.args, body.name, run=body.run
+        )
         return await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
 
     @app.get("/v1/fixes")

@@ -1,6 +1,7 @@
 """The agent tool: an MCP server whose tools call the same `Pipeline` as the CLI and the HTTP service.
 
-Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`, `verify_migration`.
+Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`, `verify_migration`,
+`optimize_migration`.
 
 What a caller may do is the server's `Access`: tools that run code (`check_xla`, `verify_migration`, validation in
 `suggest_patch` / `migrate_repo`) need `execute`, and run only in the execution check's sandboxed child; tools that
@@ -207,6 +208,27 @@ def create_server(
             _refuse_hidden(original, migrated)
             return await _stoppable(_verify, original, migrated, command)
 
+    @server.tool()
+    async def optimize_migration(
+        migrated_dir: str,
+        validate_cmd: str | None = None,
+        verify_cmd: str | None = None,
+        original_dir: str | None = None,
+    ) -> dict[str, Any]:
+        """Performance rewrites of a migrated tree (per-step logging reads, GradScaler+float16, growing
+        generation, host input pipelines), each kept only when the check and verify show a cheaper step with the
+        same curve. Without a command (or without --exec) it only proposes; kept candidates are written only
+        with --write."""
+        migrated = access.path(migrated_dir)
+        original = access.path(original_dir) if original_dir else None
+        with _as_tool_errors():
+            if access.execute and (validate_cmd or verify_cmd):
+                _refuse_hidden(*[f for f in (migrated, original) if f is not None])
+            return await _stoppable(
+                _optimize, migrated, validate_cmd, verify_cmd, original, access.execute, access.write,
+                write_root=access.root if access.write else None,
+            )  # fmt: skip
+
     return server
 
 
@@ -242,6 +264,12 @@ def _refuse_hidden(*folders: Path) -> None:
 
 def _check(source: str | None, path: Path | None, args: list[str], timeout_s: float) -> CheckOutcome:
     return get_pipeline().check(source=source, path=path, args=args, timeout_s=timeout_s)
+
+
+def _optimize(
+    migrated: Path, validate_cmd: str | None, verify_cmd: str | None, original: Path | None, execute: bool, write: bool
+) -> dict[str, Any]:
+    return get_pipeline().optimize(migrated, validate_cmd, verify_cmd, original, may_execute=execute, write=write)
 
 
 def _verify(original: Path, migrated: Path, command: str) -> VerifyOutcome:

@@ -328,6 +328,45 @@ class Pipeline:
                 Path(tmp, folder, name).write_text(text, encoding="utf-8")
             return self.verify(Path(tmp, "original"), Path(tmp, "migrated"), shlex.join(["python", name, *args]))
 
+    # -- optimize ----------------------------------------------------------------------------------------
+    def optimize(
+        self,
+        tree: Path,
+        validate_cmd: str | None = None,
+        verify_cmd: str | None = None,
+        original: Path | None = None,
+        *,
+        may_execute: bool = True,
+        write: bool = True,
+    ) -> dict:
+        """The optimization stage on a migrated tree (serve/optimize.py); without permission to run code, or
+        without a command, it only proposes."""
+        from .optimize import optimize
+
+        if not may_execute:
+            validate_cmd = verify_cmd = None
+        return optimize(Path(tree), validate_cmd, verify_cmd, original, write=write).to_dict()
+
+    def optimize_sources(
+        self, original: str, migrated: str, args: list[str], name: str = "train.py", *, run: bool = True
+    ) -> dict:
+        """`optimize` of a one-file program given as two texts (the HTTP service's form); `run=False` proposes."""
+        from xlaport.eval.sandbox import readable_scratch
+
+        check_file_name(name)
+        if not name.endswith(".py") or Path(name).name != name:
+            raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
+        check_arguments(args)
+        original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
+        parse(original)
+        parse(migrated)
+        with readable_scratch("xlaport-optimize-") as tmp:
+            for folder, text in (("original", original), ("migrated", migrated)):
+                Path(tmp, folder).mkdir()
+                Path(tmp, folder, name).write_text(text, encoding="utf-8")
+            command = shlex.join(["python", name, *args]) if run else None
+            return self.optimize(Path(tmp, "migrated"), command, command, Path(tmp, "original"), write=False)
+
     # -- a whole tree ------------------------------------------------------------------------------------
     def migrate(
         self,

@@ -19,7 +19,15 @@ from xlaport.serve.mcp import create_server
 from xlaport.serve.pipeline import Pipeline
 
 PROJECT = Path(__file__).resolve().parent / "fixtures" / "serve_project"
-TOOLS = {"suggest_patch", "search_fixes", "check_xla", "explain_fix", "migrate_repo", "verify_migration"}
+TOOLS = {
+    "suggest_patch",
+    "search_fixes",
+    "check_xla",
+    "explain_fix",
+    "migrate_repo",
+    "verify_migration",
+    "optimize_migration",
+}
 
 
 def call(server, name: str, arguments: dict):
