@@ -10,7 +10,6 @@ import sys
 import types
 
 import pytest
-
 from xlaport.kb.optimize import families, fixed_generation, logging_reads
 
 
@@ -203,7 +202,10 @@ def test_growing_generation_becomes_a_fixed_buffer_with_the_same_greedy_tokens()
 def test_cropped_or_measured_sequences_are_left_alone() -> None:
     cropped = GENERATION.replace("logits = model(idx)", "logits = model(idx[:, -4:])")
     measured = GENERATION.replace("nxt = torch.argmax", "print(idx.size(1))\n        nxt = torch.argmax")
-    early = GENERATION.replace("idx = torch.cat((idx, nxt), dim=1)", "idx = torch.cat((idx, nxt), dim=1)\n        if nxt.sum() == 0:\n            break")
+    early = GENERATION.replace(
+        "idx = torch.cat((idx, nxt), dim=1)",
+        "idx = torch.cat((idx, nxt), dim=1)\n        if nxt.sum() == 0:\n            break",
+    )
     for source in (cropped, measured, early):
         rewrite, notes = fixed_generation.plan(source, "gen.py")
         assert rewrite is None and notes and "left alone" in notes[0]
