@@ -248,7 +248,9 @@ def render_summary(result) -> str:
         + (f" (level {v['level']})" if v["level"] else "")
         + (f": {v['reason']}" if v["reason"] else "")
     )
-    lines += [f"  note: {n}" for n in data["notes"]]
+    if data.get("optimization"):
+        lines.append(f"  optimize: {data['optimization']['status']}: {data['optimization']['reason']}")
+    lines += [f"  note: {n}" for n in data["notes"] if not n.startswith("optimize: ")]
     if data["reports"].get("html"):
         trace = f"; trace {data['reports']['trace']}" if data["reports"].get("trace") else ""
         lines.append(f"  report: {data['reports']['html']} (also .json, .md{trace})")
