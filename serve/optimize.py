@@ -11,8 +11,9 @@ reference run of the original (cached after the first verify, never rerun per ca
 kept only when the step cost improves (fewer host reads per step, fewer compiles, or a faster step, and
 nothing worse) and the curve stays where the reference puts it (verify passes); otherwise it is rejected with
 the numbers. Without a command nothing runs: every candidate is proposed, with its diff and the finding it
-answers. A code model's proposal can be judged the same way: build a `Candidate` (proposer "model:NAME") and
-hand it to `Session.judge`.
+answers. A code model's proposal is judged the same way: a `Candidate` (proposer "model:NAME", the file's text
+before and after) in `optimize(..., extra_candidates=[...])`, tried after the rules' candidates, or given to
+`Session.judge` with a baseline from `Session.run`.
 """
 
 from __future__ import annotations
@@ -436,6 +437,7 @@ def optimize(
     write: bool = True,
     families_wanted: list[str] | None = None,
     subdir: str = "",
+    extra_candidates: list[Candidate] | None = None,
 ) -> OptimizeReport:
     """Optimizes a migrated tree (see the module's docstring); with `write`, the kept candidates are written to
     the tree and the report beside it (xlaport-optimize.json/.md). The commands run in `subdir` of the trees."""
@@ -464,7 +466,7 @@ def optimize(
             report.candidates = _proposals(session, wanted)
             report.reason = "nothing was run (no --validate): each candidate is a proposal, with its diff"
         else:
-            _optimize(session, report, wanted)
+            _optimize(session, report, wanted, extra_candidates or [])
     finally:
         shutil.rmtree(session.scratch, ignore_errors=True)
     if write:
@@ -493,7 +495,7 @@ def _proposals(session: Session, wanted: list[str]) -> list[Verdict]:
     return verdicts
 
 
-def _optimize(session: Session, report: OptimizeReport, wanted: list[str]) -> None:
+def _optimize(session: Session, report: OptimizeReport, wanted: list[str], extra: list[Candidate]) -> None:
     baseline = session.run(session.texts)
     report.baseline = {
         **asdict(baseline.cost),
@@ -528,6 +530,17 @@ def _optimize(session: Session, report: OptimizeReport, wanted: list[str]) -> No
                     reason="no rewrite for this site: "
                     + ("; ".join(notes) or "the pattern is not one the family rewrites"),
                 )
+            )
+            continue
+        verdict, kept = session.judge(candidate, current)
+        report.candidates.append(verdict)
+        if kept is not None:
+            current = kept
+    # candidates from elsewhere (a code model's rewrites): judged the same way, after the rules' ones
+    for candidate in extra:
+        if session.texts.get(candidate.file) != candidate.original_text:
+            report.candidates.append(
+                session._verdict(candidate, "not tried", "the file changed since the candidate was made", None)
             )
             continue
         verdict, kept = session.judge(candidate, current)
