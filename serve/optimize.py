@@ -25,6 +25,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from xlaport.eval.check import run_check
+from xlaport.eval.verify.api import verify_tree
+from xlaport.eval.verify.config import VerifyConfig, level_at_least
 from xlaport.kb.optimize import families
 
 from xlaport.files import SKIP_DIRS, atomic_write
@@ -242,8 +245,6 @@ class Session:
     # -- evidence --------------------------------------------------------------------------------------
     def run(self, texts: dict[str, str]) -> Evidence:
         """Writes `texts` over a scratch copy of the tree and runs the check (and verify) there."""
-        from xlaport.eval.check import run_check
-
         self.runs += 1
         work = self.scratch / f"run-{self.runs}"
         shutil.copytree(self.tree, work, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS, "tests_xla"))
@@ -279,9 +280,6 @@ class Session:
         return evidence
 
     def _verify(self, work: Path):
-        from xlaport.eval.verify.api import verify_tree
-        from xlaport.eval.verify.config import VerifyConfig
-
         script, args = parse_command(self.verify_cmd)
         config = VerifyConfig(
             reference_cache=str(self.reference_cache), timeout_s=self.timeout_s, memory_mb=self.memory_mb
@@ -409,8 +407,6 @@ def _curve_holds(before: dict | None, after: dict) -> bool:
         return True
     if before is None or before["status"] == "pass":
         return False
-    from xlaport.eval.verify.config import level_at_least
-
     return after["status"] == before["status"] and level_at_least(after["level"], before["level"])
 
 

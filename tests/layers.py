@@ -66,6 +66,8 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
     {
         ("xlaport.serve.pipeline", "xlaport.serve.checks"),
         ("xlaport.serve.migration", "xlaport.serve.checks"),
+        ("xlaport.serve.pipeline", "xlaport.serve.optimize"),  # the optimization stage runs evidence too
+        ("xlaport.serve.migration", "xlaport.serve.optimize"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
         ("xlaport.kb.retrieval", "xlaport.kb.configs"),
