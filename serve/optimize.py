@@ -515,7 +515,7 @@ def _optimize(session: Session, report: OptimizeReport, wanted: list[str], extra
         targets = [t for t in session.measured_targets(current.check) if (t[1], t[2]) not in tried and t[1] in wanted]
         if not targets:
             break
-        _cost, family, rel, lines, finding = targets[0]
+        _, family, rel, lines, finding = targets[0]
         tried.add((family, rel))
         candidate, notes = session.candidate(family, rel, lines, finding)
         if candidate is None:
