@@ -101,3 +101,11 @@ def test_growing_generation_compiles_a_bounded_number_of_graphs_with_the_same_to
     assert report.baseline["compiles_after_warmup"] >= 8 and generation.after["compiles_after_warmup"] <= 2
     printed = [line for line in report.baseline["output_tail"].splitlines() if line.startswith("generated:")]
     assert printed and printed[-1] in generation.output_tail
+
+
+def test_migrate_optimize_without_a_command_says_it_did_not_run(tmp_path) -> None:
+    original = tmp_path / "original"
+    shutil.copytree(PROGRAM, original)
+    result = Pipeline().migrate(original, tmp_path / "migrated", MigrateOptions(k=0, optimize=True))
+    assert result.optimization is None
+    assert any(n.startswith("optimize not run") for n in result.notes)
