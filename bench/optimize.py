@@ -136,8 +136,21 @@ def measure(program: Program, work: Path, timeout_s: float) -> dict:
         )
         row["output_before"] = _printed(report.get("baseline"), program.expect_same_output)
         row["output_after"] = _printed(report.get("final"), program.expect_same_output)
-    row["report"] = report
+    row["report"] = report if program.source.is_relative_to(ROOT) else without_their_code(report)
     return row
+
+
+def without_their_code(report: dict) -> dict:
+    """The report without the diffs and printed lines of a third-party program (results are committed, their
+    code never is)."""
+    slim = json.loads(json.dumps(report))
+    for verdict in slim["candidates"]:
+        verdict["candidate"].pop("diff", None)
+        verdict["output_tail"] = None
+    for key in ("baseline", "final"):
+        if slim.get(key):
+            slim[key]["output_tail"] = None
+    return slim
 
 
 def _printed(summary: dict | None, prefix: str) -> str | None:
