@@ -5,7 +5,8 @@ plan(family, source, path, lines) -> (Rewrite | None, notes)
 
 from __future__ import annotations
 
-from ..engine import fix_source, lint_source, select_rules
+from ..engine import fix_source, lint_source
+from ..registry import select_rules
 from . import FAMILIES, Rewrite, fixed_generation, logging_reads
 
 # families that are the kb's unsafe fixes: bfloat16 autocast without a GradScaler (no inf check on the host every
