@@ -68,6 +68,8 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
     {
         ("xlaport.serve.pipeline", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
+        ("xlaport.serve.validation", "xlaport.serve.checks"),  # as the pipeline: evaluation code only when it runs
+        ("xlaport.serve.validation", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
         ("xlaport.kb.retrieval", "xlaport.kb.configs"),
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),

@@ -22,8 +22,15 @@ from .runs import (
 )
 
 
-def verify(original: Path, migrated: Path, command: list[str], config: VerifyConfig | None = None) -> VerifyReport:
-    """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration."""
+def verify(
+    original: Path,
+    migrated: Path,
+    command: list[str],
+    config: VerifyConfig | None = None,
+    subdir: str | None = None,
+) -> VerifyReport:
+    """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration.
+    `subdir`: the folder of both trees the command runs in (default: the caller's, when it stands in a tree)."""
     started = time.perf_counter()
     config = (config or VerifyConfig()).validate()
     original, migrated = Path(original).resolve(), Path(migrated).resolve()
@@ -31,7 +38,11 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         if not folder.is_dir():
             raise VerifyUsageError(f"not a directory: {folder}")
     script, args = split_command(list(command))
-    subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
+    if subdir is None:
+        subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
+    elif Path(subdir).is_absolute() or ".." in Path(subdir).parts:
+        raise VerifyUsageError(f"the working folder must be relative to the trees and inside them: {subdir}")
+    subdir = "" if subdir in (".", "") else str(Path(subdir))
     for folder in (original, migrated):
         if not (folder / subdir / script).is_file():
             raise VerifyUsageError(f"{script} not found in {folder / subdir}")
@@ -193,7 +204,11 @@ def _fmt_num(value: float | None) -> str:
 
 
 def verify_tree(
-    original_dir: Path, migrated_dir: Path, command: list[str], config: VerifyConfig | None = None
+    original_dir: Path,
+    migrated_dir: Path,
+    command: list[str],
+    config: VerifyConfig | None = None,
+    subdir: str | None = None,
 ) -> VerifyReport:
     """For `xlaport migrate --verify`: the settings come from the project's config (migrated tree first, then the
     original), with `config`'s non-default fields on top."""
@@ -201,7 +216,7 @@ def verify_tree(
     if config is not None:
         defaults = asdict(VerifyConfig())
         found = found.with_overrides(**{k: v for k, v in asdict(config).items() if v != defaults[k]})
-    report = verify(original_dir, migrated_dir, command, found)
+    report = verify(original_dir, migrated_dir, command, found, subdir)
     report.config_file = path
     return report
 
