@@ -61,7 +61,20 @@ def enwik8(path: Path, size: int = 95_000_000) -> None:
             out.write(rng.integers(32, 127, size=5_000_000, dtype=np.uint8).tobytes())
 
 
+def image_classes(root: Path, classes: int = 2, per_class: int = 12, size: int = 40) -> None:
+    """An ImageFolder tree: `classes` folders of small random RGB PNG images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    for index in range(classes):
+        folder = root / f"class{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
+    "image_classes": image_classes,
     "mnist": mnist,
     "fashion_mnist": fashion_mnist,
     "text": text,

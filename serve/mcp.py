@@ -310,6 +310,13 @@ def create_server(
         path: Annotated[
             str | None, Field(description='With project_root: the script\'s path in the project, e.g. "train.py".')
         ] = None,
+        command: Annotated[
+            str | None,
+            Field(
+                description="With project_root: the command to run instead of path, as typed in cwd (e.g. "
+                '"python main.py --epochs 1"); the text of path (source) is still written into the copy. Default none.'
+            ),
+        ] = None,
     ) -> CheckOutcome:
         """Run a script under the XLA execution check (sandboxed, the user's files never written): the level
         reached (L2: ran on the XLA device with step barriers, no recompilation, no CPU fallback) and the reasons,
@@ -318,7 +325,7 @@ def create_server(
         with _as_tool_errors():
             if project_root or (source is not None and path):
                 project = local_project(access.path(project_root or "."))
-                call = (_check_in_project, project, source, path, args or [], cwd, timeout_s)
+                call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
                 return in_api_wording(await _stoppable(*call))
             script = access.path(script_path) if script_path else None
             workdir = access.path(cwd) if cwd else (script.parent if script else None)
@@ -445,9 +452,17 @@ def _check(
 
 
 def _check_in_project(
-    project: ProjectSource, source: str | None, path: str | None, args: list[str], cwd: str | None, timeout_s: float
+    project: ProjectSource,
+    source: str | None,
+    path: str | None,
+    args: list[str],
+    cwd: str | None,
+    command: str | None,
+    timeout_s: float,
 ) -> CheckOutcome:
-    return get_pipeline().check(source=source, args=args, timeout_s=timeout_s, project=project, rel_path=path, cwd=cwd)
+    return get_pipeline().check(
+        source=source, args=args, timeout_s=timeout_s, project=project, rel_path=path, cwd=cwd, command=command
+    )
 
 
 def _verify(
