@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .engine import FixResult, all_rules, fix_source, get_rule, lint_source, select_rules
+    from .finding import Finding
     from .parsing import SourceError
-    from .rule import CATEGORY_NAMES, Finding, Rule
+    from .rule import CATEGORY_NAMES, Rule
 
 _HOME = {
     "CATEGORY_NAMES": "rule",
-    "Finding": "rule",
+    "Finding": "finding",
     "Rule": "rule",
     "FixResult": "engine",
     "SourceError": "parsing",

@@ -12,9 +12,9 @@ from libcst.metadata import CodeRange
 
 from .analysis.module import ModuleAnalysis
 from .cst_helpers import whole_statement
+from .finding import Applicability, Finding  # noqa: F401 (Finding: re-exported, the engine and rules import it here)
 
 Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
-Applicability = Literal["safe", "unsafe", "manual"]
 
 CATEGORY_NAMES: dict[str, str] = {
     "C1": "environment / dependencies",
@@ -63,34 +63,6 @@ class Report:
     # This occurrence's applicability when it differs from the rule's (Ruff's per-fix applicability):
     # an unsafe rule whose analysis is certain here keeps the numbers, so its fix is safe.
     fix: Applicability | None = None
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A detection as users see it (CLI, JSON, HTTP, MCP)."""
-
-    path: str
-    line: int
-    column: int
-    code: str
-    category: str
-    title: str
-    message: str
-    fix: Applicability
-    fixable: bool = False  # a rewrite exists for this occurrence
-
-    def to_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "line": self.line,
-            "column": self.column,
-            "code": self.code,
-            "category": self.category,
-            "title": self.title,
-            "message": self.message,
-            "fix": self.fix,
-            "fixable": self.fixable,
-        }
 
 
 class Rule(cst.BatchableCSTVisitor):
