@@ -72,13 +72,20 @@ def check_run_of_verify(report: dict) -> CheckRun:
 
 
 def run_verify(
-    original: Path, migrated: Path, command: str, cwd: str | None = None, loss_pattern: str | None = None
+    original: Path,
+    migrated: Path,
+    command: str,
+    cwd: str | None = None,
+    loss_pattern: str | None = None,
+    migrated_args: list[str] | None = None,
 ) -> VerifyReport:
     """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject, with
-    `loss_pattern` on top when given), the command run in their folder `cwd` (default: the caller's folder when it
+    `loss_pattern` and `migrated_args` on top when given), the command run in their folder `cwd` (default: the caller's folder when it
     stands in one of the trees, else their roots)."""
     script, args = parse_command(command)
-    config = VerifyConfig(loss_pattern=loss_pattern) if loss_pattern else None
+    given = {"loss_pattern": loss_pattern, "migrated_args": migrated_args}
+    given = {key: value for key, value in given.items() if value}
+    config = VerifyConfig(**given) if given else None  # on top of the project's own settings
     return verify_tree(original, migrated, ["python", script, *args], config, cwd)
 
 

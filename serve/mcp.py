@@ -419,13 +419,21 @@ def create_server(
                 "common formats (loss: x, loss_train: x, train_loss=x, JSON lines ...), or the project's xlaport.toml."
             ),
         ] = None,
+        migrated_args: Annotated[
+            list[str] | None,
+            Field(
+                description='Arguments added to the migrated run only, e.g. ["--device", "xla"] where the '
+                "program takes its device from the command line (a finding says so). Default none."
+            ),
+        ] = None,
     ) -> VerifyOutcome:
         """Grade a migrated tree against a reference run of the original (L0-L4: runs, numerics, on the XLA
         device, the goal, speed): pass / fail / inconclusive, with reasons and what would decide."""
         access.need(execute=True, tool="verify_migration")
         original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
-            return in_api_wording(await _stoppable(_verify, original, migrated, command, cwd, loss_pattern))
+            call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
+            return in_api_wording(await _stoppable(*call))
 
     return server
 
@@ -466,9 +474,16 @@ def _check_in_project(
 
 
 def _verify(
-    original: Path, migrated: Path, command: str, cwd: str | None = None, loss_pattern: str | None = None
+    original: Path,
+    migrated: Path,
+    command: str,
+    cwd: str | None = None,
+    loss_pattern: str | None = None,
+    migrated_args: list[str] | None = None,
 ) -> VerifyOutcome:
-    return get_pipeline().verify(original, migrated, command, cwd=cwd, loss_pattern=loss_pattern)
+    return get_pipeline().verify(
+        original, migrated, command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
+    )
 
 
 def _read_text(path: Path) -> str:

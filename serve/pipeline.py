@@ -358,15 +358,18 @@ class Pipeline:
         command: str,
         cwd: str | None = None,
         loss_pattern: str | None = None,
+        migrated_args: list[str] | None = None,
     ) -> VerifyOutcome:
         """L0–L4 of the migrated tree against a reference run of the original (xlaport.eval.verify), the command
-        run in their folder `cwd` (default: their roots); `loss_pattern` finds the loss in a log format of its own."""
+        run in their folder `cwd` (default: their roots); `loss_pattern` finds the loss in a log format of its own;
+        `migrated_args` are given to the migrated run alone (`--device xla`)."""
         from .checks import run_verify, verify_outcome
 
         for folder in (original, migrated):
             if not Path(folder).is_dir():
                 raise ValueError(f"not a directory: {folder}")
-        report = run_verify(Path(original), Path(migrated), command, cwd, loss_pattern)
+        check_arguments(migrated_args or [])
+        report = run_verify(Path(original), Path(migrated), command, cwd, loss_pattern, migrated_args)
         return verify_outcome(report, command)
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:

@@ -209,7 +209,11 @@ class MigrationResult(BaseModel):
             },
             "verification": None
             if self.verification is None
-            else {"status": self.verification.status, "level": self.verification.level},
+            else {
+                "status": self.verification.status,
+                "level": self.verification.level,
+                "reasons": self.verification.reasons,  # what failed, or what would decide: a caller acts on them
+            },
             "notes": self.notes,
             "reports": self.reports,
             "wall_s": self.wall_s,

@@ -23,12 +23,15 @@ _API_TERMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"`--related 3` lists 3 per finding left"), "`k` sets how many per finding left"),
     (re.compile(r" \(use --all to test every public one\)"), ""),
     (re.compile(r"\(--validate\)"), "(`validate`)"),
+    (re.compile(r"\(--reference-log, repeated\)"), "(`reference_log_repeats` in the project's xlaport.toml)"),
     (re.compile(r"`?--reference-log`?"), "`reference_log` in the project's xlaport.toml"),
     (re.compile(r"a stated claim \(--claim\)"), "a stated claim (`claim` in the project's xlaport.toml)"),
     (re.compile(r"`xlaport verify --migrated-arg`"), "`migrated_args` in the project's xlaport.toml"),
     (re.compile(r"--migrated-arg=\S+(?: --migrated-arg=\S+)?"), "`migrated_args` in the project's xlaport.toml"),
     (re.compile(r"\(`?--allow-unsandboxed`?[^)]*\)"), "(only the command line may allow an unsandboxed run)"),
     (re.compile(r"\(xlaport verify\)"), "(verify_migration)"),
+    (re.compile(r"\(e\.g\. --loss-pattern '([^']*)'\)"), r"(e.g. `\1`)"),
+    (re.compile(r"\(--max-steps\)"), "(max_steps)"),
 ]
 
 
