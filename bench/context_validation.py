@@ -38,7 +38,7 @@ import unseen_data  # noqa: E402
 
 TOKEN = "bench-token"
 # what torch says when a CPU tensor meets an XLA one: an op's device check, or a layer's weight type check
-DEVICE_MISMATCH = r"same device|weight type .* should be the same|xla:0 and cpu|cpu and xla"
+DEVICE_MISMATCH = r"same device|weight type .* should be the same|xla:0 and cpu|cpu and xla|Expected XLA tensor"
 SENT_SUFFIXES = {".py", ".txt", ".cfg", ".toml", ".json", ".yaml", ".yml", ".ini"}
 
 
@@ -355,7 +355,15 @@ def main() -> None:
     parser.add_argument("--fronts", default="http,mcp")
     parser.add_argument("--work", type=Path, default=None, help="where the working copies go (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--regrade", type=Path, nargs="*", help="grade and tabulate rows saved by --json, run nothing")
     args = parser.parse_args()
+    if args.regrade:
+        by_name = {c.name: c for c in CASES}
+        rows = [grade(by_name[r["case"]], r) for path in args.regrade for r in json.loads(path.read_text())]
+        print(table(rows))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     cases = [c for c in CASES if not args.only or c.name in args.only]
     work = args.work or Path(tempfile.mkdtemp(prefix="xlaport-context-bench-"))
     work.mkdir(parents=True, exist_ok=True)
