@@ -137,14 +137,14 @@ CASES = [
         DEVICE_MISMATCH,
     ),
     Case(
-        "recurrent-attention",
-        "kevinzakka__recurrent-visual-attention",
-        "trainer.py",
-        "python main.py --epochs 1 --batch_size 32 --num_workers 0 --use_tensorboard False",
-        ["mnist:data"],
-        replace("self.device = torch_xla.device()", 'self.device = torch.device("cpu")'),
-        "the model and the batches are put on the CPU",
-        "on the CPU",
+        "lenet-mnist",
+        "ChawDoe__LeNet5-MNIST-PyTorch",
+        "train.py",
+        None,  # the file's own entry point (`if __name__ == "__main__":`), no arguments
+        ["mnist:train", "mnist:test"],
+        replace("model = Model().to(device)", "model = Model()"),
+        "the model is left on the CPU while the batches go to the XLA device",
+        DEVICE_MISMATCH,
     ),
     Case(
         "gan-collection",
@@ -192,6 +192,21 @@ CASES = [
         ),
         "the model is left on the CPU while the batches go to the XLA device",
         DEVICE_MISMATCH,
+    ),
+]
+
+# Measured too, not in the six: its trainer imports tensorboard_logger, which this server's environment cannot
+# import (modern protobuf); validation says so (unvalidated, naming the package) instead of rejecting the patch.
+EXTRA_CASES = [
+    Case(
+        "recurrent-attention",
+        "kevinzakka__recurrent-visual-attention",
+        "trainer.py",
+        "python main.py --epochs 1 --batch_size 32 --num_workers 0 --use_tensorboard False",
+        ["mnist:data"],
+        replace("self.device = torch_xla.device()", 'self.device = torch.device("cpu")'),
+        "the model and the batches are put on the CPU",
+        "on the CPU",
     ),
 ]
 
@@ -358,13 +373,13 @@ def main() -> None:
     parser.add_argument("--regrade", type=Path, nargs="*", help="grade and tabulate rows saved by --json, run nothing")
     args = parser.parse_args()
     if args.regrade:
-        by_name = {c.name: c for c in CASES}
+        by_name = {c.name: c for c in CASES + EXTRA_CASES}
         rows = [grade(by_name[r["case"]], r) for path in args.regrade for r in json.loads(path.read_text())]
         print(table(rows))
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         return
-    cases = [c for c in CASES if not args.only or c.name in args.only]
+    cases = [c for c in CASES + EXTRA_CASES if c.name in (args.only or [c.name for c in CASES])]
     work = args.work or Path(tempfile.mkdtemp(prefix="xlaport-context-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     projects = {case.name: prepare(case, args.corpus, work) for case in cases}
