@@ -28,9 +28,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
+from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
 from xlaport.kb.retrieval import FixHit
 
-from xlaport.files import DirtyTree, writes_confined_to
+from xlaport.files import DirtyTree
 from xlaport.targets import DEFAULT_TARGET, Target
 
 from .project import ProjectError, ProjectSource, ProjectTooLarge, local_project
@@ -226,6 +227,8 @@ def create_server(
         to send."""
         with _as_tool_errors():
             project = local_project(access.path(project_root)) if project_root else None
+            if project is not None and validate and access.execute:
+                _refuse_hidden(project.folder)  # its copy is what the run sees
             if source is None:
                 if project is None or path is None:
                     raise tool_error(
@@ -325,6 +328,7 @@ def create_server(
         with _as_tool_errors():
             if project_root or (source is not None and path):
                 project = local_project(access.path(project_root or "."))
+                _refuse_hidden(project.folder)  # its copy is what the run sees
                 call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
                 return in_api_wording(await _stoppable(*call))
             script = access.path(script_path) if script_path else None
@@ -384,14 +388,11 @@ def create_server(
                 force=force,
                 target=target,
             )
-            if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
-                return in_api_wording(await _stoppable(_migrate, source, destination, options, write_root=access.root))
-
-            def migrate() -> dict[str, Any]:
-                with writes_confined_to(access.root):
-                    return pipe().migrate(source, destination, options, may_execute=access.execute).summary()
-
-            return in_api_wording(await anyio.to_thread.run_sync(migrate))
+            if access.execute and (validate_cmd or verify_cmd):
+                _refuse_hidden(source)
+            # in a process of its own, as every long call: a cancelled or abandoned call stops writing
+            call = (_migrate, source, destination, options, access.execute)
+            return in_api_wording(await _stoppable(*call, write_root=access.root))
 
     @server.tool()
     async def verify_migration(
@@ -432,6 +433,7 @@ def create_server(
         access.need(execute=True, tool="verify_migration")
         original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
+            _refuse_hidden(original, migrated)
             call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
             return in_api_wording(await _stoppable(*call))
 
@@ -451,6 +453,21 @@ async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | 
         return call.result()  # type: ignore[return-value]
     finally:
         call.stop()
+
+
+def _refuse_hidden(*folders: Path) -> None:
+    """A run copies a tree into the sandbox user's scratch, where all of it becomes readable: for a client of
+    this server (never the user who could read the files anyway) a tree with anything the sandbox user could
+    not read on its own is refused, naming the path and its mode, never its content (as check_xla does)."""
+    if not all(folder.is_dir() for folder in folders):
+        return  # the pipeline says which is not a folder
+    for folder in folders:
+        if hidden := hidden_from_sandbox(folder):
+            raise ValueError(
+                f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call never shows a run what "
+                "that user could not read. Make the tree readable to other users (chmod -R o+rX), or run the "
+                "verification yourself on this machine"
+            )
 
 
 def _check(
@@ -492,8 +509,8 @@ def _read_text(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def _migrate(src: Path, dst: Path | None, options: MigrateOptions) -> dict[str, Any]:
-    return get_pipeline().migrate(src, dst, options, may_execute=True).summary()
+def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:
+    return get_pipeline().migrate(src, dst, options, may_execute=may_execute).summary()
 
 
 def _suggest_validated(
