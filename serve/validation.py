@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from .inputs import parse_command
 from .project import ProjectError, ProjectSource
 from .results import CheckRun, Evidence, SuggestOptions, verdict
+from .tree import GENERATED_TESTS_DIR
 
 PROJECT = "project"  # the copies' folder name (the original's and the migrated's, side by side)
 SEND_PROJECT = "send the project with the file (HTTP: `project`; MCP: `project_root`)"
@@ -96,11 +97,13 @@ def validate_in_project(
         if script is not None:
             record_script = script if inside else os.path.normpath(os.path.join(cwd, script))
             record = shlex.join(["python", record_script, *args])
+        # the tests live in the migrated copy, as migrate keeps them: the sandboxed sides read their recorded
+        # inputs there (a folder of the scratch beside the trees is not shown to them)
         checks.append(
             run_generated_tests(
                 roots["original"] / tree,
                 roots["migrated"] / tree,
-                Path(tmp, "tests"),
+                roots["migrated"] / tree / GENERATED_TESTS_DIR,
                 record=record,
                 timeout_s=options.timeout_s,
             )
