@@ -205,3 +205,45 @@ def test_mcp_stdio_validates_a_module_by_its_tests_and_checks_from_the_working_f
     assert not checked.is_error, checked.content[0].text
     reasons = " ".join(checked.structured_content["check"]["reasons"])
     assert "points.txt" not in reasons and "ModuleNotFoundError" not in reasons, reasons
+
+
+def test_a_run_that_misses_its_context_is_no_evidence_against_the_patch():
+    from xlaport.serve.results import CheckRun
+    from xlaport.serve.validation import _context_failure
+
+    def failed(last_line: str, exit_code: int = 1) -> CheckRun:
+        error = f'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n{last_line}'
+        report = {"exit_code": exit_code, "error": error, "steps": 0, "optimizer_steps": 0}
+        return CheckRun(name="xla_check", passed=False, level="none", reasons=["exited"], report=report)
+
+    missing = _context_failure(failed("ModuleNotFoundError: No module named 'sibling_utils'"), False, ".")
+    assert missing.passed is None and "`sibling_utils`" in missing.reasons[0] and "project_root" in missing.reasons[0]
+    installed = failed("ModuleNotFoundError: No module named 'json'")  # importable here: a real failure
+    assert _context_failure(installed, True, ".") is None
+    data = _context_failure(failed("FileNotFoundError: [Errno 2] No such file or directory: 'data/x.csv'"), True, "src")
+    assert data.passed is None and "`data/x.csv`" in data.reasons[0] and "`src`" in data.reasons[0]
+    offline = _context_failure(
+        failed("RuntimeError: Dataset not found. You can use download=True to download it"), True, "."
+    )
+    assert offline.passed is None and "network" in offline.reasons[0]
+    assert _context_failure(failed("RuntimeError: Expected XLA tensor. Got: torch.FloatTensor"), True, ".") is None
+    clean = failed("", exit_code=0).model_copy(update={"passed": False})
+    assert _context_failure(clean, True, ".").report["not_applicable"]
+
+
+def test_a_local_project_is_copied_without_its_caches_and_within_bounds(tmp_path, monkeypatch):
+    from xlaport.serve import project as project_module
+    from xlaport.serve.project import local_project
+
+    root = tmp_path / "repo"
+    for rel in ("train.py", "pkg/util.py", ".git/HEAD", ".venv/lib/x.py", "pkg/__pycache__/u.pyc", "data/a.txt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+    assert local_project(root).write_to(tmp_path / "copy") == 3
+    copied = sorted(str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file())
+    assert copied == ["data/a.txt", "pkg/util.py", "train.py"]
+    monkeypatch.setattr(project_module, "MAX_PROJECT_FILES", 2)
+    with pytest.raises(ProjectTooLarge, match="project_root"):
+        local_project(root).write_to(tmp_path / "copy2")
+    with pytest.raises(ProjectError):
+        local_project(tmp_path / "missing")
