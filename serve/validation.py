@@ -109,6 +109,8 @@ def validate_in_project(
             )
         )
     tests = checks[-1]
+    if checks[0].name == "xla_check" and (own := _original_fails_alike(checks[0], tests)) is not None:
+        checks[0] = own
     if tests.passed is None and any(c.name == "xla_check" and c.passed for c in checks):
         # nothing drivable changed but the entry point, and the program's run went through it: the run decides
         tests = tests.model_copy(
@@ -171,6 +173,23 @@ _NO_NETWORK = re.compile(
     r"Dataset not found|download=True|URLError|Name or service not known|Temporary failure in name resolution|"
     r"Network is unreachable|Connection refused|Max retries exceeded"
 )
+
+
+def _original_fails_alike(run: CheckRun, tests: CheckRun) -> CheckRun | None:
+    """The failed run as 'could not judge' when the original program, run for the tests' recording (CUDA mapped to
+    the CPU), failed with the same error: the program or its environment fails here, not the patch."""
+    if run.passed is not False:
+        return None
+    error = (run.report.get("error") or "").strip()
+    last = error.splitlines()[-1].strip() if error else ""
+    notes = " ".join(tests.report.get("generated", {}).get("notes", []))
+    if len(last) < 12 or "recorded run did not finish cleanly" not in notes or last not in notes:
+        return None
+    why = (
+        f"could not judge the patch: the original program fails the same way here ({last[:300]}), so the failure "
+        "is the program's or its environment's; make the original run first (its data, its dependencies)"
+    )
+    return run.model_copy(update={"passed": None, "reasons": [why]})
 
 
 def _context_failure(run: CheckRun, project_sent: bool, cwd: str) -> CheckRun | None:

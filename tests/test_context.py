@@ -247,3 +247,17 @@ def test_a_local_project_is_copied_without_its_caches_and_within_bounds(tmp_path
         local_project(root).write_to(tmp_path / "copy2")
     with pytest.raises(ProjectError):
         local_project(tmp_path / "missing")
+
+
+def test_a_failure_the_original_shares_is_not_the_patchs():
+    from xlaport.serve.results import CheckRun
+    from xlaport.serve.validation import _original_fails_alike
+
+    last = "RuntimeError: output with shape [1, 28, 28] doesn't match the broadcast shape [3, 28, 28]"
+    run = CheckRun(name="xla_check", passed=False, level="none", report={"error": f"Traceback ...\n{last}"})
+    notes = [f"the recorded run did not finish cleanly (exit code 1\nTraceback ...\n{last}); calls seen before"]
+    shared = CheckRun(name="generated_tests", passed=None, report={"generated": {"notes": notes}})
+    judged = _original_fails_alike(run, shared)
+    assert judged.passed is None and "original program fails the same way" in judged.reasons[0]
+    clean = CheckRun(name="generated_tests", passed=True, report={"generated": {"notes": []}})
+    assert _original_fails_alike(run, clean) is None  # the original ran: the patch broke it
