@@ -148,8 +148,8 @@ def _what_to_run(
         script, args = parse_command(options.command)
         if not (root / cwd / script).is_file():
             raise ProjectError(
-                f"the command's script {script!r} is not in the project's folder {cwd!r}: "
-                + ("send the project with it, or give `cwd`" if script else "")
+                f"the command's script {script!r} is not in the project's folder {cwd!r}: send the project with "
+                "it, or give the `cwd` the command is typed in"
             )
         return script, args, f"`{options.command}` in {cwd}, then generated tests of {rel_path}"
     if has_entry_point(migrated):
