@@ -253,13 +253,15 @@ def prepare(case: Case, corpus: Path, work: Path) -> Path:
     return copy
 
 
-def archive_of(project: Path) -> str:
-    """What an IDE plugin would send: the sources and configs, and the data folder, as a base64 tar.gz."""
+def archive_of(project: Path, data: list[str]) -> str:
+    """What an IDE plugin would send: the sources and configs, and the data folders the program reads (the case's
+    data specs), as a base64 tar.gz."""
+    folders = [Path(spec.partition(":")[2]) for spec in data]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for path in sorted(project.rglob("*")):
             rel = path.relative_to(project)
-            if path.is_file() and (path.suffix in SENT_SUFFIXES or rel.parts[0] == "data"):
+            if path.is_file() and (path.suffix in SENT_SUFFIXES or any(rel.is_relative_to(f) for f in folders)):
                 tar.add(path, arcname=str(rel))
     return base64.b64encode(buffer.getvalue()).decode()
 
@@ -284,7 +286,7 @@ def run_http(cases: list[Case], projects: dict[str, Path]) -> list[dict]:
         with httpx.Client(base_url=url, headers=headers, timeout=3600) as client:
             for case in cases:
                 project = projects[case.name]
-                archive = archive_of(project)
+                archive = archive_of(project, case.data)
                 source = (project / case.path).read_text()
                 options = {"validate_patch": True, "k": 0, "timeout_s": 600, "cwd": case.cwd}
                 if case.command:
