@@ -404,10 +404,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--regrade", type=Path, nargs="*", help="grade and tabulate rows saved by --json, run nothing")
     args = parser.parse_args()
-    if args.regrade:
+    if args.regrade:  # the files in order: a later row of the same case and front replaces an earlier one
         by_name = {c.name: c for c in CASES + EXTRA_CASES}
-        rows = [grade(by_name[r["case"]], r) for path in args.regrade for r in json.loads(path.read_text())]
-        print(table(rows))
+        latest = {(r["case"], r["front"]): r for path in args.regrade for r in json.loads(path.read_text())}
+        order = {c.name: i for i, c in enumerate(CASES + EXTRA_CASES)}
+        rows = [
+            grade(by_name[r["case"]], r) for _, r in sorted(latest.items(), key=lambda kv: (kv[0][1], order[kv[0][0]]))
+        ]
+        six = [r for r in rows if r["case"] in {c.name for c in CASES}]
+        print(table(six))
+        print("\nnot in the six (see EXTRA_CASES):")
+        print(table([r for r in rows if r not in six]))
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         return
