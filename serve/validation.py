@@ -93,10 +93,10 @@ def validate_in_project(
         # the tests' trees: the working folder when the file lies in it (the recorded run starts there), else the root
         inside = cwd == "." or PurePosixPath(rel_path).is_relative_to(cwd)
         tree = cwd if inside else "."
+        # inputs are synthesized from the signatures (probed on the original), not recorded from the command:
+        # replayed in this scratch layout, the sandboxed sides could not read the recorded inputs (measured on
+        # siamese-triplet's trainer.fit: 'ORIGINAL raised FileNotFoundError ... testgen_inputs/trainer.fit.pt')
         record = None
-        if script is not None:
-            record_script = script if inside else os.path.normpath(os.path.join(cwd, script))
-            record = shlex.join(["python", record_script, *args])
         # the tests live in the migrated copy, as migrate keeps them: the sandboxed sides read their recorded
         # inputs there (a folder of the scratch beside the trees is not shown to them)
         checks.append(
