@@ -93,6 +93,7 @@ class Case:
     because: str  # a regex the rejection's reason must match (the true reason)
     extra: dict[str, str] = field(default_factory=dict)  # files the user adds (a driver), in our own words
     cwd: str | None = None  # the folder the user runs it from, relative to the repository
+    migrated_first: list[str] = field(default_factory=list)  # files the user migrated before (rules, default)
 
 
 SIAMESE_DRIVER = '''\
@@ -179,9 +180,10 @@ CASES = [
         "main.py",
         STARGAN_COMMAND,
         ["image_classes:data/RaFD/train"],
-        replace("def main(config):", "def main(config):\n    torch.cuda.synchronize()"),
+        replace("def main(config):", "def main(config):\n    import torch\n\n    torch.cuda.synchronize()"),
         "a CUDA call written where the cuDNN flag was removed",
         "NVIDIA driver|not compiled with CUDA",
+        migrated_first=["solver.py"],
     ),
     Case(
         "morvan-gpu-cnn",
@@ -250,6 +252,17 @@ def prepare(case: Case, corpus: Path, work: Path) -> Path:
             unseen_data.make(spec, copy)
         for rel, text in case.extra.items():
             (copy / rel).write_text(text)
+    if case.migrated_first:  # a copy of its own: the other cases send these files unmigrated
+        first = work / f"{case.repo}+{case.name}"
+        if not first.exists():
+            from xlaport.serve.pipeline import Pipeline
+            from xlaport.serve.results import SuggestOptions
+
+            shutil.copytree(copy, first)
+            for rel in case.migrated_first:
+                patch = Pipeline().suggest((first / rel).read_text(), rel, SuggestOptions(k=0))
+                (first / rel).write_text(patch.migrated)
+        return first
     return copy
 
 

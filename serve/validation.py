@@ -198,6 +198,13 @@ def _context_failure(run: CheckRun, project_sent: bool, cwd: str) -> CheckRun | 
     report = run.report
     if run.passed is None or not report:
         return None
+    if report.get("exit_code") == 0 and not report.get("torch_xla_imported"):
+        why = (
+            "the program ran to its end without importing torch_xla: the device is chosen in files of the project "
+            "that are not migrated yet; migrate them too (migrate_repo, or suggest each and send the project with "
+            "the migrated files)"
+        )
+        return run.model_copy(update={"passed": None, "reasons": [f"could not judge the patch: {why}"]})
     if report.get("exit_code") == 0 and not report.get("steps") and not report.get("optimizer_steps"):
         return run.model_copy(
             update={

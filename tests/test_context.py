@@ -227,8 +227,17 @@ def test_a_run_that_misses_its_context_is_no_evidence_against_the_patch():
     )
     assert offline.passed is None and "network" in offline.reasons[0]
     assert _context_failure(failed("RuntimeError: Expected XLA tensor. Got: torch.FloatTensor"), True, ".") is None
-    clean = failed("", exit_code=0).model_copy(update={"passed": False})
+    clean = failed("", exit_code=0)
+    clean.report["torch_xla_imported"] = True
     assert _context_failure(clean, True, ".").report["not_applicable"]
+    elsewhere = failed("", exit_code=0)  # never imported torch_xla: other files still pick the device
+    assert _context_failure(elsewhere, True, ".").passed is None and "not migrated yet" in elsewhere_reason(elsewhere)
+
+
+def elsewhere_reason(run):
+    from xlaport.serve.validation import _context_failure
+
+    return _context_failure(run, True, ".").reasons[0]
 
 
 def test_a_local_project_is_copied_without_its_caches_and_within_bounds(tmp_path, monkeypatch):
