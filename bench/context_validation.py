@@ -159,8 +159,10 @@ CASES = [
         "trainer.py",
         "python drive_fit.py",
         [],
-        replace("target = target.to(torch_xla.device())", "target = target"),
-        "the targets stay on the CPU while the outputs are on the XLA device",
+        # (first tried: the targets left on the CPU; torch_xla takes a CPU tensor in an elementwise op, so that
+        # run passed L2: a host copy per step, not an error, and not the wrong patch this case needs)
+        replace("data = tuple(d.to(torch_xla.device()) for d in data)", "data = tuple(d for d in data)"),
+        "the batches stay on the CPU while the model is on the XLA device",
         DEVICE_MISMATCH,
         extra={"drive_fit.py": SIAMESE_DRIVER},
     ),
