@@ -69,21 +69,24 @@ def lint_file(
     *,
     source: str | None = None,
     analysis: ModuleAnalysis | None = None,
+    edits: bool = False,
 ) -> FileResult:
     """`project`: the tree `path` is part of, where `display` is its path from the tree's root. `source` (its text,
-    read here when not given) and `analysis` (of that text, by the tree summary) spare a read and a parse."""
+    read here when not given) and `analysis` (of that text, by the tree summary) spare a read and a parse.
+    `edits`: each fixable finding of a Python file carries its fix as text replacements."""
     name = display or str(path)
     if source is None:
         source, error = _read(path)
         if error:
             return FileResult(name, error=error)
     if is_pin_file(path) and LibraryPinPredatesTpu.code in (_codes(rules) or ()):  # only the torch_tpu target has it
-        found = lint_config(source, name, _codes(rules)) if config_kind(path) else []
+        found = lint_config(source, name, _codes(rules), edits) if config_kind(path) else []
         return FileResult(name, findings=found + lint_pins(source, name), source=source)
     if config_kind(path):
-        return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
+        return FileResult(name, findings=lint_config(source, name, _codes(rules), edits), source=source)
     try:
-        return FileResult(name, findings=lint_source(source, name, rules, project, analysis), source=source)
+        found = lint_source(source, name, rules, project, analysis, edits=edits)
+        return FileResult(name, findings=found, source=source)
     except Exception as exc:  # one bad file never stops a run
         return FileResult(name, source=source, error=_analysis_error(name, exc))
 
@@ -149,6 +152,7 @@ class TreeTask:
     codes: tuple[str, ...] | None = None  # None: every rule
     unsafe: bool = False
     keep_source: bool = True  # FileResult.source filled in (a lint's caller may not need the text back)
+    edits: bool = False  # a lint's fixable findings carry their fix as text replacements (JSON, SARIF)
 
     def rules(self) -> list[type[Rule]] | None:
         return None if self.codes is None else [get_rule(c) for c in self.codes]
@@ -455,7 +459,7 @@ class _Store:
         if task.fix:
             result = fix_file(path, rules, task.unsafe, item.name, project, source=source, analysis=analysis)
         else:
-            result = lint_file(path, rules, item.name, project, source=source, analysis=analysis)
+            result = lint_file(path, rules, item.name, project, source=source, analysis=analysis, edits=task.edits)
         if not task.keep_source:
             result.source = None
         return result

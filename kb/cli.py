@@ -1,4 +1,4 @@
-"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`);
+"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`, `docs`);
 `register` adds them to the root app.
 
 Each command imports the engine inside its function: every `xlaport` invocation imports this module, and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -110,13 +111,16 @@ def lint(
     rules = _rules(select, ignore, target)
     files = _files(paths)
     found, trees = _jobs(paths, files)
-    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=False)
+    machine = format is not LintFormat.text  # JSON and SARIF carry each fix's edits; SARIF hashes the lines
+    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=format is LintFormat.sarif, edits=machine)
     results = run_files(found, trees, task, _processes(jobs, len(files)))
     findings = [f for r in results for f in r.findings]
+    unanalysed = [(r.path, r.error) for r in results if r.error]
     if format is LintFormat.json:
-        typer.echo(as_json(findings))
+        typer.echo(as_json(findings, unanalysed))
     elif format is LintFormat.sarif:
-        typer.echo(as_sarif(findings, [(r.path, r.error) for r in results if r.error]))
+        sources = {r.path: r.source for r in results if r.source is not None}
+        typer.echo(as_sarif(findings, unanalysed, sources, os.getcwd()))
     else:
         if findings:
             typer.echo(as_text(findings))
@@ -209,6 +213,21 @@ def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201
     typer.echo(render_markdown(rule))
 
 
+def kb_docs(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the pages (created when missing).")],
+    target: TargetOption = "torch_xla",
+) -> None:
+    """Write one HTML page per rule (what, why, before/after, fix safety) and an index.html into OUT; SARIF's
+    helpUri points at these pages where they are published (XLAPORT_DOCS_URL)."""
+    from .docs import write_docs
+
+    rules = _rules(None, None, target)
+    if out.exists() and not out.is_dir():
+        fail_usage(f"not a folder: {out}")
+    written = write_docs(out, rules)
+    typer.echo(f"wrote {len(written) - 1} rule page(s) and {out / 'index.html'}", err=True)
+
+
 def kb_search(
     text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
@@ -237,4 +256,5 @@ def register(app: typer.Typer) -> None:
     kb_app.command("list")(kb_list)
     kb_app.command("show")(kb_show)
     kb_app.command("search")(kb_search)
+    kb_app.command("docs")(kb_docs)
     app.add_typer(kb_app, name="kb")

@@ -12,9 +12,22 @@ from libcst.metadata import CodeRange
 
 from .analysis.module import ModuleAnalysis
 from .cst_helpers import whole_statement
-from .finding import Applicability, Finding  # noqa: F401 (Finding: re-exported, the engine and rules import it here)
+from .finding import Applicability, Edit, Finding  # noqa: F401 (re-exported: the engine and rules import them here)
 
 Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+# How bad a finding is for a program on a TPU host (SARIF's levels): "error" it fails, trains on the wrong device or
+# silently loses a setting; "warning" it runs, slower (host syncs, recompiles, CPU fallback) or with other numerics;
+# "note" the code is harmless there (a no-op call, a deprecated spelling that still works).
+Severity = Literal["error", "warning", "note"]
+SEVERITY_BY_CATEGORY: dict[str, Severity] = {
+    "C1": "error",
+    "C2": "error",
+    "C3": "error",
+    "C4": "warning",
+    "C5": "warning",
+    "C6": "warning",
+    "C7": "warning",
+}
 
 CATEGORY_NAMES: dict[str, str] = {
     "C1": "environment / dependencies",
@@ -85,6 +98,8 @@ class Rule(cst.BatchableCSTVisitor):
     before: ClassVar[str]
     after: ClassVar[str] = ""
     message: ClassVar[str] = ""
+    # None: SEVERITY_BY_CATEGORY of the category (see `severity_of`)
+    severity: ClassVar[Severity | None] = None
     symptoms: ClassVar[tuple[str, ...]] = ()
     references: ClassVar[tuple[str, ...]] = ()
     # Snippets that must produce no finding of this rule (Fixit's "valid" examples).
@@ -165,6 +180,11 @@ class Rule(cst.BatchableCSTVisitor):
 
     def position(self, node: cst.CSTNode) -> CodeRange:
         return self.analysis.position(node)
+
+
+def severity_of(rule: type[Rule]) -> Severity:
+    """The rule's own severity, else its category's."""
+    return rule.severity or SEVERITY_BY_CATEGORY[rule.category]
 
 
 @cache

@@ -19,6 +19,7 @@ from xlaport.eval.verify.config import VerifyConfig
 from xlaport.eval.verify.report import VerifyReport
 
 from .inputs import parse_command
+from .phases import Step
 from .results import CheckRun, VerifyOutcome
 
 
@@ -75,27 +76,36 @@ def run_verify(
     original: Path,
     migrated: Path,
     command: str,
+    step: Step | None = None,
     cwd: str | None = None,
     loss_pattern: str | None = None,
     migrated_args: list[str] | None = None,
 ) -> VerifyReport:
     """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject, with
-    `loss_pattern` and `migrated_args` on top when given), the command run in their folder `cwd` (default: the caller's folder when it
-    stands in one of the trees, else their roots)."""
+    `loss_pattern` and `migrated_args` on top when given), the command run in their folder `cwd` (default: the
+    caller's folder when it stands in one of the trees, else their roots); `step` is told when each run starts."""
     script, args = parse_command(command)
     given = {"loss_pattern": loss_pattern, "migrated_args": migrated_args}
     given = {key: value for key, value in given.items() if value}
     config = VerifyConfig(**given) if given else None  # on top of the project's own settings
-    return verify_tree(original, migrated, ["python", script, *args], config, cwd)
+    return verify_tree(original, migrated, ["python", script, *args], config, on_step=step, subdir=cwd)
 
 
 def run_generated_tests(
-    original: Path, migrated: Path, out: Path, record: str | None = None, timeout_s: float = 600.0
+    original: Path,
+    migrated: Path,
+    out: Path,
+    record: str | None = None,
+    timeout_s: float = 600.0,
+    step: Step | None = None,
 ) -> CheckRun:
-    """Differential tests generated from the original, run against the migration.
+    """Differential tests generated from the original, run against the migration; `step` is told when the
+    generation (which records the original's run) and the run of the tests start.
 
     `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
     """
+    step = step or (lambda name: None)
+    step("the original's run (recording inputs for the tests)" if record else "generating the tests")
     try:
         # every public function and module of a changed file: a change also affects what calls into it
         generated = testgen.generate_tests(original, migrated, out, record=record, changed_files=True)
@@ -109,6 +119,7 @@ def run_generated_tests(
             reasons=["no test could be generated" + (f" ({'; '.join(why[:3])})" if why else "")],
             report={"generated": generated.to_dict()},
         )
+    step(f"the generated tests ({len(generated.tests)})")
     run = testgen.run_generated_tests(out, timeout_s=timeout_s, trees=[original, migrated])
     reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
     if run.timed_out:

@@ -36,7 +36,11 @@ def in_original_lines(manual: list[ManualItem], original: str, migrated: str) ->
     return [
         item.model_copy(
             update={
-                "finding": dataclasses.replace(item.finding, line=original_line(item.finding.line)),
+                "finding": dataclasses.replace(
+                    item.finding,
+                    line=original_line(item.finding.line),
+                    end_line=original_line(item.finding.end_line) if item.finding.end_line else None,
+                ),
                 "migrated_line": item.finding.line,
             }
         )

@@ -42,6 +42,7 @@ from .inputs import check_arguments, check_file_name, parse_command
 from .isolated import FIX_WORKERS, fix_source_killable
 from .lines import in_original_lines
 from .migration import TreeRun, finish_migration, library_pin_notes, plan_migration, write_and_prove
+from .phases import PhaseListener, PhaseTimer
 from .project import ProjectSource
 from .results import (
     CheckOutcome,
@@ -56,7 +57,7 @@ from .results import (
     VerifyOutcome,
 )
 from .source import unified_diff
-from .tree import Progress, rewrite_tree
+from .tree import rewrite_tree
 from .validation import check_in_project, validate_in_project
 
 RULES_ONLY = "rules-only: no code model configured"
@@ -340,7 +341,9 @@ class Pipeline:
             if not Path(folder).is_dir():
                 raise ValueError(f"not a directory: {folder}")
         check_arguments(migrated_args or [])
-        report = run_verify(Path(original), Path(migrated), command, cwd, loss_pattern, migrated_args)
+        report = run_verify(
+            Path(original), Path(migrated), command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
+        )
         return verify_outcome(report, command)
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
@@ -366,19 +369,23 @@ class Pipeline:
         src: Path,
         dst: Path | None,
         options: MigrateOptions | None = None,
-        progress: Progress | None = None,
+        progress: PhaseListener | None = None,
         *,
         may_execute: bool = True,
     ) -> MigrationResult:
         """Migrates a tree into `dst` (or in place), validates and verifies it, writes the reports and the trace.
 
         One record per file goes through the stages of serve/migration.py. With `in_place`, a migration that
-        validation or verify rejects is not written at all.
+        validation or verify rejects is not written at all. `progress` is told when each phase (and step) starts;
+        the result records what each took (serve/phases.py).
         """
         options = options or MigrateOptions()
         run = plan_migration(src, dst, options, may_execute)  # refuses before any work
         run.rules = self.rules(options.select, options.ignore, options.target)
-        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, progress)
+        run.timer = PhaseTimer(progress)
+        run.timer.start("rewrite")
+        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, run.timer.files)
+        run.timer.start("related fixes" if options.k or self.proposer is not None else "findings left")
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
         write_and_prove(run)

@@ -15,6 +15,8 @@ from xlaport.kb.retrieval import FixHit
 
 from xlaport.targets import DEFAULT_TARGET, Target
 
+from .phases import PhaseTime
+
 Status = Literal["validated", "rejected", "unvalidated"]
 
 
@@ -187,6 +189,7 @@ class MigrationResult(BaseModel):
     report_dir: str
     reports: dict[str, str] = {}
     wall_s: float = 0.0
+    phases: list[PhaseTime] = []  # where wall_s went (serve/phases.py)
 
     def summary(self) -> dict[str, Any]:
         """The short form the CLI prints (same keys as before, plus validation and reports)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache"})
 # What xlaport itself writes beside a migrated tree (serve/report.py, xlaport/trace.py): never a user's file to lint,
 # migrate or copy again (a second migrate of a migrated tree would carry the first one's report along).
-OWN_OUTPUT_FILE = re.compile(r"xlaport-(report|verify)\.(json|md|html)|xlaport-trace\.jsonl")
+OWN_OUTPUT_FILE = re.compile(r"xlaport-(report|verify|rules)\.(json|md|html)|xlaport-trace\.jsonl")
 
 
 def is_own_output(name: str) -> bool:

@@ -27,6 +27,7 @@ IMPORT_XLA_BACKEND = ("torch_xla.distributed.xla_backend", None, None)
 @register
 class XlaDeviceDeprecated(Rule):
     code = "XLA101"
+    severity = "warning"  # deprecated: it still runs
     needs = ("xla_device",)
     title = "`xm.xla_device()` is deprecated: use `torch_xla.device()`"
     category = "C1"
@@ -62,6 +63,7 @@ class XlaDeviceDeprecated(Rule):
 @register
 class MarkStepDeprecated(Rule):
     code = "XLA102"
+    severity = "warning"  # deprecated: it still runs
     needs = ("mark_step",)
     title = "`xm.mark_step()` is deprecated: use `torch_xla.sync()`"
     category = "C1"

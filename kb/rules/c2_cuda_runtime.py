@@ -55,6 +55,7 @@ class CudaSynchronize(Rule):
 @register
 class CudnnFlags(Rule):
     code = "XLA205"
+    severity = "note"  # ignored on TPU: harmless
     needs = ("cudnn",)
     title = "cuDNN flags do nothing on TPU"
     category = "C2"

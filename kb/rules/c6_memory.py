@@ -105,6 +105,7 @@ class _RemoveCudaCall(Rule):
 @register
 class CudaEmptyCache(_RemoveCudaCall):
     code = "XLA602"
+    severity = "note"  # a no-op on TPU
     needs = ("cuda",)
     title = "`torch.cuda.empty_cache()` frees nothing on TPU"
     category = "C6"
@@ -128,6 +129,7 @@ class CudaEmptyCache(_RemoveCudaCall):
 @register
 class CudaMemoryFraction(_RemoveCudaCall):
     code = "XLA603"
+    severity = "error"  # raises without a GPU
     needs = ("cuda",)
     title = "`torch.cuda.set_per_process_memory_fraction()` raises without a GPU"
     category = "C6"
@@ -151,6 +153,7 @@ class CudaMemoryFraction(_RemoveCudaCall):
 @register
 class CudaResetPeakStats(_RemoveCudaCall):
     code = "XLA604"
+    severity = "error"  # raises without a GPU
     needs = ("cuda",)
     title = "`torch.cuda.reset_peak_memory_stats()` raises without a GPU"
     category = "C6"

@@ -15,6 +15,7 @@ NVTX_STATEMENTS = {NVTX + n for n in ("range_push", "range_pop", "mark", "range_
 @register
 class NvtxRanges(Rule):
     code = "XLA704"
+    severity = "note"  # annotates nothing, harmless
     needs = ("nvtx",)
     title = "NVTX ranges annotate nothing on TPU"
     category = "C7"
