@@ -107,7 +107,20 @@ def ppi(root: Path, graphs: int = 4, nodes: int = 60, degree: int = 4) -> None:
         np.save(root / f"{split}_graph_id.npy", np.repeat(np.arange(1, count + 1), nodes))
 
 
+def image_classes(root: Path, classes: int = 2, per_class: int = 12, size: int = 40) -> None:
+    """An ImageFolder tree: `classes` folders of small random RGB PNG images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    for index in range(classes):
+        folder = root / f"class{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
+    "image_classes": image_classes,
     "mnist": mnist,
     "fashion_mnist": fashion_mnist,
     "text": text,
