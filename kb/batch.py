@@ -156,9 +156,20 @@ class TreeTask:
     unsafe: bool = False
     keep_source: bool = True  # FileResult.source filled in (a lint's caller may not need the text back)
     edits: bool = False  # a lint's fixable findings carry their fix as text replacements (JSON, SARIF)
+    # (a file's path as its FileJob has it, codes turned off there): `per-file-ignores` (kb/lint_config.py)
+    ignored: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def rules(self) -> list[type[Rule]] | None:
         return None if self.codes is None else [get_rule(c) for c in self.codes]
+
+    def codes_for(self, path: str) -> tuple[str, ...] | None:
+        """The codes to run on the file at `path`: `codes` less what per-file-ignores turns off there."""
+        off = dict(self.ignored).get(path)
+        if not off:
+            return self.codes
+        if self.codes is None:
+            raise ValueError("per-file ignores need the codes to run (TreeTask.codes)")
+        return tuple(c for c in self.codes if c not in off)
 
 
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
@@ -453,9 +464,10 @@ class _Store:
         text = self.texts.pop(item.key, None)
         if text is not None:
             self.kept -= len(text)
-        if task.codes not in self.rules:
-            self.rules[task.codes] = task.rules()
-        rules = self.rules[task.codes]
+        codes = task.codes_for(item.path)
+        if codes not in self.rules:
+            self.rules[codes] = None if codes is None else [get_rule(c) for c in codes]
+        rules = self.rules[codes]
         analysis = visitor.analysis if visitor is not None else None
         source = text if analysis is not None else None
         path = Path(item.path)

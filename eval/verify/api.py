@@ -33,7 +33,7 @@ def verify(
 ) -> VerifyReport:
     """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration.
     `on_step` is told when each run, and the grading, starts (a progress display; the migration's timings).
-    `subdir`: the folder of the trees the command runs in (default: the caller's, when it stands in a tree)."""
+    `subdir`: the folder of both trees the command runs in (default: the caller's, when it stands in a tree)."""
     on_step = on_step or (lambda name: None)
     started = time.perf_counter()
     config = (config or VerifyConfig()).validate()
@@ -44,6 +44,9 @@ def verify(
     script, args = split_command(list(command))
     if subdir is None:
         subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
+    elif Path(subdir).is_absolute() or ".." in Path(subdir).parts:
+        raise VerifyUsageError(f"the working folder must be relative to the trees and inside them: {subdir}")
+    subdir = "" if subdir in (".", "") else str(Path(subdir))
     for folder in (original, migrated):
         if not (folder / subdir / script).is_file():
             raise VerifyUsageError(f"{script} not found in {folder / subdir}")
