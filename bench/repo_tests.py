@@ -72,9 +72,24 @@ def junit_outcomes(path: Path) -> dict[str, str]:
     return outcomes
 
 
-def run_suite(python: Path, tree: Path, repo: Repo, junit: Path) -> SuiteRun:
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tree)}
-    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *repo.tests]
+def _suite_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tree)}
+
+
+def selected_tests(python: Path, tree: Path, repo: Repo) -> list[str]:
+    """The pytest arguments to run: the manifest's, or every `sample`-th test id they collect (the same ids
+    run before and after, so a sampled suite still compares test by test)."""
+    if repo.sample <= 1:
+        return list(repo.tests)
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *repo.tests]
+    done = subprocess.run(command, cwd=tree, env=_suite_env(tree), capture_output=True, text=True, timeout=600)
+    ids = [line.strip() for line in done.stdout.splitlines() if "::" in line]
+    return ids[:: repo.sample] or list(repo.tests)
+
+
+def run_suite(python: Path, tree: Path, repo: Repo, junit: Path, tests: list[str]) -> SuiteRun:
+    env = _suite_env(tree)
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=repo.timeout_s)
@@ -105,7 +120,8 @@ def measure(repo: Repo, corpus: Path, env_dir: Path, work: Path) -> RepoResult:
     original = work / "original"
     migrated = work / "migrated"
     shutil.copytree(source, original, symlinks=True)
-    before = run_suite(python, original, repo, work / "before.xml")
+    tests = selected_tests(python, original, repo)
+    before = run_suite(python, original, repo, work / "before.xml", tests)
     done = subprocess.run(
         [*xlaport_command(), "migrate", str(source), "--out", str(migrated), "--format", "json"],
         capture_output=True,
@@ -115,7 +131,7 @@ def measure(repo: Repo, corpus: Path, env_dir: Path, work: Path) -> RepoResult:
         result.error = f"migrate failed ({done.returncode}): {done.stderr[-500:]}"
         return result
     result.files_changed = _files_changed(source, migrated)
-    after = run_suite(python, migrated, repo, work / "after.xml")
+    after = run_suite(python, migrated, repo, work / "after.xml", tests)
     result.before, result.after = summary(before), summary(after)
     result.broken = sorted(t for t, o in before.outcomes.items() if o == PASSED and after.outcomes.get(t) != PASSED)
     result.fixed = sorted(t for t, o in after.outcomes.items() if o == PASSED and before.outcomes.get(t) != PASSED)

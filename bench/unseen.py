@@ -8,10 +8,10 @@ are the pinned ones) with each repository's own dependencies installed on top; i
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import subprocess
 import sys
-import sysconfig
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ class Repo:
     tests: list[str]
     deps: list[str] = field(default_factory=list)
     timeout_s: float = 900
+    sample: int = 1  # run every N-th collected test (a suite of thousands of parametrized cases on 2 cores)
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,22 @@ def snapshot_dir(corpus: Path, name: str) -> Path:
     return corpus / name.replace("/", "__")
 
 
+PINNED_STACK = ("torch", "torchvision", "torch_xla")
+
+
+def _base_version(distribution: str) -> str:
+    """The installed version without its local part (2.9.0+cu128 -> 2.9.0), as a pip constraint takes it."""
+    return importlib.metadata.version(distribution).split("+")[0]
+
+
 def bench_python(deps: list[str], env_dir: Path = DEFAULT_ENV) -> Path:
     """The interpreter of the layered environment, with `deps` installed (made or extended on demand)."""
     python = env_dir / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-        base = sysconfig.get_paths()["purelib"]
+        # every site-packages this interpreter sees, in order: a worktree's thin venv reaches main's packages
+        # through a .pth line, and a path a .pth line adds is not processed again as a site dir
+        base = "\n".join(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
         site = subprocess.run(
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True,
@@ -89,9 +100,12 @@ def bench_python(deps: list[str], env_dir: Path = DEFAULT_ENV) -> Path:
     wanted = sorted(set(deps))
     stamp = env_dir / f".deps-{hashlib.sha256(' '.join(wanted).encode()).hexdigest()[:12]}"
     if wanted and not stamp.exists():
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted], check=True
-        )
+        # a dependency asking for a newer torch must not replace the pinned stack underneath (pip would
+        # install a whole new torch into the layer): such a requirement fails to resolve instead
+        pins = env_dir / "pinned-stack.txt"
+        pins.write_text("".join(f"{name}=={_base_version(name)}\n" for name in PINNED_STACK))
+        command = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", str(pins)]
+        subprocess.run([*command, *wanted], check=True)
         stamp.touch()
     return python
 

@@ -37,8 +37,10 @@ class ProgramResult:
     level: str = "not run"
     reasons: list[str] = field(default_factory=list)
     performance: list[str] = field(default_factory=list)
-    fixes: int = 0
-    manual: int = 0
+    fixes: int = 0  # fixes applied to the program's own script
+    manual: int = 0  # findings left for a human in the program's own script
+    tree_fixes: int = 0  # the same over the whole repository the default migrate rewrote
+    tree_manual: int = 0
     steps: int = 0
     seconds: float = 0.0
     error: str | None = None
@@ -69,7 +71,7 @@ def measure(program: Program, corpus: Path, env_dir: Path, work: Path) -> Progra
     if not migrated.is_dir():
         result.error = f"migrate failed ({done.returncode}): {done.stderr[-800:]}"
         return result
-    _count_migration(done.stdout, result)
+    _count_migration(done.stdout, migrated / "xlaport-report.json", program.script, result)
     script = migrated / program.script
     cwd = migrated / program.cwd
     command = [
@@ -102,14 +104,21 @@ def measure(program: Program, corpus: Path, env_dir: Path, work: Path) -> Progra
     return result
 
 
-def _count_migration(summary_json: str, result: ProgramResult) -> None:
+def _count_migration(summary_json: str, report: Path, script: str, result: ProgramResult) -> None:
+    """Fixes and findings left: the script's own (from the migration report's per-file entries) and the tree's."""
     try:
         summary = json.loads(summary_json)
     except json.JSONDecodeError:
+        result.fixes = result.manual = result.tree_fixes = result.tree_manual = -1  # unknown, never a silent 0
+        print(f"    migrate printed no JSON summary: {summary_json[:200]!r}", file=sys.stderr)
         return
-    if isinstance(summary, dict):  # the migrate summary's counts by kb code
-        result.fixes = sum(summary.get("fixes_applied", {}).values())
-        result.manual = sum(summary.get("findings_left", {}).values())
+    result.tree_fixes = sum(summary.get("fixes_applied", {}).values())
+    result.tree_manual = sum(summary.get("findings_left", {}).values())
+    if report.is_file():
+        for entry in json.loads(report.read_text()).get("files", []):
+            if entry.get("path") == script:
+                result.fixes = len(entry.get("codes_applied", []))
+                result.manual = len(entry.get("manual", []))
 
 
 def main() -> int:
@@ -138,9 +147,11 @@ def main() -> int:
                 )
         r = results[-1]
         print(f"    {r.level} ({r.seconds} s) {r.error or '; '.join(r.reasons)[:300]}", file=sys.stderr, flush=True)
-    print(f"{'program':64} {'level':>6} {'fixes':>5} {'manual':>6} {'steps':>5} {'s':>6}")
+    print("fixes / manual: in the program's script (in the whole repository)")
+    print(f"{'program':64} {'level':>6} {'fixes':>9} {'manual':>9} {'steps':>5} {'s':>6}")
     for r in results:
-        print(f"{r.repo + ': ' + r.script:64} {r.level:>6} {r.fixes:>5} {r.manual:>6} {r.steps:>5} {r.seconds:>6}")
+        fixes, manual = f"{r.fixes} ({r.tree_fixes})", f"{r.manual} ({r.tree_manual})"
+        print(f"{r.repo + ': ' + r.script:64} {r.level:>6} {fixes:>9} {manual:>9} {r.steps:>5} {r.seconds:>6}")
         for reason in r.reasons[:3]:
             print(f"    - {reason[:200]}")
         if r.error:

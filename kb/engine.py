@@ -24,7 +24,7 @@ from .analysis.devices import cpu_utility
 from .analysis.module import LAYOUT, ModuleAnalysis, module_walk, node_depths, parent_map
 from .analysis.project import ProjectSteps
 from .edits import ancestors, removal_marker, replace_nodes
-from .flips import CPU_UTILITY, FLIP_CODES, Span, blocked_flips
+from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
@@ -243,7 +243,7 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
     devices = analyse_devices(module)
     if cpu_utility(module):  # a conversion script keeps its CPU fallback; nothing else is held back
         for index, d in enumerate(detections):
-            if d.rule.code in ("XLA203", "XLA230"):
+            if d.rule.code in FALLBACK_CODES | GUARD_CODES:
                 detections[index] = replace(d, report=replace(d.report, message=CPU_UTILITY, replacement=None))
         return detections
     dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]

@@ -28,7 +28,11 @@ from .analysis.device_regions import cuda_reference_list
 from .analysis.devices import DeviceAnalysis
 from .analysis.module import walk
 
-FLIP_CODES = frozenset({"XLA203", "XLA226", "XLA230"})
+# the flips per target (TorchTPU's twins: TPU204 the guard's string, TPU205 the origins, TPU207 string guards)
+ORIGIN_CODES = frozenset({"XLA226", "TPU205"})
+GUARD_CODES = frozenset({"XLA230", "TPU207"})
+FALLBACK_CODES = frozenset({"XLA203", "TPU204"})
+FLIP_CODES = ORIGIN_CODES | GUARD_CODES | FALLBACK_CODES
 HARMLESS_WITHOUT_CUDA = frozenset({"XLA501"})
 # CUDA references that run without a CUDA driver (measured with torch 2.9 on a host without one): settings, probes
 # that answer False or 0, seeds and cache calls that do nothing. What they mean on a TPU is other rules' business;
@@ -105,7 +109,7 @@ def blocked_flips(
         found = next((b for r in guard.regions if (b := blocker(r, _code(guard.condition)))), None)
         if found is not None:
             for i, d in flips.items():
-                if d.code == "XLA230" and d.node is guard.test:
+                if d.code in GUARD_CODES and d.node is guard.test:
                     out[i] = found
     for key, test in facts.cpu_tests:
         found = next((b for r in test.regions if (b := blocker(r, _code(test.condition)))), None)
@@ -125,10 +129,11 @@ CPU_UTILITY = (
 
 
 def message(code: str, blocker: Blocker) -> str:
+    device = "TorchTPU" if code.startswith("TPU") else "XLA"
     return (
-        f"not rewritten: this flip makes the device XLA, and then `{blocker.what}` at line {blocker.line} runs "
+        f"not rewritten: this flip makes the device {device}, and then `{blocker.what}` at line {blocker.line} runs "
         f"(a TPU host never ran it: `{blocker.because}` kept it on the CPU path), which needs CUDA; rewrite that "
-        "call for XLA first, then migrate again"
+        f"call for {device} first, then migrate again"
     )
 
 
@@ -136,7 +141,7 @@ def _flip_keys(analysis: DeviceAnalysis, d: Detected) -> set[str]:
     """The device keys whose value the flip `d` makes XLA: an origin's key, the target of the assignment around
     a fallback or a guard (`device = 'cuda' if ... else 'cpu'`), or what a guarded block assigns (`if
     torch.cuda.is_available(): device = 'cuda'`)."""
-    if d.code == "XLA226":
+    if d.code in ORIGIN_CODES:
         key = analysis.facts.origin_keys.get(id(d.node))
         if key is not None:
             return {key}

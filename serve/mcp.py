@@ -28,9 +28,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
+from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
 from xlaport.kb.retrieval import FixHit
 
-from xlaport.files import DirtyTree, writes_confined_to
+from xlaport.files import DirtyTree
 from xlaport.targets import DEFAULT_TARGET, Target
 
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
@@ -191,14 +192,10 @@ def create_server(
                 force=force,
                 target=target,
             )
-            if access.execute and (validate_cmd or verify_cmd):  # runs the program: stoppable
-                return await _stoppable(_migrate, source, destination, options, write_root=access.root)
-
-            def migrate() -> dict[str, Any]:
-                with writes_confined_to(access.root):
-                    return pipe().migrate(source, destination, options, may_execute=access.execute).summary()
-
-            return await anyio.to_thread.run_sync(migrate)
+            if access.execute and (validate_cmd or verify_cmd):
+                _refuse_hidden(source)
+            # in a process of its own, as every long call: a cancelled or abandoned call stops writing
+            return await _stoppable(_migrate, source, destination, options, access.execute, write_root=access.root)
 
     @server.tool()
     async def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
@@ -207,6 +204,7 @@ def create_server(
         access.need(execute=True, tool="verify_migration")
         original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
+            _refuse_hidden(original, migrated)
             return await _stoppable(_verify, original, migrated, command)
 
     return server
@@ -227,6 +225,21 @@ async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | 
         call.stop()
 
 
+def _refuse_hidden(*folders: Path) -> None:
+    """A run copies a tree into the sandbox user's scratch, where all of it becomes readable: for a client of
+    this server (never the user who could read the files anyway) a tree with anything the sandbox user could
+    not read on its own is refused, naming the path and its mode, never its content (as check_xla does)."""
+    if not all(folder.is_dir() for folder in folders):
+        return  # the pipeline says which is not a folder
+    for folder in folders:
+        if hidden := hidden_from_sandbox(folder):
+            raise ValueError(
+                f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call never shows a run what "
+                "that user could not read. Make the tree readable to other users (chmod -R o+rX), or run the "
+                "verification yourself on this machine"
+            )
+
+
 def _check(source: str | None, path: Path | None, args: list[str], timeout_s: float) -> CheckOutcome:
     return get_pipeline().check(source=source, path=path, args=args, timeout_s=timeout_s)
 
@@ -235,8 +248,8 @@ def _verify(original: Path, migrated: Path, command: str) -> VerifyOutcome:
     return get_pipeline().verify(original, migrated, command)
 
 
-def _migrate(src: Path, dst: Path | None, options: MigrateOptions) -> dict[str, Any]:
-    return get_pipeline().migrate(src, dst, options, may_execute=True).summary()
+def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:
+    return get_pipeline().migrate(src, dst, options, may_execute=may_execute).summary()
 
 
 def _suggest_validated(source: str, path: str | None, options: SuggestOptions) -> Patch:

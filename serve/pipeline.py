@@ -12,7 +12,7 @@ Steps, in order:
               a reference run of the original). When validation and verify are given the same command, the
               program runs once: validation reuses verify's execution check;
 6. patch    — a unified diff plus evidence: codes applied, checks run, their results, the level reached;
-              for a tree, the migrated copy (serve/tree.py), the reports (serve/report.py) and the trace.
+              for a tree, the migrated copy (serve/migration.py, serve/tree.py), the reports and the trace.
 
 A patch is "validated" only when every check ran and passed (serve/results.py `verdict`). One `Pipeline`
 per process: the kb index is loaded once, on first use.
@@ -22,43 +22,27 @@ from __future__ import annotations
 
 import gc
 import shlex
-import shutil
-import tempfile
 import threading
-import time
-import uuid
-from collections import Counter
 from pathlib import Path
 
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
 from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
-from xlaport.kb.tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
 
 from xlaport.files import (
     BOM,
-    REPORT_MODE,
-    WriteFailed,
-    check_writable,
-    in_place_backups,
-    quoting_mode,
-    restrict_mode,
-    writable_too,
 )
-from xlaport.paths import traces_path
 from xlaport.targets import DEFAULT_TARGET, evidence_note
-from xlaport.trace import TRACE_FILE, append_records
 
-from .inputs import check_arguments, check_file_name, parse_command
+from .inputs import check_arguments, check_file_name
 from .isolated import FIX_WORKERS, fix_source_killable
-from .report import write_reports, write_verify_reports
+from .migration import TreeRun, finish_migration, library_pin_notes, plan_migration, write_and_prove
 from .results import (
     CheckOutcome,
-    CheckRun,
     Evidence,
     FileOutcome,
     FixEntry,
@@ -67,24 +51,11 @@ from .results import (
     MigrationResult,
     Patch,
     SuggestOptions,
-    Validation,
     VerifyOutcome,
-    verdict,
     with_verdict,
 )
 from .source import unified_diff
-from .tree import (
-    GENERATED_TESTS_DIR,
-    IN_PLACE_REPORT_DIR,
-    Progress,
-    check_destination,
-    plan_tree,
-    rewrite_configs,
-    rewrite_files,
-    trace_records,
-    write_in_place,
-    write_tree,
-)
+from .tree import Progress, rewrite_tree
 
 RULES_ONLY = "rules-only: no code model configured"
 # migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
@@ -369,207 +340,52 @@ class Pipeline:
     ) -> MigrationResult:
         """Migrates a tree into `dst` (or in place), validates and verifies it, writes the reports and the trace.
 
-        With `in_place`, a migration that validation or verify rejects is not written at all.
+        One record per file goes through the stages of serve/migration.py. With `in_place`, a migration that
+        validation or verify rejects is not written at all.
         """
-        start = time.perf_counter()
         options = options or MigrateOptions()
-        src = Path(src).resolve()
-        if not src.is_dir():
-            raise NotADirectoryError(f"source is not a directory: {src}")
-        tree_notes: list[str] = []
-        python, other = plan_tree(src, tree_notes)
-        if options.in_place:
-            report_dir = dst.resolve() if dst else src / IN_PLACE_REPORT_DIR
-            in_place_backups([src / rel for rel in python], options.force)  # refuse before any work
-        else:
-            if dst is None:
-                raise ValueError("a destination (--out) is needed unless migrating in place")
-            dst = Path(dst).resolve()
-            check_destination(src, dst, options.force)
-            report_dir = dst
-        for command in filter(None, (options.validate_cmd, options.verify_cmd)):
-            script, _ = parse_command(command)
-            if not (src / script).is_file():
-                raise ValueError(f"the command's script is not in the source tree: {script}")
-        rules = self.rules(options.select, options.ignore, options.target)
-        # the reports and traces quote the sources: none is readable by more people than every source is
-        report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
+        run = plan_migration(src, dst, options, may_execute)  # refuses before any work
+        run.rules = self.rules(options.select, options.ignore, options.target)
+        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, progress)
+        self.finish_tree(run)
+        run.notes += library_pin_notes(run)
+        write_and_prove(run)
+        return finish_migration(run)
 
-        results = rewrite_files(src, python, rules, options.unsafe_fixes, options.jobs, progress)
-        by_rel = dict(zip(python, results, strict=True))
-        outcomes, texts, originals, notes = [], {}, {}, tree_notes
-        for rel, result in by_rel.items():
-            if result.error:
-                outcomes.append(FileOutcome(path=str(rel), status="error", error=result.error))
+    def finish_tree(self, run: TreeRun) -> None:
+        """Steps 3–4 for each rewritten file of a tree: related kb fixes for what the rules left and, for Python
+        files, the code model; the migrated text and the file's outcome go into its record."""
+        k = run.options.k
+        for record in run.files:
+            rel, result = str(record.rel), record.rules
+            if result is None:  # a plain copy
                 continue
-            text, manual, proposals, file_notes = self.finish_file(
-                result.fixed, str(rel), result.findings, rules, options.k
-            )
-            texts[rel], originals[rel] = text, result.source
-            outcomes.append(
-                FileOutcome(
-                    path=str(rel),
-                    status="changed" if text != result.source else "unchanged",
-                    diff=unified_diff(result.source, text, str(rel)),
-                    codes_applied=[f.code for f in result.applied],
-                    manual=manual,
-                    rewritten_functions=[p.function_name for p in proposals],
-                    model=proposals[0].model if proposals else None,
-                    notes=[n for n in file_notes if n != RULES_ONLY],
+            if result.error:
+                record.outcome = FileOutcome(path=rel, status="error", error=result.error)
+                continue
+            if record.kind == "python":
+                text, manual, proposals, notes = self.finish_file(result.fixed, rel, result.findings, run.rules, k)
+            else:  # config files: rules only, no model
+                text, manual, proposals, notes = (
+                    result.fixed,
+                    self.manual_items(result.fixed, result.findings, k),
+                    [],
+                    [],
                 )
+            record.text = text
+            record.outcome = FileOutcome(
+                path=rel,
+                status="changed" if text != result.source else "unchanged",
+                diff=unified_diff(result.source, text, rel),
+                codes_applied=[f.code for f in result.applied],
+                manual=manual,
+                rewritten_functions=[p.function_name for p in proposals],
+                model=proposals[0].model if proposals else None,
+                notes=[n for n in notes if n != RULES_ONLY],
             )
-            notes += [n for n in file_notes if n == RULES_ONLY]
-        if options.k == 0 and any(o.manual for o in outcomes):
-            notes.append(NOT_SEARCHED)
-        for rel, result in rewrite_configs(src, other, rules).items():  # rules only, no model
-            by_rel[rel], texts[rel], originals[rel] = result, result.fixed, result.source
-            outcomes.append(
-                FileOutcome(
-                    path=str(rel),
-                    status="changed" if result.changed else "unchanged",
-                    diff=unified_diff(result.source, result.fixed, str(rel)),
-                    codes_applied=[f.code for f in result.applied],
-                    manual=self.manual_items(result.fixed, result.findings, options.k),
-                )
-            )
-
-        notes += library_pin_notes(src, other, rules)
-
-        validation = Validation(reason="validation was not requested (--validate)")
-        verification = None
-        if options.validate_cmd and not may_execute:
-            validation = Validation(
-                command=options.validate_cmd, reason="validation not allowed: running code needs permission"
-            )
-        if options.verify_cmd and not may_execute:
-            notes.append("verify not run: running code needs permission")
-        no_evidence = evidence_note(options.target)
-        if no_evidence is not None:  # nothing of this target runs here: no run, and the label says so
-            validation = Validation(command=options.validate_cmd, reason=f"{no_evidence}; the migration is unvalidated")
-            notes.append(f"{options.target}: {no_evidence}; validate/verify not run, the migration is unvalidated")
-            may_execute = False
-        written = True
-        if options.in_place:
-            if may_execute and (options.validate_cmd or options.verify_cmd):
-                with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage, writable_too(Path(stage)):
-                    write_tree(src, Path(stage), other, by_rel, texts)
-                    validation, verification = self.evidence(
-                        src, Path(stage), options, validation, report_dir, report_mode
-                    )
-            if validation.status == "rejected" or (verification is not None and verification.status == "fail"):
-                written = False
-                notes.append(
-                    "source left unchanged: "
-                    + ("validation" if validation.status == "rejected" else "verify")
-                    + " rejected the migration"
-                )
-            else:
-                backups, skipped = write_in_place(src, originals, texts, options.force)
-                if backups:
-                    notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
-                notes += [f"not written: {reason}" for reason in skipped]
-            copied = 0
-        else:
-            created = not dst.exists()
-            try:
-                copied = write_tree(src, dst, other, by_rel, texts)
-            except WriteFailed:
-                if created:  # no partial copy left behind
-                    shutil.rmtree(dst, ignore_errors=True)
-                raise
-            if may_execute:
-                validation, verification = self.evidence(src, dst, options, validation, report_dir, report_mode)
-
-        migration = MigrationResult(
-            run_id=uuid.uuid4().hex[:12],
-            src=str(src),
-            dst=None if options.in_place else str(dst),
-            in_place=options.in_place,
-            written=written,
-            python_files=len(python),
-            files_changed=sum(o.status == "changed" for o in outcomes),
-            other_files_copied=copied,
-            errors=[o.error for o in outcomes if o.error],
-            fixes_applied=dict(sorted(Counter(c for o in outcomes for c in o.codes_applied).items())),
-            findings_left=dict(sorted(Counter(m.finding.code for o in outcomes for m in o.manual).items())),
-            files=outcomes,
-            validation=validation,
-            verification=verification,
-            notes=list(dict.fromkeys(notes)),
-            report_dir=str(report_dir),
-        )
-        migration.wall_s = round(time.perf_counter() - start, 3)
-        migration.reports = write_reports(migration, report_dir, report_mode)
-        if options.keep_trace:  # opt-in: the records quote the user's source
-            records = trace_records(migration, originals, texts, by_rel)
-            check_writable(report_dir / TRACE_FILE)  # appended to, not replaced: checked here, not in atomic_write
-            migration.reports["trace"] = str(append_records(records, report_dir / TRACE_FILE))
-            global_trace = append_records(records, traces_path())
-            for trace in (report_dir / TRACE_FILE, global_trace):  # they quote the sources too
-                if trace is not None:
-                    restrict_mode(trace, report_mode)
-            if global_trace is not None:
-                migration.reports["trace_global"] = str(global_trace)
-        return migration
-
-    def evidence(
-        self,
-        original_root: Path,
-        migrated_root: Path,
-        options: MigrateOptions,
-        validation: Validation,
-        report_dir: Path,
-        report_mode: int = REPORT_MODE,
-    ) -> tuple[Validation, VerifyOutcome | None]:
-        """Validation (execution check + generated tests) and verify of a migrated tree, as asked.
-
-        The same command for both: verify runs first and its execution check is validation's, so the
-        program runs once for both. Verify's HTML and JSON go to `report_dir`.
-        """
-        if not (options.verify_cmd or options.validate_cmd):
-            return validation, None
-        from .checks import check_run_of_verify, run_verify, verify_outcome
-
-        verification = None
-        shared = None
-        if options.verify_cmd:
-            report = run_verify(original_root, migrated_root, options.verify_cmd)
-            verification = verify_outcome(report, options.verify_cmd)
-            verification.reports = write_verify_reports(report, report_dir, report_mode)
-            if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
-                shared = check_run_of_verify(verification.report)
-        if options.validate_cmd:
-            validation = self.validate_tree(original_root, migrated_root, options.validate_cmd, options, shared)
-        return validation, verification
-
-    def validate_tree(
-        self,
-        original_root: Path,
-        migrated_root: Path,
-        command: str,
-        options: MigrateOptions,
-        xla_check: CheckRun | None = None,
-    ) -> Validation:
-        """The execution check of the migrated entry script (unless given), then the generated tests."""
-        from .checks import run_generated_tests, run_xla_check
-
-        script, args = parse_command(command)
-        # run from the tree root, as the command is written (the recorded run and the tests do the same)
-        checks = [
-            xla_check
-            or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb, migrated_root)
-        ]
-        record = shlex.join(["python", script, *args])
-        # tests for every changed file's functions and modules, inputs recorded from the same command on the
-        # original; kept in the migrated tree, to run again on a TPU host
-        tests_dir = migrated_root / GENERATED_TESTS_DIR
-        checks.append(
-            run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s)
-        )
-        status, reason, level = verdict(checks)
-        return Validation(
-            command=command, checks=checks, level=level, validated=status == "validated", status=status, reason=reason
-        )
+            run.notes += [n for n in notes if n == RULES_ONLY]
+        if k == 0 and any(record.outcome.manual for record in run.files if record.outcome):
+            run.notes.append(NOT_SEARCHED)
 
 
 _DEFAULT: Pipeline | None = None
@@ -583,17 +399,3 @@ def get_pipeline() -> Pipeline:
         if _DEFAULT is None:
             _DEFAULT = Pipeline(proposer=load_default_proposer())
         return _DEFAULT
-
-
-def library_pin_notes(src: Path, files: list[Path], rules: list[type[Rule]]) -> list[str]:
-    """The torch_tpu target's library-version trap (kb/tpu_pins.py) in the tree's requirements files and
-    pyproject.toml, one note per pin: nothing to rewrite, a human checks the release."""
-    if LibraryPinPredatesTpu not in rules:
-        return []
-    notes = []
-    for rel in files:
-        path = src / rel
-        if is_pin_file(rel) and not path.is_symlink() and path.stat().st_size < 1_000_000:
-            found = lint_pins(path.read_text(encoding="utf-8", errors="replace"), str(rel))
-            notes += [f"{f.path}:{f.line}: {f.code} {f.message}" for f in found]
-    return notes

@@ -9,8 +9,10 @@ cannot be read or parsed are reported and copied byte for byte.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from xlaport.kb.batch import FileJob, FileResult, Progress, Tree, TreeTask, fix_file, run_files
 from xlaport.kb.batch import auto_jobs as batch_auto_jobs
@@ -41,6 +43,30 @@ MAX_AUTO_JOBS = 8
 
 class DestinationNotEmpty(FileExistsError):
     pass
+
+
+@dataclass
+class FileRecord:
+    """One file of a migrated tree, from the plan to the trace: read and rewritten once, written once.
+
+    `kind`: "python" (the rules, then related kb fixes and the code model for what they leave), "config" (a config
+    file or run script that names a CUDA device or NCCL: the rules only) or "copy" (copied byte for byte).
+    """
+
+    rel: Path  # from the tree's root
+    kind: Literal["python", "config", "copy"]
+    rules: FileResult | None = None  # what the rules did: the original text, their rewrite, the findings left
+    text: str | None = None  # the migrated text; None: the file is copied as it is (never written as migrated)
+    outcome: FileOutcome | None = None  # what the reports say of it; None for a plain copy
+
+    @property
+    def original(self) -> str:
+        return (self.rules.source if self.rules else None) or ""
+
+
+def plan_records(python: list[Path], other: list[Path]) -> list[FileRecord]:
+    """One record per file of `plan_tree`'s lists, Python files first."""
+    return [FileRecord(rel, "python") for rel in python] + [FileRecord(rel, "copy") for rel in other]
 
 
 # --- planning and rewriting -----------------------------------------------------------------------------
@@ -108,37 +134,50 @@ def rewrite_files(
     return run_files(files, [Tree(src, tuple(rels))], task, jobs, WORKER_CONTEXT, progress)
 
 
-def rewrite_configs(src: Path, other: list[Path], rules: list[type[Rule]] | None) -> dict[Path, FileResult]:
-    """The config files and run scripts among `other` that name a CUDA device or NCCL (kb/configs.py), fixed;
-    the others, and files that are not text, are copied as they are."""
-    results = {rel: fix_file(src / rel, rules, display=str(rel)) for rel in other if config_kind(rel)}
-    return {rel: r for rel, r in results.items() if not r.error and (r.applied or r.findings)}
+def rewrite_tree(
+    src: Path,
+    records: list[FileRecord],
+    rules: list[type[Rule]] | None,
+    unsafe: bool,
+    jobs: int | None = 1,
+    progress: Progress | None = None,
+) -> None:
+    """Fills in what the rules do to each record: the Python files in worker processes (`rewrite_files`), then the
+    config files and run scripts that name a CUDA device or NCCL (kb/configs.py: rules only, safe fixes only;
+    symlinks are never rewritten through). Other files, and files that are not text, stay plain copies."""
+    python = [record for record in records if record.kind == "python"]
+    results = rewrite_files(src, [record.rel for record in python], rules, unsafe, jobs, progress)
+    for record, result in zip(python, results, strict=True):
+        record.rules = result
+    for record in records:
+        if record.kind == "copy" and config_kind(record.rel) and not (src / record.rel).is_symlink():
+            result = fix_file(src / record.rel, rules, display=str(record.rel))
+            if not result.error and (result.applied or result.findings):
+                record.kind, record.rules = "config", result
 
 
-def write_tree(src: Path, dst: Path, other: list[Path], results: dict[Path, FileResult], texts: dict[Path, str]) -> int:
-    """Writes the migrated copy: migrated text where there is one, the original bytes otherwise."""
-    for rel in other:
-        copy_file(src / rel, dst / rel)
-    for rel, result in results.items():
-        if result.error or rel not in texts:
-            copy_file(src / rel, dst / rel)  # never written as migrated
+def write_tree(src: Path, dst: Path, records: list[FileRecord]) -> int:
+    """Writes the migrated copy: migrated text where there is one, the original bytes otherwise. Returns the
+    number of files that are not Python (copied, or config files rewritten)."""
+    for record in records:
+        if record.text is None:
+            copy_file(src / record.rel, dst / record.rel)  # never written as migrated
         else:
-            atomic_write(dst / rel, texts[rel], like=src / rel)
-            shutil.copystat(src / rel, dst / rel)
-    return len(other)
+            atomic_write(dst / record.rel, record.text, like=src / record.rel)
+            shutil.copystat(src / record.rel, dst / record.rel)
+    return sum(record.kind != "python" for record in records)
 
 
-def write_in_place(
-    src: Path, originals: dict[Path, str], texts: dict[Path, str], force: bool
-) -> tuple[list[str], list[str]]:
+def write_in_place(src: Path, records: list[FileRecord], force: bool) -> tuple[list[str], list[str]]:
     """Rewrites the changed files of `src` atomically; keeps `.xlaport.bak` copies where git cannot restore them.
     (backups, files left as they were because they were edited while the tree was analysed, with the reason)."""
-    changed = [rel for rel, text in texts.items() if text != originals[rel]]
-    needs_backup = in_place_backups([src / rel for rel in changed], force)
+    changed = [record for record in records if record.text is not None and record.text != record.original]
+    needs_backup = in_place_backups([src / record.rel for record in changed], force)
     backups, skipped = [], []
-    for rel in changed:
+    for record in changed:
+        path = src / record.rel
         try:
-            backup = write_with_backup(src / rel, texts[rel], src / rel in needs_backup, expected=originals[rel])
+            backup = write_with_backup(path, record.text, path in needs_backup, expected=record.original)
         except ChangedMeanwhile as exc:
             skipped.append(str(exc))
             continue
@@ -148,24 +187,23 @@ def write_in_place(
 
 
 # --- the migration trace ------------------------------------------------------------------------------------
-def trace_records(
-    migration: MigrationResult, originals: dict[Path, str], texts: dict[Path, str], results: dict[Path, FileResult]
-) -> list[TraceRecord]:
+def trace_records(migration: MigrationResult, records: list[FileRecord]) -> list[TraceRecord]:
     """The trace records of one run: one per file, one per function that changed or has findings left."""
     v = migration.validation
     validation = TraceValidation(
         status=v.status, level=v.level, reasons=[v.reason] if v.reason else [], command=v.command
     )
     run = {"run_id": migration.run_id, "time": datetime.now(UTC).isoformat(timespec="seconds"), "src": migration.src}
-    records = []
-    for outcome in migration.files:
-        rel = Path(outcome.path)
+    traces = []
+    for record in records:
+        outcome = record.outcome
+        if outcome is None:  # a plain copy
+            continue
         common = {**run, "path": outcome.path, "validation": validation}
-        original = originals.get(rel) or results[rel].source or ""
-        migrated = texts.get(rel, "")
+        original, migrated = record.original, record.text or ""
         left = [m.finding.code for m in outcome.manual]
         by = _proposed_by(bool(outcome.codes_applied), outcome.model)
-        records.append(
+        traces.append(
             TraceRecord(
                 **common,
                 unit="file",
@@ -180,9 +218,9 @@ def trace_records(
             )
         )
         # a file left as it was, with nothing applied or left, has no function records: not parsed again
-        if not outcome.error and not config_kind(rel) and (migrated != original or results[rel].applied or left):
-            records += _function_records(common, outcome, original, migrated, results[rel])
-    return records
+        if record.kind == "python" and not outcome.error and (migrated != original or record.rules.applied or left):
+            traces += _function_records(common, outcome, original, migrated, record.rules)
+    return traces
 
 
 def _function_records(

@@ -6,23 +6,21 @@ training is a leaf; kb and eval never import each other, except eval -> kb for f
 imports serve but its fronts and xlaport.cli; a function-local import is for a heavy third-party module
 (or, in a command module, for the command's own implementation, so `xlaport --help` stays fast), never
 to dodge a cycle. `tests/test_layers.py` runs the checker on this repository and on synthetic trees.
+
+Nothing passes by accident: the packages and their folders are read from the tree's pyproject.toml
+(`[tool.setuptools.package-dir]`), a package with no layer here, a declared folder that is missing or a tree with
+no module at all is an error, an import of an xlaport module that does not exist is an error (it would otherwise
+count as core), `from xlaport import serve` is an import of `xlaport.serve`, and `importlib.import_module(...)` /
+`__import__(...)` are imports like any other (a computed name only where DYNAMIC_IMPORTERS says why).
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-# repository folder -> package (pyproject.toml [tool.setuptools.package-dir])
-PACKAGE_DIRS = {
-    "xlaport": "xlaport",
-    "kb": "xlaport.kb",
-    "eval": "xlaport.eval",
-    "model": "xlaport.model",
-    "serve": "xlaport.serve",
-    "training": "xlaport.training",
-}
 ROOT_FRONTS = frozenset({"xlaport.cli", "xlaport.__main__"})  # the `xlaport` command: mounts every area
 SERVE_FRONTS = frozenset({"xlaport.serve.cli", "xlaport.serve.http", "xlaport.serve.mcp"})
 # what each area may import besides itself
@@ -67,14 +65,23 @@ HEAVY = frozenset(
 KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
     {
         ("xlaport.serve.pipeline", "xlaport.serve.checks"),
+        ("xlaport.serve.migration", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
         ("xlaport.kb.retrieval", "xlaport.kb.configs"),
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),
         ("xlaport.serve.mcp", "xlaport.serve.pipeline"),
         ("xlaport.serve.mcp", "xlaport.serve.isolated"),
+        ("xlaport.kb", "xlaport.kb.configs"),  # PEP 562: the package's names load on first use
     }
 )
+# Modules that import a module whose name is computed at run time, and why (nothing else may).
+DYNAMIC_IMPORTERS = {
+    "xlaport.kb": "PEP 562: its own modules, named in its table of lazy names",
+    "xlaport.eval.testgen.worker.side": "the user's modules under test, by the names the record holds",
+    "xlaport.eval.testgen.worker.probe": "the user's modules under test, by the names the record holds",
+}
+COMPUTED = "<computed>"  # the imported name of an import_module/__import__ call whose argument is not a literal
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,16 @@ class Violation:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.importer} imports {self.imported}: {self.why}"
+
+
+def package_dirs(root: Path) -> dict[str, str]:
+    """Repository folder -> package, as the tree's pyproject.toml declares them (empty when it declares none)."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    declared = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    dirs = declared.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    return {folder: package for package, folder in dirs.items()}
 
 
 def area(module: str) -> str | None:
@@ -111,7 +128,8 @@ def module_name(path: Path, folder: Path, package: str) -> str:
 
 
 def imports_of(tree: ast.Module, module: str, is_package: bool) -> list[tuple[ast.AST, str, list[str], bool]]:
-    """(node, imported module, names, function-local) of every import in the module."""
+    """(node, imported module, names, function-local) of every import in the module, `import_module(...)` and
+    `__import__(...)` calls included (COMPUTED when their argument is not a literal)."""
     local = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -127,39 +145,92 @@ def imports_of(tree: ast.Module, module: str, is_package: bool) -> list[tuple[as
                 base = base[: len(base) - node.level + (1 if is_package else 0)]
                 target = ".".join(base + ([node.module] if node.module else []))
             names = [alias.name for alias in node.names]
-            if not node.module:  # `from . import x`: each name is a module
-                found += [(node, f"{target}.{name}", [], id(node) in local) for name in names]
-            else:
-                found.append((node, target, names, id(node) in local))
+            found.append((node, target, names, id(node) in local))  # a name that is a module: _submodules_apart
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node.func):
+            found.append((node, _dynamic_target(node, module, is_package), [], id(node) in local))
     return found
 
 
+def _is_dynamic_import(func: ast.expr) -> bool:
+    """`importlib.import_module`, `import_module` (from importlib) or `__import__`."""
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return name in ("import_module", "__import__")
+
+
+def _dynamic_target(call: ast.Call, module: str, is_package: bool) -> str:
+    argument = call.args[0] if call.args else None
+    if not (isinstance(argument, ast.Constant) and isinstance(argument.value, str)):
+        return COMPUTED
+    name = argument.value
+    if not name.startswith("."):
+        return name
+    dots = len(name) - len(name.lstrip("."))  # relative to the importer's package (its `__package__`)
+    base = module.split(".")
+    base = base[: len(base) - dots + (1 if is_package else 0)]
+    return ".".join(base + ([name.lstrip(".")] if name.lstrip(".") else []))
+
+
 def check_tree(root: Path) -> list[Violation]:
-    """Every import of the packages under `root` that breaks the layers."""
+    """Every import of the packages under `root` that breaks the layers, and every reason the check itself would
+    see less than the whole tree (no package declared, a declared folder missing, a package with no layer)."""
+    structure = _structure_errors(root)
     modules = {}  # module -> (file, its imports)
-    for folder_name, package in PACKAGE_DIRS.items():
+    for folder_name, package in package_dirs(root).items():
         folder = root / folder_name
         for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
             module = module_name(path, folder, package)
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
             modules[module] = (path, imports_of(tree, module, path.name == "__init__.py"))
+    if not modules and not structure:
+        structure.append(Violation("pyproject.toml", 0, "", "", "no module found: the check would see nothing"))
     heavy = {
         module
         for module, (_, found) in modules.items()
         if any(not is_local and imported.split(".")[0] in HEAVY for _, imported, _, is_local in found)
     }
-    violations = []
+    violations = structure
     for module, (path, found) in modules.items():
-        for node, imported, names, is_local in found:
+        for node, imported, names, is_local in _submodules_apart(found, modules):
             targets = {imported} | {f"{imported}.{name}" for name in names}
             why = _why_not(module, imported, names, is_local and not targets & heavy, path.name)
+            if why is None and area(imported) is not None and imported not in modules:
+                why = "no such module in the tree: an unknown xlaport module would count as core"
             if why:
                 violations.append(Violation(str(path.relative_to(root)), node.lineno, module, imported, why))
     return violations
 
 
+def _structure_errors(root: Path) -> list[Violation]:
+    dirs = package_dirs(root)
+    if not dirs:
+        return [Violation("pyproject.toml", 0, "", "", "no [tool.setuptools.package-dir]: no package to check")]
+    errors = []
+    for folder, package in dirs.items():
+        if not (root / folder).is_dir():
+            errors.append(Violation(folder, 0, package, "", "declared in pyproject.toml, but the folder is missing"))
+        elif package != "xlaport" and area(package) in (None, "core"):
+            errors.append(Violation(folder, 0, package, "", "a package with no layer in tests/layers.py (MAY_IMPORT)"))
+    return errors
+
+
+def _submodules_apart(found: list, modules: dict) -> list:
+    """`from xlaport import serve` imports the module xlaport.serve, not a name of core: each name that is a module
+    of the tree becomes an import of that module."""
+    split = []
+    for node, imported, names, is_local in found:
+        submodules = [name for name in names if f"{imported}.{name}" in modules]
+        split += [(node, f"{imported}.{name}", [], is_local) for name in submodules]
+        if len(submodules) < len(names) or not names:
+            split.append((node, imported, [name for name in names if name not in submodules], is_local))
+    return split
+
+
 def _why_not(importer: str, imported: str, names: list[str], is_local: bool, file_name: str) -> str | None:
     """Why this import breaks the layers, or None. `is_local`: function-local and not of a heavy module."""
+    if imported == COMPUTED:
+        if importer in DYNAMIC_IMPORTERS:
+            return None
+        return "imports a module whose name is computed at run time (not in DYNAMIC_IMPORTERS)"
     src, dst = area(importer), area(imported)
     top = imported.split(".")[0]
     if dst is None:

@@ -397,3 +397,63 @@ def test_migrate_repo_in_place_with_validation_stages_outside_the_root(tmp_path,
     summary = result.structured_content
     assert summary["validation"]["status"] != "unvalidated" or "outside" not in str(summary["validation"]["reason"])
     assert summary["written"] and "torch_xla" in (src / "train.py").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user exists only for root")
+def test_verify_of_a_tree_the_sandbox_user_cannot_read_is_refused_without_its_content():
+    """A run copies the tree into the sandbox user's scratch, where a root-only 0600 file became readable and
+    verify_migration's output quoted it. A client's call is refused, naming the path and its mode."""
+    import tempfile
+
+    from xlaport.eval.sandbox import hidden_from_sandbox
+
+    base = Path(tempfile.mkdtemp(prefix="xlaport-test-hidden-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        for side in ("original", "migrated"):
+            (base / side).mkdir()
+            (base / side / "train.py").write_text("print(open('secret.txt').read())\n")
+        assert hidden_from_sandbox(base / "original") is None
+        secret = base / "original" / "secret.txt"
+        secret.write_text("hunter2\n")
+        secret.chmod(0o600)
+        assert str(secret) in hidden_from_sandbox(base / "original")
+        server = create_server(Pipeline(), allow_execution=True, root=base)
+        result = call(
+            server,
+            "verify_migration",
+            {"original_dir": "original", "migrated_dir": "migrated", "command": "python train.py"},
+        )
+        text = result.content[0].text
+        assert result.is_error and f"cannot read {secret} (-rw-------" in text and "hunter2" not in text
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.slow
+def test_a_cancelled_migrate_repo_stops_writing(tmp_path, monkeypatch):
+    """N12 for the migration that runs no program: it ran in a thread, which a cancel cannot stop, so a
+    cancelled call still wrote its whole tree afterwards. In a process of its own it is killed."""
+    import multiprocessing
+
+    import anyio
+
+    src = tmp_path / "project"
+    src.mkdir()
+    body = "".join(f"def f{i}(x):\n    return x.cuda() * {i}\n\n" for i in range(40))
+    for n in range(150):
+        (src / f"m{n}.py").write_text("import torch\n\n" + body)
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=True, root=tmp_path)
+
+    async def cancelled_after(seconds: float) -> None:
+        async with mcp.Client(server) as client:
+            with anyio.move_on_after(seconds):
+                await client.call_tool("migrate_repo", {"src": "project", "dst": "cancelled", "jobs": 1})
+
+    asyncio.run(cancelled_after(1.0))
+    start = time.monotonic()
+    whole = call(server, "migrate_repo", {"src": "project", "dst": "whole", "jobs": 1})
+    assert not whole.is_error and (tmp_path / "whole" / "xlaport-report.json").is_file()
+    time.sleep(min(time.monotonic() - start, 60))  # as long again as a whole migration took
+    assert not (tmp_path / "cancelled" / "xlaport-report.json").exists()
+    assert not [p for p in multiprocessing.active_children() if p.name == "xlaport-tool-call"]

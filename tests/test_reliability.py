@@ -388,7 +388,7 @@ def test_migrate_in_place_never_overwrites_an_edit_made_while_it_analysed(tmp_pa
         (src / "a.py").write_text(new_text)
         return results
 
-    monkeypatch.setattr("xlaport.serve.pipeline.rewrite_files", rewrite_then_edit)
+    monkeypatch.setattr("xlaport.serve.tree.rewrite_files", rewrite_then_edit)
     done = run("migrate", str(src), "--in-place")
     assert done.exit_code == 0, done.output
     assert (src / "a.py").read_text() == new_text and "changed while it was analysed" in done.output

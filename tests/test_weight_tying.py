@@ -103,3 +103,49 @@ def test_check_accepts_a_tie_the_program_restores_right_after_the_move(tmp_path)
     report = run_check(script, timeout_s=300, reveal=True)
     assert report.lost_ties == [] and report.level == "L2", report.reasons
     assert "parameters 1" in report.stdout_tail
+
+
+CONDITIONAL_TIE = """
+import torch
+import torch.nn as nn
+import torch_xla
+
+
+class Settings:
+    share_embeddings = SHARE
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(12, 6)
+        self.out = nn.Linear(6, 12, bias=False)
+
+
+def build(settings):
+    net = Decoder()
+    if settings.share_embeddings: net.out.weight = net.tokens.weight
+    net = net.to(torch_xla.device())
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    return net, optimizer
+
+
+net, optimizer = build(Settings())
+"""
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_conditional_tie_outside_a_class_is_made_again_under_its_condition(share):
+    """`if cfg.flag: net.a.weight = net.b.weight` then `net.to(device)` in a function: the fix ties again after
+    the move under the same condition (an untied configuration stays untied), and a second pass adds nothing."""
+    source = CONDITIONAL_TIE.replace("SHARE", str(share))
+    fixed = fix_source(source, rules=XLA314).fixed
+    assert fix_source(fixed, rules=XLA314).fixed == fixed
+    namespace: dict = {}
+    exec(compile(fixed, "<fixed>", "exec"), namespace)
+    net = namespace["net"]
+    assert (net.out.weight is net.tokens.weight) is share
+    assert len(list(net.parameters())) == (1 if share else 2)
+    untouched: dict = {}
+    exec(compile(source, "<before>", "exec"), untouched)
+    assert untouched["net"].out.weight is not untouched["net"].tokens.weight  # what the move did before the fix

@@ -27,10 +27,20 @@ init.py (PID 1 inside the namespaces), files.py (scratch folders, folders handed
 (`run_sandboxed`).
 """
 
+from pathlib import Path
+
 from .files import read_child_file, readable_scratch, scratch
 from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
 from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxRefused, SandboxResult, python_argv, run_sandboxed
-from .view import project_root
+from .view import project_root, unreadable_in_tree
+
+
+def hidden_from_sandbox(folder: Path) -> str | None:
+    """What of `folder` the sandbox user could not read on its own (None when it runs as the caller's user).
+    A run for a server's client must refuse such a tree: copied into a run's scratch it would be readable."""
+    user = sandbox_status().user
+    return unreadable_in_tree(folder, user) if user else None
+
 
 __all__ = [
     "DEFAULT_MEMORY_MB",
@@ -39,6 +49,7 @@ __all__ = [
     "Mechanisms",
     "SandboxRefused",
     "SandboxResult",
+    "hidden_from_sandbox",
     "host_memory_mb",
     "project_root",
     "python_argv",

@@ -162,6 +162,27 @@ def unreadable(path: str, user: tuple[int, int], within: str | None = None) -> s
     return None if may(path, user, bits) else describe(path)
 
 
+def unreadable_in_tree(folder: str | Path, user: tuple[int, int], limit: int = GIVE_LIMIT) -> str | None:
+    """The first entry of `folder` that `user` could not read on its own (a folder it cannot list, a file it
+    cannot read), described with its mode; None when all of it is readable. The folders above do not count (a
+    run mounts its folders back at their own paths, as `_blocked` judges a check). Links are not followed (a
+    copy keeps them as links). Stops after `limit` entries."""
+    real = os.path.realpath(folder)
+    seen = 0
+    for top, dirs, files in os.walk(real):
+        if not may(top, user, 0o5):
+            return describe(top)
+        dirs[:] = [d for d in dirs if d not in NOT_GIVEN and not os.path.islink(os.path.join(top, d))]
+        for name in files:
+            path = os.path.join(top, name)
+            seen += 1
+            if seen > limit:
+                return None
+            if not os.path.islink(path) and not may(path, user, 0o4):
+                return describe(path)
+    return None
+
+
 # --- views made by copying (no overlayfs, or no mount namespace) ------------------------------------------
 
 

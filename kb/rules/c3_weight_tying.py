@@ -193,9 +193,9 @@ class WeightTyingLostOnMove(Rule):
     def _check_block(self, body: list[cst.CSTNode]) -> None:
         """A tie (or a Hugging Face model) then a move of the same model, with no tie after the move."""
         for i, statement in enumerate(body):
-            for root, retie in self._ties_made(statement):
+            for root, retie in [*self._ties_made(statement), *self._conditional_ties(statement)]:
                 moves = [j for j in range(i + 1, len(body)) if root in self._moved(body[j])]
-                if not moves:
+                if not moves or _condition_changes(statement, body[i + 1 : moves[-1] + 1]):
                     continue
                 if not self._module_trains() and not _returns(body, root):
                     continue  # used here for inference only: both copies of the split tie keep the same values
@@ -238,11 +238,41 @@ class WeightTyingLostOnMove(Rule):
             return [(target, f"{target}.tie_weights()")]
         return []
 
+    def _conditional_ties(self, statement: cst.CSTNode) -> list[tuple[str, str]]:
+        """(model name, the `if` that ties again) for ties under an `if` with no `else` whose condition reads no
+        call (`if config.tie_word_embeddings: model.embed.weight = model.head.weight`): the copy after the move ties
+        again under the same condition, so an untied configuration stays untied."""
+        if not isinstance(statement, cst.If) or statement.orelse is not None or find_nodes(statement.test, cst.Call):
+            return []
+        ties: dict[str, list[str]] = {}
+        for inner in statement.body.body:
+            assign = _one_assignment(inner)
+            target = dotted(assign.targets[0].target) if assign is not None and len(assign.targets) == 1 else None
+            root = target.split(".")[0] if target else "self"
+            tie = tie_of(inner, root) if root != "self" else None
+            if tie:
+                ties.setdefault(root, []).append(f"    {tie[0]} = {tie[1]}\n")
+        condition = code_of(statement.test)
+        return [(root, f"if {condition}:\n{''.join(lines)}".rstrip()) for root, lines in ties.items()]
+
     def _moved(self, statement: cst.CSTNode) -> set[str]:
         """Names of the models that `statement` moves (`m.to(d)`, `m = m.to(d)`, `m.cuda()`)."""
         if isinstance(statement, SCOPES) or not isinstance(statement, cst.SimpleStatementLine):
             return set()
         return {name for call in find_nodes(statement, cst.Call) if (name := moved_module(self, call))}
+
+
+def _condition_changes(statement: cst.CSTNode, between: list[cst.CSTNode]) -> bool:
+    """Is a name that the `if` of a conditional tie reads assigned again before the move (then the same condition
+    after the move may not say what it said at the tie)?"""
+    if not isinstance(statement, cst.If):
+        return False
+    read = {n.value for n in find_nodes(statement.test, cst.Name)}
+    for later in between:
+        for target in find_nodes(later, cst.AssignTarget, cst.AugAssign, cst.AnnAssign):
+            if {n.value for n in find_nodes(target.target, cst.Name)} & read:
+                return True
+    return False
 
 
 def _returns(body: list[cst.CSTNode], name: str) -> bool:

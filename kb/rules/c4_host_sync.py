@@ -26,8 +26,9 @@ class ItemInStepLoop(StepContextRule):
     fix = "manual"
     detects = (
         "`t.item()` executed in every iteration of a loop that runs `backward()` / `optimizer.step()`, "
-        "including `print(loss.item())` and `tqdm.set_postfix(loss=loss.item())`. Reads in the body of an "
-        "every-N-steps branch (`if step % N == 0:`) are not flagged."
+        "including `print(loss.item())` and `tqdm.set_postfix(loss=loss.item())`, and in a function that such a "
+        "loop runs every step (a helper it calls, a model's `forward` and the methods `forward` calls, in any file "
+        "of the tree). Reads in the body of an every-N-steps branch (`if step % N == 0:`) are not flagged."
     )
     why = (
         "`.item()` must return a Python number, so XLA cuts the lazy graph there, compiles and runs the partial "
@@ -56,7 +57,12 @@ class ItemInStepLoop(StepContextRule):
         "    loss.backward()\n"
         "    xm.optimizer_step(optimizer)\n"
         "    xm.add_step_closure(lambda v: print(v.item()), args=(loss,))\n",
-        "def log(v):\n    print(v.item())\n\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    log(loss)\n",
+        "def log(v):\n    print(v.item())\n\n"
+        "for step, x in enumerate(loader):\n"
+        "    loss = model(x)\n"
+        "    loss.backward()\n"
+        "    if step % 100 == 0:\n"
+        "        log(loss)\n",
         "for epoch in range(3):\n"
         "    for x in loader:\n"
         "        loss = model(x)\n"
@@ -75,9 +81,15 @@ class ItemInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) != "item" or node.args:
+        if method_name(node) != "item" or node.args or self.is_host_value(node.func.value):
             return
-        if self.per_step_loop(node) is None or self.is_host_value(node.func.value):
+        if self.per_step_loop(node) is None:
+            func = self.per_step_function(node)
+            if func is not None:
+                self.report(
+                    node,
+                    f"`.item()` in {runs_every_step(func)} copies the value to the host every step; {HOST_SYNC_FIX}",
+                )
             return
         message = None
         for anc in self.ancestors(node):
@@ -90,6 +102,11 @@ class ItemInStepLoop(StepContextRule):
             if isinstance(anc, cst.BaseStatement):
                 break
         self.report(node, message)
+
+
+def runs_every_step(func: cst.FunctionDef) -> str:
+    """How a message names a function that the step loop reaches (a helper it calls, a model's `forward`)."""
+    return f"`{func.name.value}`, which runs every training step,"
 
 
 CAST_IN_LOOP = "converting a tensor to a Python number in the step loop syncs with the host every step"
@@ -174,7 +191,7 @@ LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_sc
 @register
 class TensorLoggedInStepLoop(StepContextRule):
     code = "XLA403"
-    needs = ("step", "backward", "sync")
+    needs = ("step", "backward", "sync", "forward")
     title = "Printing or logging a tensor in the training loop syncs every step"
     category = "C4"
     fix = "manual"
@@ -182,7 +199,8 @@ class TensorLoggedInStepLoop(StepContextRule):
         "`print(loss)`, f-strings with a tensor, `pbar.set_postfix(loss=loss)`, `writer.add_scalar(tag, loss, "
         'step)`, `logger.info(f"{loss}")` and `wandb.log({...: loss})` inside the training-step loop; and text '
         'formatted from a tensor wherever it goes (`print0(f"norm {norm:.4f}")` through a helper, '
-        '`f.write("%f" % loss)`), the gradient norm that `clip_grad_norm_` returns included.'
+        '`f.write("%f" % loss)`), the gradient norm that `clip_grad_norm_` returns included; the same in a function '
+        "that the loop runs every step (a helper, a model's `forward` and the methods it calls)."
     )
     why = (
         "Formatting a lazy tensor reads its value: XLA runs the pending graph and copies the value to the host "
@@ -214,10 +232,14 @@ class TensorLoggedInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self._is_log_call(node) or self.per_step_loop(node) is None:
+        if not self._is_log_call(node) or not any(self._logs_tensor(arg.value) for arg in node.args):
             return
-        if any(self._logs_tensor(arg.value) for arg in node.args):
+        if self.per_step_loop(node) is not None:
             self.report(node)
+        elif (func := self.per_step_function(node)) is not None:
+            self.report(
+                node, f"logging a tensor in {runs_every_step(func)} reads it on the host every step; {HOST_SYNC_FIX}"
+            )
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         self._check_text(node)
@@ -236,8 +258,16 @@ class TensorLoggedInStepLoop(StepContextRule):
                 return  # reported at the outermost text
             if isinstance(anc, cst.BaseStatement):
                 break
-        if self.per_step_loop(node) is not None and self._logs_tensor(node):
+        if not self._logs_tensor(node):
+            return
+        if self.per_step_loop(node) is not None:
             self.report(node, FORMAT_MESSAGE)
+        elif (func := self.per_step_function(node)) is not None:
+            self.report(
+                node,
+                f"formatting a tensor as text in {runs_every_step(func)} reads it on the host every "
+                f"step; {HOST_SYNC_FIX}",
+            )
 
     def _is_log_call(self, node: cst.Call) -> bool:
         is_print = isinstance(node.func, cst.Name) and self.is_builtin(node.func, "print")
@@ -277,11 +307,14 @@ HOST_COPY_METHODS = frozenset({"cpu", "tolist", "numpy"})
 @register
 class HostCopyInStepLoop(StepContextRule):
     code = "XLA404"
-    needs = ("step", "backward", "sync")
+    needs = ("step", "backward", "sync", "forward")
     title = "`.cpu()` / `.tolist()` / `.numpy()` in the training loop copies to the host every step"
     category = "C4"
     fix = "manual"
-    detects = '`.cpu()`, `.tolist()`, `.numpy()` and `.to("cpu")` executed in every iteration of the step loop.'
+    detects = (
+        '`.cpu()`, `.tolist()`, `.numpy()` and `.to("cpu")` executed in every iteration of the step loop, or in a '
+        "function that the loop runs every step (a helper, a model's `forward` and the methods it calls)."
+    )
     why = (
         "Moving a lazy tensor to the CPU executes the pending graph and waits for the device-to-host transfer "
         "every step (`TransferFromDeviceTime` grows per step, the step runs as several graphs)."
@@ -316,8 +349,16 @@ class HostCopyInStepLoop(StepContextRule):
         grand = self.parent(parent) if isinstance(parent, cst.Attribute) else None
         if isinstance(grand, cst.Call) and method_name(grand) in HOST_COPY_METHODS:
             return
-        if self.per_step_loop(node) is not None and not self.is_host_value(node.func.value):
+        if self.is_host_value(node.func.value):
+            return
+        if self.per_step_loop(node) is not None:
             self.report(node)
+        elif (func := self.per_step_function(node)) is not None:
+            self.report(
+                node,
+                f"copying to the host in {runs_every_step(func)} waits for the device every step; "
+                "keep results on the device or copy them in `xm.add_step_closure(fn, args=(t,))`",
+            )
 
 
 CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.devices import DeviceAnalysis, analyse
 from ..cst_helpers import (
+    code_of,
     drop_args,
     expr,
     is_cuda_string,
@@ -38,6 +40,9 @@ TPU_SPELLING = {
     "get_rng_state": "torch.accelerator.random.get_rng_state",
     "manual_seed": "torch.tpu.manual_seed",
     "manual_seed_all": "torch.tpu.manual_seed_all",
+    # every TPU generation computes in bfloat16 (it is TorchTPU's autocast default); asked of CUDA on a TPU host
+    # the answer is False, and nanoGPT-style code then picks float16 with a GradScaler
+    "is_bf16_supported": "True",
 }
 GUARD_TESTS = ("torch.cuda.is_available", "torch.accelerator.is_available")
 
@@ -46,6 +51,9 @@ def tpu_string(node: cst.SimpleString) -> cst.SimpleString:
     """`"cuda"` -> `"tpu"`, `"cuda:1"` -> `"tpu:1"` (same quotes)."""
     value = string_value(node) or ""
     return same_quotes(node, "tpu" + value[len("cuda") :])
+
+
+MAP_LOCATION = "`map_location` names a CUDA device; load on the CPU (`load_state_dict` copies onto the device)"
 
 
 @register
@@ -59,7 +67,7 @@ class CudaDeviceStringForTpu(Rule):
     needs = ("cuda",)
     detects = (
         '`"cuda"` / `"cuda:N"` as the device of `torch.device(...)`, `.to(...)`, a `device=` argument or an '
-        "autocast/GradScaler device type."
+        "autocast/GradScaler device type; as `torch.load`'s `map_location` it becomes `'cpu'`."
     )
     why = (
         "TorchTPU's device is the native `tpu` device (torch's PrivateUse1 backend, renamed when the package "
@@ -85,6 +93,10 @@ class CudaDeviceStringForTpu(Rule):
         for arg in candidates:
             if type(arg.value) is cst.SimpleString and is_cuda_string(arg.value):
                 self.report(arg.value, replacement=tpu_string(arg.value))
+        location = keyword_arg(node, "map_location") if self.is_call_to(node, "torch.load") else None
+        if location is not None and type(location.value) is cst.SimpleString and is_cuda_string(location.value):
+            # a checkpoint restored onto the CPU; `load_state_dict` copies it onto the module's device
+            self.report(location.value, MAP_LOCATION, replacement=same_quotes(location.value, "cpu"))
 
 
 @register
@@ -131,7 +143,7 @@ class CudaModuleForTpu(Rule):
     needs = ("cuda",)
     detects = (
         "`torch.cuda.is_available()`, `device_count()`, `current_device()`, `set_device()`, `synchronize()`, "
-        "`initial_seed()`, `get_rng_state()`, `manual_seed(_all)()`."
+        "`initial_seed()`, `get_rng_state()`, `manual_seed(_all)()`, `is_bf16_supported()`."
     )
     why = (
         "`torch.cuda.is_available()` is False on a TPU host, so a `'cuda' if torch.cuda.is_available() else 'cpu'` "
@@ -141,16 +153,33 @@ class CudaModuleForTpu(Rule):
         "`torch.tpu.manual_seed(_all)` public."
     )
     before = "import torch\nuse_gpu = torch.cuda.is_available()\ntorch.cuda.manual_seed_all(0)\n"
+    # `is_bf16_supported()` becomes `True`: every TPU computes in bfloat16
     after = "import torch\nuse_gpu = torch.accelerator.is_available()\ntorch.tpu.manual_seed_all(0)\n"
     message = "asks CUDA; on TorchTPU use `torch.accelerator` (or `torch.tpu` for seeding)"
     valid = ("import torch\nok = torch.accelerator.is_available()\n",)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.folded: set[int] = set()
+
+    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+        """`x and torch.cuda.is_bf16_supported()` -> `x` (the call is True on a TPU)."""
+        right = node.right
+        if isinstance(node.operator, cst.And) and type(right) is cst.Call and self.is_bf16_query(right):
+            self.folded.add(id(right))
+            self.report(right, target=node, replacement=node.left.with_changes(lpar=node.lpar, rpar=node.rpar))
+
+    def is_bf16_query(self, node: cst.Call) -> bool:
+        return self.call_name(node) == "torch.cuda.is_bf16_supported"
+
     def visit_Call(self, node: cst.Call) -> None:
         name = self.call_name(node)
-        if name is None or not name.startswith("torch.cuda."):
+        if name is None or not name.startswith("torch.cuda.") or id(node) in self.folded:
             return
         spelling = TPU_SPELLING.get(name.removeprefix("torch.cuda."))
-        if spelling is not None:
+        if spelling == "True":
+            self.report(node, replacement=cst.Name("True"))
+        elif spelling is not None:
             self.report(node, replacement=node.with_changes(func=expr(spelling)), imports=(IMPORT_TORCH,))
 
 
@@ -284,3 +313,156 @@ class InductorBackendOnTpu(Rule):
         arg = keyword_arg(node, "backend")
         if arg is not None and string_value(arg.value) == "inductor":
             self.report(node, replacement=drop_args(node, [arg]))
+
+
+def _cpu_string(like: cst.BaseExpression) -> cst.SimpleString:
+    quote = like.quote if isinstance(like, cst.SimpleString) else '"'
+    return cst.SimpleString(f"{quote}cpu{quote}")
+
+
+def _tpu_origin(node: cst.BaseExpression) -> cst.BaseExpression:
+    """A CUDA device value as TorchTPU's, index kept: `'cuda:1'` -> `'tpu:1'`, `f'cuda:{rank}'` ->
+    `f'tpu:{rank}'`, `'cuda:{}'.format(i)` -> `'tpu:{}'.format(i)`; any other form -> `"tpu"`."""
+    if isinstance(node, cst.SimpleString):
+        return tpu_string(node)
+    if isinstance(node, cst.FormattedString) and node.parts and isinstance(node.parts[0], cst.FormattedStringText):
+        first = node.parts[0]
+        if first.value.startswith("cuda"):
+            text = first.with_changes(value="tpu" + first.value[len("cuda") :])
+            return node.with_changes(parts=[text, *node.parts[1:]])
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        template = node.func.value
+        if isinstance(template, cst.SimpleString) and is_cuda_string(template):
+            return node.with_changes(func=node.func.with_changes(value=tpu_string(template)))
+    return cst.SimpleString('"tpu"')
+
+
+class DeviceFlowRuleForTpu(Rule):
+    """TorchTPU rules that read the module's device analysis (kb/analysis/devices.py), as XLA226/229/230 do."""
+
+    targets = TPU
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.check(analyse(node))
+
+    def check(self, analysis: DeviceAnalysis) -> None:
+        raise NotImplementedError
+
+
+@register
+class CudaDeviceOriginForTpu(DeviceFlowRuleForTpu):
+    code = "TPU205"
+    title = "A device value made as a CUDA string (config variable, default, flag, f-string) on TorchTPU"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    needs = ("cuda",)
+    detects = (
+        "CUDA device strings where a device value is made and then flows to `.to()`, `device=`, `torch.device()` or "
+        "autocast: config variables (`device = 'cuda'`), argparse defaults, parameter defaults, `f'cuda:{rank}'`."
+    )
+    why = (
+        "The value is used far from where it is written, so rewriting the uses misses it and the program asks "
+        "for CUDA on a TPU host. Rewritten where it is made, a `--device` flag or a config file keeps working; "
+        "an index stays (`f'cuda:{rank}'` -> `f'tpu:{rank}'`). A value used only as `torch.load`'s `map_location` "
+        "becomes `'cpu'` (`load_state_dict` copies onto the device)."
+    )
+    before = "import torch\n\ndevice = 'cuda'\nx = torch.zeros(2).to(device)\n"
+    after = "import torch\n\ndevice = 'tpu'\nx = torch.zeros(2).to(device)\n"
+    message = "CUDA device value made here; TorchTPU's device is `'tpu'`"
+    valid = ("import torch\ndevice = 'cpu'\nx = torch.zeros(2).to(device)\n", "name = 'cuda'\nprint(name)\n")
+
+    def check(self, analysis: DeviceAnalysis) -> None:
+        facts = analysis.facts
+        for node in facts.string_origins:
+            only_map_location = facts.origin_keys.get(id(node)) in facts.map_location_keys
+            self.report(node, replacement=_cpu_string(node) if only_map_location else _tpu_origin(node))
+
+
+@register
+class NcclBackendValueForTpu(DeviceFlowRuleForTpu):
+    code = "TPU206"
+    title = "`'nccl'` given as the process-group backend through a variable, default or flag, on TorchTPU"
+    category = "C7"
+    fix = "safe"
+    autofix = True
+    needs = ("nccl",)
+    detects = "`backend = 'nccl'` config variables, `def setup(backend='nccl')`, `--dist-backend` defaults."
+    why = "NCCL does not exist on a TPU host; torch_tpu registers the `tpu` backend of torch.distributed (TPU701)."
+    before = "import torch.distributed as dist\n\nbackend = 'nccl'\ndist.init_process_group(backend=backend)\n"
+    after = "import torch.distributed as dist\n\nbackend = 'tpu'\ndist.init_process_group(backend=backend)\n"
+    message = "NCCL is CUDA's backend; on TorchTPU it is `'tpu'`"
+    valid = ("backend = 'gloo'\n",)
+
+    def check(self, analysis: DeviceAnalysis) -> None:
+        for node in analysis.facts.nccl_origins:
+            arg = analysis.parent(node)
+            call = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
+            if isinstance(call, cst.Call) and analysis.call_name(call) == "torch.distributed.init_process_group":
+                continue  # a literal at the call itself is TPU701's
+            self.report(node, replacement=same_quotes(node, "tpu"))
+
+
+@register
+class CudaStringGuardForTpu(DeviceFlowRuleForTpu):
+    code = "TPU207"
+    title = "A `'cuda' in device` test stays False on TorchTPU"
+    category = "C2"
+    fix = "safe"
+    autofix = True
+    needs = ("cuda",)
+    detects = "`'cuda' in device`, `device.type == 'cuda'` tests whose protected code selects the device or autocast."
+    why = (
+        "Once the device value is `tpu` the test is False, so `device_type = 'cuda' if 'cuda' in device else "
+        "'cpu'` picks the CPU and autocast or the device choice behind it never runs on the TPU."
+    )
+    before = "device = 'tpu'\ndevice_type = 'cuda' if 'cuda' in device else 'cpu'\n"
+    after = "device = 'tpu'\ndevice_type = 'cuda' if 'tpu' in device else 'cpu'\n"
+    message = "this CUDA test is False on TorchTPU and keeps the device code behind it from running"
+    valid = ("import torch\nif torch.cuda.is_available():\n    torch.cuda.manual_seed_all(0)\n",)
+
+    def check(self, analysis: DeviceAnalysis) -> None:
+        for guard in analysis.facts.guards:
+            if guard.flips and isinstance(guard.test, cst.SimpleString):
+                self.report(guard.test, replacement=same_quotes(guard.test, "tpu"))
+
+
+@register
+class CudaOnlyApiOnTpu(Rule):
+    code = "TPU208"
+    title = "A CUDA-only API with no TorchTPU spelling"
+    category = "C1"
+    fix = "manual"
+    targets = TPU
+    needs = ("cuda", "triton")
+    detects = (
+        "`torch.cuda.*` calls no TorchTPU rule rewrites (memory statistics, streams, events, `empty_cache`, "
+        "`get_device_name`, ...) and Triton kernels (`import triton`)."
+    )
+    why = (
+        "On a TPU host these ask a CUDA driver that is not there: most raise, a few answer zeros. Triton compiles "
+        "for NVIDIA and AMD GPUs only; TorchTPU's custom kernels are Pallas. Each needs a decision (drop, "
+        "`torch.accelerator`'s namesake where there is one, or a Pallas kernel)."
+    )
+    before = "import torch\nprint(torch.cuda.max_memory_allocated())\n"
+    message = "a CUDA-only API: it has no TorchTPU spelling; drop it or use `torch.accelerator`'s namesake"
+    valid = ("import torch\nprint(torch.accelerator.memory_allocated())\n",)
+
+    # rewritten or reported by the other TorchTPU entries (TPU203, TPU301, TPU302)
+    COVERED = frozenset(
+        {f"torch.cuda.{name}" for name in TPU_SPELLING}
+        | {"torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler", "torch.cuda.is_bf16_supported"}
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.call_name(node)
+        if name is not None and name.startswith("torch.cuda.") and name not in self.COVERED:
+            self.report(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if any(code_of(alias.name).split(".")[0] == "triton" for alias in node.names):
+            self.report(node, "Triton kernels compile for GPUs only; on TorchTPU write the kernel in Pallas")
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None and code_of(node.module).split(".")[0] == "triton":
+            self.report(node, "Triton kernels compile for GPUs only; on TorchTPU write the kernel in Pallas")

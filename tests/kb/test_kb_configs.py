@@ -77,3 +77,16 @@ def test_migrate_rewrites_configs_and_reports_the_rest(tmp_path):
     assert outcome["config.yaml"].status == "changed"
     trace = [json.loads(line) for line in (dst / "xlaport-trace.jsonl").read_text().splitlines()]
     assert {r["path"] for r in trace if r["unit"] == "function"} <= {"train.py"}
+
+
+def test_migrate_keeps_a_linked_config_a_link_and_never_writes_through_it(tmp_path):
+    src = tmp_path / "project"
+    (src / "conf").mkdir(parents=True)
+    (src / "train.py").write_text("print('hi')\n")
+    (src / "conf" / "base.yaml").write_text("device: cuda\n")
+    (src / "config.yaml").symlink_to("conf/base.yaml")
+    dst = tmp_path / "out"
+    result = Pipeline().migrate(src, dst, MigrateOptions(k=0))
+    assert (dst / "config.yaml").is_symlink() and (dst / "conf" / "base.yaml").read_text() == "device: xla\n"
+    assert (src / "conf" / "base.yaml").read_text() == "device: cuda\n"
+    assert [o.path for o in result.files if o.codes_applied] == ["conf/base.yaml"]

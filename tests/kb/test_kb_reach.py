@@ -100,3 +100,87 @@ def test_the_index_use_is_named_in_the_message(tmp_path):
     (finding,) = [f for f in result.findings if f.code == "XLA402"]
     assert "`_enqueue`, which runs every training step" in finding.message
     assert "each new value compiles a new graph" in finding.message
+
+
+HOST_READS = """\
+import torch
+
+
+def report_step(loss, logits):
+    value = loss.item()
+    spread = torch.std(logits)
+    print("spread", spread)
+    kept = logits.detach().cpu()
+    return value, kept
+
+
+def rare_report(loss):
+    return loss.item()
+"""
+
+RANKER = """\
+import torch.nn as nn
+
+
+class Ranker(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.score = nn.Linear(dim, 1)
+
+    def _order(self, scores):
+        return scores.argsort(dim=0).tolist()
+
+    def forward(self, x):
+        scores = self.score(x)
+        self._order(scores)
+        return scores
+"""
+
+HOST_READ_TRAIN = """\
+import torch
+
+from helpers import rare_report, report_step
+from ranker import Ranker
+
+
+def fit(loader):
+    device = torch.device("cuda")
+    net = Ranker(8).to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for step, x in enumerate(loader):
+        logits = net(x.to(device))
+        loss = logits.pow(2).mean()
+        loss.backward()
+        opt.step()
+        report_step(loss, logits)
+        if step % 100 == 0:
+            rare_report(loss)
+"""
+
+
+def host_reads_of(root: Path, files: dict[str, str]) -> dict[str, set[tuple[int, str]]]:
+    for name, text in files.items():
+        (root / name).write_text(text)
+    rels = sorted(Path(name) for name in files)
+    project = summarize_project(root, rels)
+    codes = ("XLA401", "XLA403", "XLA404")
+    return {
+        str(rel): {(f.line, f.code) for f in lint_file(root / rel, display=str(rel), project=project).findings}
+        & {(line, code) for line in range(1, 100) for code in codes}
+        for rel in rels
+    }
+
+
+def test_item_logging_and_host_copies_in_functions_the_loop_reaches(tmp_path):
+    found = host_reads_of(tmp_path, {"helpers.py": HOST_READS, "ranker.py": RANKER, "train.py": HOST_READ_TRAIN})
+    # the helper the loop calls every step; `rare_report` runs every 100 steps only
+    assert found["helpers.py"] == {(5, "XLA401"), (7, "XLA403"), (8, "XLA404")}
+    assert found["ranker.py"] == {(10, "XLA404")}  # `.tolist()` in a method that `forward` calls
+    assert found["train.py"] == set()
+
+
+def test_the_reached_function_is_named_in_host_read_messages(tmp_path):
+    (tmp_path / "ranker.py").write_text(RANKER)
+    result = lint_file(tmp_path / "ranker.py", display="ranker.py")
+    (finding,) = [f for f in result.findings if f.code == "XLA404"]
+    assert "`_order`, which runs every training step" in finding.message

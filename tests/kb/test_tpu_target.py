@@ -118,3 +118,39 @@ def test_kb_list_and_http_request_take_the_target():
     assert request.options.target == "torch_tpu"
     with pytest.raises(ValidationError):
         SuggestRequest.model_validate({"source": "x = 1\n", "options": {"target": "cuda"}})
+
+
+def test_device_values_guards_and_backends_made_far_from_their_use():
+    """The nanoGPT idiom on TorchTPU: a config `device = 'cuda'`, a `'cuda' in device` test choosing autocast's
+    device type, a per-rank f-string, a `backend` variable and a bf16 probe. Before, all of it stayed CUDA."""
+    source = (
+        "import torch\nimport torch.distributed as dist\n\n"
+        "rank = 0\ndevice = 'cuda'\nbackend = 'nccl'\n"
+        "dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float16'\n"
+        "if rank >= 0:\n    dist.init_process_group(backend=backend)\n    device = f'cuda:{rank}'\n"
+        "    torch.cuda.set_device(device)\n"
+        "device_type = 'cuda' if 'cuda' in device else 'cpu'\n"
+        "ctx = torch.autocast(device_type=device_type, dtype=torch.bfloat16)\n"
+        "x = torch.zeros(2).to(device)\n"
+    )
+    result = fix_source(source, "train.py", TPU_RULES)
+    assert "device = 'tpu'\nbackend = 'tpu'\n" in result.fixed
+    assert "dtype = 'bfloat16' if torch.accelerator.is_available() else 'float16'\n" in result.fixed
+    assert "device = f'tpu:{rank}'\n    torch.accelerator.set_device_index(device)" in result.fixed
+    assert "device_type = 'tpu' if 'tpu' in device else 'cpu'" in result.fixed
+    assert "cuda" not in result.fixed and not result.remaining
+
+
+def test_cuda_only_apis_and_triton_kernels_are_reported_on_tpu():
+    source = "import torch\nimport triton\n\nprint(torch.cuda.max_memory_allocated())\ntorch.cuda.manual_seed(0)\n"
+    found = [(f.line, f.code) for f in lint_source(source, rules=TPU_RULES)]
+    assert (2, "TPU208") in found and (4, "TPU208") in found and (5, "TPU203") in found
+    assert (5, "TPU208") not in found
+
+
+def test_a_checkpoint_mapped_to_cuda_is_loaded_on_the_cpu():
+    source = "import torch\nstate = torch.load('ckpt.pt', map_location='cuda:0')\n"
+    assert (
+        fix_source(source, "t.py", TPU_RULES).fixed
+        == "import torch\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
+    )
