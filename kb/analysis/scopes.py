@@ -9,7 +9,7 @@ import libcst as cst
 
 from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
 from ..rule import Rule
-from .cst_scopes import full_name
+from .cst_scopes import full_name, head_name
 from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, walk
 
 DEVICE_LOADERS = frozenset(
@@ -93,8 +93,10 @@ class ScopedRule(Rule):
 
     def _scan_module(self, found: Nodes) -> ModuleFacts:
         facts = ModuleFacts()
+        imported = self.analysis.names().imported_heads  # a name no import binds resolves to nothing: most names
         for name in found.names:
-            if not isinstance(self.parent(name), cst.Attribute):  # outermost names only
+            # outermost names and attribute chains only
+            if head_name(name) in imported and not isinstance(self.parent(name), cst.Attribute):
                 facts.qnames |= self.qualified_names(name)
         for assign in found.assigns:
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
