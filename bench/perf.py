@@ -191,7 +191,7 @@ def command_rows(dirs: list[Path], jobs: int, floor: dict) -> list[dict]:
     rows = []
     jobs_args = ["-j", str(jobs)]
     lint = timed_command([*XLAPORT, "lint", *map(str, dirs), "--format", "json", *jobs_args])
-    findings = len(json.loads(lint.pop("stdout")))
+    findings = len(json.loads(lint.pop("stdout"))["findings"])
     rows.append({"mode": "xlaport lint DIRS", "findings_or_fixes": findings, **lint})
     with tempfile.TemporaryDirectory(prefix="xlaport-perf-cli-") as tmp:
         copies = []

@@ -151,7 +151,7 @@ def run_lint(xlaport: list[str], paths: list[str], cwd: Path) -> tuple[list[dict
     if proc.returncode not in (0, 1):  # 1: there are findings
         raise BenchError(f"xlaport lint exited {proc.returncode} in {cwd}: {proc.stderr.strip()[-500:]}")
     try:
-        findings = json.loads(proc.stdout)
+        findings = json.loads(proc.stdout)["findings"]
     except json.JSONDecodeError as exc:
         raise BenchError(
             f"xlaport lint printed no JSON in {cwd}: {exc}; stderr: {proc.stderr.strip()[-300:]}"

@@ -61,11 +61,59 @@ def enwik8(path: Path, size: int = 95_000_000) -> None:
             out.write(rng.integers(32, 127, size=5_000_000, dtype=np.uint8).tobytes())
 
 
+def binarized_mnist(path: Path) -> None:
+    """MADE-style `binarized_mnist.npz`: arrays `train_data` and `valid_data` of 0/1 float32 rows of 784 pixels."""
+    rng = np.random.default_rng(4)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as out:
+        np.savez(
+            out,
+            train_data=(rng.random((1000, 784)) < 0.2).astype(np.float32),
+            valid_data=(rng.random((200, 784)) < 0.2).astype(np.float32),
+        )
+
+
+def ppi(root: Path, graphs: int = 4, nodes: int = 60, degree: int = 4) -> None:
+    """PPI-style graph splits: `{split}_graph.json` (networkx node-link), `_feats.npy` (50 features),
+    `_labels.npy` (121 multi-labels), `_graph_id.npy`. Every graph has the same node and edge count, so batches
+    of graphs keep one shape."""
+    import json
+
+    rng = np.random.default_rng(5)
+    root.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        count = graphs if split == "train" else 2
+        total = count * nodes
+        links = []
+        for g in range(count):
+            base = g * nodes
+            for node in range(nodes):
+                links.append((base + node, base + node))  # PPI has self edges
+                others = [o for o in range(nodes) if o != node]
+                for other in rng.choice(others, size=degree, replace=False):
+                    links.append((base + node, base + int(other)))
+        edges = [{"source": a, "target": b} for a, b in dict.fromkeys(links)]
+        graph = {
+            "directed": True,  # each edge once, as written: every graph keeps the same edge count
+            "multigraph": False,
+            "graph": {},
+            "nodes": [{"id": i} for i in range(total)],
+            "links": edges,
+            "edges": edges,  # networkx 3.4+ reads "edges", older ones "links"
+        }
+        (root / f"{split}_graph.json").write_text(json.dumps(graph))
+        np.save(root / f"{split}_feats.npy", rng.standard_normal((total, 50)).astype(np.float32))
+        np.save(root / f"{split}_labels.npy", (rng.random((total, 121)) < 0.3).astype(np.float32))
+        np.save(root / f"{split}_graph_id.npy", np.repeat(np.arange(1, count + 1), nodes))
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
     "mnist": mnist,
     "fashion_mnist": fashion_mnist,
     "text": text,
     "enwik8": enwik8,
+    "binarized_mnist": binarized_mnist,
+    "ppi": ppi,
 }
 
 

@@ -18,14 +18,17 @@ from pathlib import Path
 
 from xlaport.files import UnreadableSource, read_source
 
-from .analysis.context import StepContextRule
 from .analysis.module import ModuleAnalysis
-from .analysis.project import UNKNOWN, ModuleSteps, ProjectSteps, module_name, passes, star_exports
+from .analysis.project import passes, star_exports
+from .analysis.project_steps import UNKNOWN, ModuleSteps, ProjectSteps, module_name
 from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
-from .engine import fix_source, get_rule, lint_source, run_rules, without_cycle_collection
+from .engine import fix_source, lint_source, run_rules, without_cycle_collection
+from .finding import Finding
 from .parsing import SourceError, parse_both
-from .rule import Finding, Rule
+from .registry import get_rule
+from .rule import Rule
+from .step_rule import StepContextRule
 from .tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 
 
@@ -69,21 +72,24 @@ def lint_file(
     *,
     source: str | None = None,
     analysis: ModuleAnalysis | None = None,
+    edits: bool = False,
 ) -> FileResult:
     """`project`: the tree `path` is part of, where `display` is its path from the tree's root. `source` (its text,
-    read here when not given) and `analysis` (of that text, by the tree summary) spare a read and a parse."""
+    read here when not given) and `analysis` (of that text, by the tree summary) spare a read and a parse.
+    `edits`: each fixable finding of a Python file carries its fix as text replacements."""
     name = display or str(path)
     if source is None:
         source, error = _read(path)
         if error:
             return FileResult(name, error=error)
     if is_pin_file(path) and LibraryPinPredatesTpu.code in (_codes(rules) or ()):  # only the torch_tpu target has it
-        found = lint_config(source, name, _codes(rules)) if config_kind(path) else []
+        found = lint_config(source, name, _codes(rules), edits) if config_kind(path) else []
         return FileResult(name, findings=found + lint_pins(source, name), source=source)
     if config_kind(path):
-        return FileResult(name, findings=lint_config(source, name, _codes(rules)), source=source)
+        return FileResult(name, findings=lint_config(source, name, _codes(rules), edits), source=source)
     try:
-        return FileResult(name, findings=lint_source(source, name, rules, project, analysis), source=source)
+        found = lint_source(source, name, rules, project, analysis, edits=edits)
+        return FileResult(name, findings=found, source=source)
     except Exception as exc:  # one bad file never stops a run
         return FileResult(name, source=source, error=_analysis_error(name, exc))
 
@@ -149,9 +155,21 @@ class TreeTask:
     codes: tuple[str, ...] | None = None  # None: every rule
     unsafe: bool = False
     keep_source: bool = True  # FileResult.source filled in (a lint's caller may not need the text back)
+    edits: bool = False  # a lint's fixable findings carry their fix as text replacements (JSON, SARIF)
+    # (a file's path as its FileJob has it, codes turned off there): `per-file-ignores` (kb/lint_config.py)
+    ignored: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def rules(self) -> list[type[Rule]] | None:
         return None if self.codes is None else [get_rule(c) for c in self.codes]
+
+    def codes_for(self, path: str) -> tuple[str, ...] | None:
+        """The codes to run on the file at `path`: `codes` less what per-file-ignores turns off there."""
+        off = dict(self.ignored).get(path)
+        if not off:
+            return self.codes
+        if self.codes is None:
+            raise ValueError("per-file ignores need the codes to run (TreeTask.codes)")
+        return tuple(c for c in self.codes if c not in off)
 
 
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
@@ -446,16 +464,17 @@ class _Store:
         text = self.texts.pop(item.key, None)
         if text is not None:
             self.kept -= len(text)
-        if task.codes not in self.rules:
-            self.rules[task.codes] = task.rules()
-        rules = self.rules[task.codes]
+        codes = task.codes_for(item.path)
+        if codes not in self.rules:
+            self.rules[codes] = None if codes is None else [get_rule(c) for c in codes]
+        rules = self.rules[codes]
         analysis = visitor.analysis if visitor is not None else None
         source = text if analysis is not None else None
         path = Path(item.path)
         if task.fix:
             result = fix_file(path, rules, task.unsafe, item.name, project, source=source, analysis=analysis)
         else:
-            result = lint_file(path, rules, item.name, project, source=source, analysis=analysis)
+            result = lint_file(path, rules, item.name, project, source=source, analysis=analysis, edits=task.edits)
         if not task.keep_source:
             result.source = None
         return result

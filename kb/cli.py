@@ -1,4 +1,4 @@
-"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`);
+"""`xlaport` commands of the knowledge base: `lint`, `fix` and the `kb` group (`list`, `show`, `search`, `docs`);
 `register` adds them to the root app.
 
 Each command imports the engine inside its function: every `xlaport` invocation imports this module, and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,7 +23,6 @@ from xlaport.cliutil import (
     OutputFormat,
     SelectOption,
     TargetOption,
-    UnsafeFixesOption,
     fail_usage,
     split_codes,
 )
@@ -46,14 +46,20 @@ def _rules(select: list[str] | None, ignore: list[str] | None = None, target: st
         fail_usage(str(exc.args[0]))
 
 
-def _files(paths: list[Path]) -> list[Path]:
-    """Python files, and the config files and run scripts that kb/configs.py reads."""
+def _files(paths: list[Path], settings=None, force_exclude: bool = False) -> list[Path]:
+    """Python files, and the config files and run scripts that kb/configs.py reads; without those the
+    configuration excludes (a file named on the command line only with --force-exclude)."""
     from .configs import CONFIG_KINDS
+    from .lint_config import is_excluded
 
     try:
-        return each_file_once(list(iter_python_files(paths, (".py", *CONFIG_KINDS))))  # a file reached twice: once
+        found = each_file_once(list(iter_python_files(paths, (".py", *CONFIG_KINDS))))  # a file reached twice: once
     except FileNotFoundError as exc:
         fail_usage(str(exc))
+    if settings is None or not settings.exclude:
+        return found
+    named = set(paths)
+    return [f for f in found if not is_excluded(f, settings) or (f in named and not force_exclude)]
 
 
 def _jobs(paths: list[Path], files: list[Path]) -> tuple[list, list]:
@@ -95,31 +101,189 @@ def _report_errors(results) -> int:
     return len(errors)
 
 
+ExtendSelectOption = Annotated[
+    list[str] | None, typer.Option("--extend-select", help="Codes, prefixes or categories to add to the selection.")
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="The configuration file (pyproject.toml with a tool.xlaport table, or xlaport.toml); default: the nearest above the paths.",
+    ),
+]
+IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Read no configuration file.")]
+ForceExcludeOption = Annotated[
+    bool, typer.Option("--force-exclude", help="Apply the configured exclude to files named on the command line too.")
+]
+# tri-state: None leaves the choice to the configuration's `unsafe-fixes`
+ConfiguredUnsafeOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--unsafe-fixes/--no-unsafe-fixes",
+        help="Also apply fixes that may change behaviour (default: the configuration's unsafe-fixes, else no).",
+    ),
+]
+
+
+def _configured(paths, select, extend_select, ignore, target, config, isolated):
+    """(the lint settings, the rules they and the command line select): kb/lint_config.py has ruff's semantics."""
+    from xlaport.targets import check_target
+
+    from .engine import all_rules
+    from .lint_config import ConfigError, Selection, check_per_file_selectors, choose_rules, load_settings
+
+    try:
+        settings = load_settings(paths, config, isolated)
+    except ConfigError as exc:
+        fail_usage(str(exc))
+    given = Selection(
+        select=None if select is None else tuple(split_codes(select) or ()),
+        extend_select=tuple(split_codes(extend_select) or ()),
+        ignore=tuple(split_codes(ignore) or ()),
+    )
+    try:
+        available = all_rules(check_target(target))
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+    try:  # a typo in the configuration is named with its file
+        choose_rules(available, [settings.selection])
+        check_per_file_selectors(settings, available)
+    except KeyError as exc:
+        fail_usage(f"{settings.source}: {exc.args[0]}")
+    try:
+        rules = choose_rules(available, [settings.selection, given])
+    except KeyError as exc:
+        fail_usage(str(exc.args[0]))
+    return settings, rules
+
+
+def _task(settings, rules, files: list[Path], **fields):
+    """The batch task for `rules`, with the codes per-file-ignores turns off for each file."""
+    from .batch import TreeTask
+    from .lint_config import ignored_codes
+
+    ignored = tuple((str(f), codes) for f in files if (codes := ignored_codes(f, settings, rules)))
+    return TreeTask(codes=tuple(r.code for r in rules), ignored=ignored, **fields)
+
+
+def _write_fixes(files: list[Path], results, force: bool) -> list:
+    """Writes each fixed file in place (a backup where git is not the way back); the (path, result) pairs written.
+    A file whose write failed gets its error and counts no fix."""
+    changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
+    try:
+        needs_backup = in_place_backups([p for p, _ in changed], force)
+    except DirtyTree as exc:
+        fail_usage(str(exc))
+    for path, r in list(changed):
+        try:  # not over an edit made while the tree was analysed (ChangedMeanwhile)
+            write_with_backup(path, r.fixed, path in needs_backup, expected=r.source)
+        except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
+            r.error = str(exc)
+            changed.remove((path, r))
+    return changed
+
+
+def _fix_summary(verb: str, changed: list, remaining: int) -> str:
+    applied = Counter(f.code for _, r in changed for f in r.applied)
+    return f"{verb} {sum(applied.values())} fix(es) in {len(changed)} file(s); {remaining} finding(s) left"
+
+
+def _statistics(findings, format: LintFormat) -> str:
+    """One line per code, the most frequent first (ruff's --statistics): count, code, fix mark, title."""
+    counts = Counter(f.code for f in findings)
+    first = {}
+    for f in findings:
+        first.setdefault(f.code, f)
+    order = sorted(counts, key=lambda code: (-counts[code], code))
+    if format is LintFormat.json:
+        rows = [
+            {"code": c, "title": first[c].title, "count": counts[c], "fix": first[c].fix, "fixable": first[c].fixable}
+            for c in order
+        ]
+        return json.dumps(rows, indent=2)
+    marks = {"safe": "[*]", "unsafe": "[~]", "manual": "[ ]"}
+    width = len(str(max(counts.values()))) if counts else 1
+    return "\n".join(
+        f"{counts[c]:>{width}}  {c}  {marks[first[c].fix] if first[c].fixable else '[ ]'} {first[c].title}"
+        for c in order
+    )
+
+
+def _emit(text: str, output_file: Path | None) -> None:
+    """The report on standard output, or in `output_file` (its folder made when missing)."""
+    if output_file is None:
+        if text:
+            typer.echo(text)
+        return
+    try:
+        output_file.parent.mkdir(parents=True, exist_ok=True)
+        output_file.write_text(text + "\n" if text else "", encoding="utf-8")
+    except OSError as exc:
+        fail_usage(f"cannot write {output_file}: {exc.strerror or exc}")
+
+
 def lint(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to check.")],
     select: SelectOption = None,
+    extend_select: ExtendSelectOption = None,
     ignore: IgnoreOption = None,
     format: Annotated[LintFormat, typer.Option("--format", help="Output format.")] = LintFormat.text,
+    fix: Annotated[
+        bool, typer.Option("--fix", help="Apply the fixes in place first (as `xlaport fix`), then report what is left.")
+    ] = False,
+    unsafe_fixes: ConfiguredUnsafeOption = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    statistics: Annotated[
+        bool, typer.Option("--statistics", help="Count the findings per code instead of listing them.")
+    ] = False,
+    output_file: Annotated[
+        Path | None, typer.Option("--output-file", "-o", help="Write the report to this file, not standard output.")
+    ] = None,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
+    force_exclude: ForceExcludeOption = False,
     jobs: JobsOption = 0,
     target: TargetOption = "torch_xla",
 ) -> None:
-    """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors."""
-    from .batch import TreeTask, run_files
+    """Report migration problems. Exit 1 when there are findings, 0 when none, 2 on usage errors.
+
+    Settings: the tool.xlaport table of pyproject.toml, or xlaport.toml (select, extend-select, ignore, exclude,
+    per-file-ignores, unsafe-fixes); the command line's options come on top, as in ruff."""
+    from .batch import run_files
     from .report_formats import as_json, as_sarif, as_text
 
-    rules = _rules(select, ignore, target)
-    files = _files(paths)
+    if statistics and format is LintFormat.sarif:
+        fail_usage("--statistics is text or json, not sarif")
+    settings, rules = _configured(paths, select, extend_select, ignore, target, config, isolated)
+    files = _files(paths, settings, force_exclude)
+    if fix:
+        for link in links_out_of(paths, files):
+            files.remove(link)  # as `xlaport fix` (which says so): a folder is never rewritten outside itself
     found, trees = _jobs(paths, files)
-    task = TreeTask(codes=tuple(r.code for r in rules), keep_source=False)
+    unsafe = settings.unsafe_fixes if unsafe_fixes is None else unsafe_fixes
+    # JSON and SARIF carry each fix's edits (of a lint: with --fix the findings left are of the rewritten text, and
+    # carry none); SARIF hashes the lines
+    machine = format is not LintFormat.text and not statistics
+    keep_source = fix or format is LintFormat.sarif
+    task = _task(settings, rules, files, fix=fix, unsafe=unsafe, keep_source=keep_source, edits=machine and not fix)
     results = run_files(found, trees, task, _processes(jobs, len(files)))
-    findings = [f for r in results for f in r.findings]
-    if format is LintFormat.json:
-        typer.echo(as_json(findings))
+    findings = [f for r in results for f in r.findings]  # with --fix: what the fixes left
+    unanalysed = [(r.path, r.error) for r in results if r.error]
+    if fix:
+        changed = _write_fixes(files, results, force=False)
+        typer.echo(_fix_summary("applied", changed, len(findings)), err=True)
+    if statistics:
+        _emit(_statistics(findings, format), output_file)
+    elif format is LintFormat.json:
+        _emit(as_json(findings, unanalysed), output_file)
     elif format is LintFormat.sarif:
-        typer.echo(as_sarif(findings, [(r.path, r.error) for r in results if r.error]))
+        texts = {r.path: r.fixed if fix and r.fixed is not None else r.source for r in results}
+        _emit(
+            as_sarif(findings, unanalysed, {p: t for p, t in texts.items() if t is not None}, os.getcwd()), output_file
+        )
     else:
-        if findings:
-            typer.echo(as_text(findings))
+        _emit(as_text(findings), output_file)
+    if format is LintFormat.text or statistics:
         fixable = sum(f.fixable for f in findings)
         typer.echo(
             f"{len(findings)} finding(s) in {len(results)} file(s); {fixable} fixable "
@@ -127,34 +291,40 @@ def lint(
             err=True,
         )
     errors = _report_errors(results)
-    raise typer.Exit(1 if findings or errors else 0)
+    raise typer.Exit(0 if exit_zero else 1 if findings or errors else 0)
 
 
 def fix(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to rewrite in place.")],
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
-    unsafe_fixes: UnsafeFixesOption = False,
+    unsafe_fixes: ConfiguredUnsafeOption = None,
     select: SelectOption = None,
+    extend_select: ExtendSelectOption = None,
     ignore: IgnoreOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rewrite files with uncommitted git changes (keeps a .xlaport.bak).")
     ] = False,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
+    force_exclude: ForceExcludeOption = False,
     jobs: JobsOption = 0,
     target: TargetOption = "torch_xla",
 ) -> None:
-    """Apply the knowledge base's fixes in place (or show them with --diff)."""
-    from .batch import TreeTask, run_files
+    """Apply the knowledge base's fixes in place (or show them with --diff). Settings as for `lint`."""
+    from .batch import run_files
 
-    rules = _rules(select, ignore, target)
-    files = _files(paths)
+    settings, rules = _configured(paths, select, extend_select, ignore, target, config, isolated)
+    files = _files(paths, settings, force_exclude)
     for link in links_out_of(paths, files):
         typer.echo(f"note: {link}: a link to a file outside the folder given; not rewritten", err=True)
         files.remove(link)
     found, trees = _jobs(paths, files)
-    task = TreeTask(fix=True, codes=tuple(r.code for r in rules), unsafe=unsafe_fixes)
-    results = run_files(found, trees, task, _processes(jobs, len(files)))
-    changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
+    unsafe = settings.unsafe_fixes if unsafe_fixes is None else unsafe_fixes
+    results = run_files(
+        found, trees, _task(settings, rules, files, fix=True, unsafe=unsafe), _processes(jobs, len(files))
+    )
     if diff:
+        changed = [(p, r) for p, r in zip(files, results, strict=True) if r.changed]
         for path, r in changed:
             sys.stdout.writelines(
                 difflib.unified_diff(
@@ -162,23 +332,10 @@ def fix(
                 )
             )
     else:
-        try:
-            needs_backup = in_place_backups([p for p, _ in changed], force)
-        except DirtyTree as exc:
-            fail_usage(str(exc))
-        for path, r in list(changed):
-            try:  # not over an edit made while the tree was analysed (ChangedMeanwhile)
-                write_with_backup(path, r.fixed, path in needs_backup, expected=r.source)
-            except WriteFailed as exc:  # disk full, read-only or immutable file: report it, go on with the others
-                r.error = str(exc)
-                changed.remove((path, r))
+        changed = _write_fixes(files, results, force)
     # what was written (or, with --diff, would be): a file whose write failed counts no fix
-    applied = Counter(f.code for _, r in changed for f in r.applied)
     remaining = sum(len(r.findings) for r in results)
-    verb = "would apply" if diff else "applied"
-    typer.echo(
-        f"{verb} {sum(applied.values())} fix(es) in {len(changed)} file(s); {remaining} finding(s) left", err=True
-    )
+    typer.echo(_fix_summary("would apply" if diff else "applied", changed, remaining), err=True)
     errors = _report_errors(results)
     raise typer.Exit(1 if errors else 0)
 
@@ -209,6 +366,21 @@ def kb_show(code: Annotated[str, typer.Argument(help="A rule code such as XLA201
     typer.echo(render_markdown(rule))
 
 
+def kb_docs(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the pages (created when missing).")],
+    target: TargetOption = "torch_xla",
+) -> None:
+    """Write one HTML page per rule (what, why, before/after, fix safety) and an index.html into OUT; SARIF's
+    helpUri points at these pages where they are published (XLAPORT_DOCS_URL)."""
+    from .docs import write_docs
+
+    rules = _rules(None, None, target)
+    if out.exists() and not out.is_dir():
+        fail_usage(f"not a folder: {out}")
+    written = write_docs(out, rules)
+    typer.echo(f"wrote {len(written) - 1} rule page(s) and {out / 'index.html'}", err=True)
+
+
 def kb_search(
     text: Annotated[str, typer.Argument(help="Code, a finding or an error message; '-' reads standard input.")],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="How many entries.")] = 5,
@@ -237,4 +409,5 @@ def register(app: typer.Typer) -> None:
     kb_app.command("list")(kb_list)
     kb_app.command("show")(kb_show)
     kb_app.command("search")(kb_search)
+    kb_app.command("docs")(kb_docs)
     app.add_typer(kb_app, name="kb")

@@ -10,12 +10,13 @@ on its line for a human.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import ClassVar
 
-from .engine import FixResult
-from .rule import Finding, Rule, register
+from .finding import Finding, FixResult
+from .rule import Rule
+from .text_edits import text_edits
 
 CONFIG_KINDS = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".sh": "shell", ".bash": "shell"}
 MAX_CONFIG_CHARS = 1_000_000  # larger "configs" are data files
@@ -46,7 +47,6 @@ class ConfigRule(Rule):
     example_path: ClassVar[str]
 
 
-@register
 class CudaDeviceInConfig(ConfigRule):
     code = "XLA240"
     title = "A config file or run script names a CUDA device"
@@ -74,7 +74,6 @@ class CudaDeviceInConfig(ConfigRule):
     valid = ("train:\n  device: xla\n  cuda_version: 12.1\n",)
 
 
-@register
 class NcclInConfig(ConfigRule):
     code = "XLA740"
     title = "A config file or run script selects NCCL or CUDA devices by environment"
@@ -175,8 +174,15 @@ def scan_config(text: str, path: str) -> list[ConfigHit]:
     return hits
 
 
-def _finding(path: str, hit: ConfigHit) -> Finding:
+def _finding(path: str, hit: ConfigHit, lines: list[str] | None = None) -> Finding:
+    """`lines`: the file's lines, when the finding is to carry its fix as text edits (lint's JSON and SARIF)."""
     rule = hit.rule
+    fixable = hit.fixed_line is not None and rule.fix != "manual"
+    edits = ()
+    if fixable and lines is not None and 0 < hit.line <= len(lines):
+        edits = tuple(
+            replace(e, line=hit.line, end_line=hit.line) for e in text_edits(lines[hit.line - 1], hit.fixed_line)
+        )
     return Finding(
         path=path,
         line=hit.line,
@@ -186,13 +192,16 @@ def _finding(path: str, hit: ConfigHit) -> Finding:
         title=rule.title,
         message=hit.message,
         fix=rule.fix,
-        fixable=hit.fixed_line is not None and rule.fix != "manual",
+        fixable=fixable,
+        edits=edits,
     )
 
 
-def lint_config(text: str, path: str, codes: set[str] | None = None) -> list[Finding]:
-    """Findings of the config rules (`codes`: only these) in `text`, the content of `path`."""
-    return [_finding(path, h) for h in scan_config(text, path) if codes is None or h.rule.code in codes]
+def lint_config(text: str, path: str, codes: set[str] | None = None, edits: bool = False) -> list[Finding]:
+    """Findings of the config rules (`codes`: only these) in `text`, the content of `path`; `edits`: each fixable
+    finding carries its fix (the line rewritten) as text edits."""
+    lines = text.splitlines() if edits else None
+    return [_finding(path, h, lines) for h in scan_config(text, path) if codes is None or h.rule.code in codes]
 
 
 def fix_config(text: str, path: str, codes: set[str] | None = None) -> FixResult:

@@ -1,21 +1,19 @@
 """The one copy of each small libcst helper the rules share: reading nodes, building nodes, edits of calls.
 
 Nothing here needs a rule's metadata except `whole_statement`, `block_of` and `calls_in`, which take the rule
-for its parent and name lookups.
+(any `TreeView`) for its parent and name lookups. The bottom of kb with kb/cst_walk.py: nothing of the analysis or
+the rules is imported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from .analysis.module import children_of
-
-if TYPE_CHECKING:
-    from .rule import Rule
+from .cst_walk import children_of
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 # Functions, classes and lambdas: their bodies do not run where they are written.
@@ -23,6 +21,13 @@ SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 TEXT = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)  # string literals of every kind
 # `name=value` with no spaces, as PEP 8 writes keyword arguments.
 EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+class TreeView(Protocol):
+    """The parent and import-resolved names of a node: what a rule (kb/rule.py `Rule`) knows of its module."""
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None: ...
+    def qualified_names(self, node: cst.CSTNode) -> frozenset[str]: ...
 
 
 # --- reading nodes ---------------------------------------------------------------------
@@ -143,7 +148,7 @@ def every_call(node: cst.CSTNode) -> Iterator[cst.Call]:
         yield from every_call(child)
 
 
-def whole_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | None:
+def whole_statement(rule: TreeView, call: cst.Call) -> cst.SimpleStatementLine | None:
     """The statement line when `call` is all of it (so deleting the line deletes just the call)."""
     expr_node = rule.parent(call)
     if isinstance(expr_node, cst.Expr):
@@ -153,13 +158,13 @@ def whole_statement(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | Non
     return None
 
 
-def block_of(rule: Rule, stmt: cst.CSTNode) -> cst.IndentedBlock | cst.Module | None:
+def block_of(rule: TreeView, stmt: cst.CSTNode) -> cst.IndentedBlock | cst.Module | None:
     """The block whose statement list holds `stmt`."""
     parent = rule.parent(stmt)
     return parent if isinstance(parent, (cst.IndentedBlock, cst.Module)) else None
 
 
-def calls_in(rule: Rule, root: cst.CSTNode, names: set[str] | frozenset[str]) -> list[cst.Call]:
+def calls_in(rule: TreeView, root: cst.CSTNode, names: set[str] | frozenset[str]) -> list[cst.Call]:
     """Calls of `names` (qualified) under `root`, not inside nested defs/lambdas."""
     return [c for c in find_nodes(root, cst.Call, enter_root=False) if rule.qualified_names(c.func) & names]
 

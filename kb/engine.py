@@ -11,59 +11,29 @@ import tokenize
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from xlaport.targets import DEFAULT_TARGET, check_target
-
-from . import rules as rule_modules  # noqa: F401  (importing the rule modules registers them)
 from .analysis.devices import analyse as analyse_devices
 from .analysis.devices import cpu_utility
-from .analysis.module import LAYOUT, ModuleAnalysis, parent_map
-from .analysis.project import ProjectSteps
+from .analysis.module import ModuleAnalysis
+from .analysis.project_steps import ProjectSteps
+from .cst_walk import LAYOUT, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
+from .finding import Edit, Finding, FixResult
 from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
-from .rule import REGISTRY, Finding, ImportSpec, Report, Rule
+from .registry import all_rules
+from .rule import ImportSpec, Report, Rule
+from .text_edits import text_edits
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
 MAX_FIX_PASSES = 6
 FIX_CACHE_SIZE = 64  # fixed texts kept per process, by content hash (the service sees the same file again)
-
-
-def all_rules(target: str = DEFAULT_TARGET) -> list[type[Rule]]:
-    """The rules that apply to `target` (xlaport/targets.py), by code."""
-    return sorted((r for r in REGISTRY.rules.values() if target in r.targets), key=lambda r: r.code)
-
-
-def get_rule(code: str) -> type[Rule]:
-    try:
-        return REGISTRY.rules[code.upper()]
-    except KeyError:
-        raise KeyError(f"unknown rule code {code!r}") from None
-
-
-def select_rules(
-    select: list[str] | None = None, ignore: list[str] | None = None, target: str = DEFAULT_TARGET
-) -> list[type[Rule]]:
-    """Rules of `target` whose code starts with one of `select` (a code, a prefix like `XLA1`, or a category `C4`)."""
-    chosen = all_rules(check_target(target))
-
-    def matches(rule: type[Rule], patterns: list[str]) -> bool:
-        return any(rule.code.startswith(p.upper()) or rule.category == p.upper() for p in patterns)
-
-    unknown = [p for p in (select or []) + (ignore or []) if not any(matches(r, [p]) for r in chosen)]
-    if unknown:  # a typo in --ignore is as much a mistake as one in --select
-        raise KeyError(f"no rule matches {', '.join(unknown)}")
-    if select:
-        chosen = [r for r in chosen if matches(r, select)]
-    if ignore:
-        chosen = [r for r in chosen if not matches(r, ignore)]
-    return chosen
 
 
 def suppressions(source: str) -> dict[int, set[str] | None]:
@@ -97,6 +67,7 @@ class _Detection:
     column: int
     end: tuple[int, int]
     start: tuple[int, int]
+    reported_end: tuple[int, int] = (0, 0)  # where the reported node ends (`end` is the replaced node's)
 
     # what the flip audit (flips.py) reads
     @property
@@ -224,6 +195,7 @@ def _detect(
                     pos.start.column + 1,
                     (span.end.line, span.end.column),
                     (span.start.line, span.start.column),
+                    (pos.end.line, pos.end.column),
                 )
             )
     detections.sort(key=lambda d: (d.line, d.column, d.rule.code))
@@ -270,7 +242,7 @@ def _inside(pos, regions) -> bool:
     return any((r.start.line, r.start.column) <= start and end <= (r.end.line, r.end.column) for r in regions)
 
 
-def _finding(path: str, d: _Detection) -> Finding:
+def _finding(path: str, d: _Detection, edits: tuple[Edit, ...] = ()) -> Finding:
     return Finding(
         path=path,
         line=d.line,
@@ -281,7 +253,24 @@ def _finding(path: str, d: _Detection) -> Finding:
         message=d.report.message,
         fix=_applicability(d),
         fixable=d.report.replacement is not None and _applicability(d) != "manual",
+        end_line=d.reported_end[0] or None,
+        end_column=d.reported_end[1] + 1 if d.reported_end[0] else None,
+        edits=edits,
     )
+
+
+def _own_edits(module: cst.Module, d: _Detection) -> tuple[Edit, ...]:
+    """The text replacements of `d`'s own rewrite (with the imports it adds), alone: what an editor or a SARIF
+    consumer applies for this one finding. `xlaport fix` applies the rewrites together, in passes, and then removes
+    the imports they left unused, so its result can differ from applying each finding's edits."""
+    if d.report.replacement is None or _applicability(d) == "manual":
+        return ()
+    try:
+        fixed = _apply(module, [d]).code
+        ast.parse(fixed)
+    except Exception:  # noqa: BLE001  (a rewrite that only works with its rule's other edits: no edits, the finding stays)
+        return ()
+    return text_edits(module.code, fixed)
 
 
 def lint_source(
@@ -290,14 +279,17 @@ def lint_source(
     rules: list[type[Rule]] | None = None,
     project: ProjectSteps | None = None,
     analysis: ModuleAnalysis | None = None,
+    edits: bool = False,
 ) -> list[Finding]:
     """Findings of `rules` (default: all) in `source`. Raises SourceError if it does not parse.
+    `edits`: each fixable finding carries its own fix as text replacements (one rewrite of the module per finding).
     `project`: the tree the source is part of (`path` relative to its root), see analysis/project.py;
     `analysis`: an earlier pass's analysis of `source` (kb/batch.py's tree summary), reused instead of a parse."""
     rules = all_rules() if rules is None else rules
     with without_cycle_collection():
         module, tree = (analysis.module, analysis.tree) if analysis is not None else parse_both(source)
-        return [_finding(path, d) for d in _detect(module, rules, source, project, path, tree, analysis)]
+        found = _detect(module, rules, source, project, path, tree, analysis)
+        return [_finding(path, d, _own_edits(module, d) if edits else ()) for d in found]
 
 
 @contextmanager
@@ -314,19 +306,6 @@ def without_cycle_collection() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-@dataclass
-class FixResult:
-    path: str
-    source: str
-    fixed: str
-    applied: list[Finding] = field(default_factory=list)
-    remaining: list[Finding] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return self.fixed != self.source
 
 
 def _applicability(d: _Detection) -> str:

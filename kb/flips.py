@@ -26,7 +26,7 @@ import libcst as cst
 from .analysis.device_facts import key_of
 from .analysis.device_regions import cuda_reference_list
 from .analysis.devices import DeviceAnalysis
-from .analysis.module import walk
+from .cst_walk import walk
 
 # the flips per target (TorchTPU's twins: TPU204 the guard's string, TPU205 the origins, TPU207 string guards)
 ORIGIN_CODES = frozenset({"XLA226", "TPU205"})

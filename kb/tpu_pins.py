@@ -13,7 +13,7 @@ import re
 from pathlib import PurePath
 
 from .configs import ConfigRule
-from .rule import Finding, register
+from .finding import Finding
 
 TRAPPED = ("transformers", "accelerate")
 # `transformers==4.30.2`, `accelerate<0.21`, `"transformers~=4.31"`: a requirement that caps the version.
@@ -29,7 +29,6 @@ def is_pin_file(path: str | PurePath) -> bool:
     return name == "pyproject.toml" or (name.startswith("requirements") and name.endswith((".txt", ".in")))
 
 
-@register
 class LibraryPinPredatesTpu(ConfigRule):
     code = "TPU101"
     title = "transformers/accelerate pinned to a release that may not know the `tpu` device"

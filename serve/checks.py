@@ -18,6 +18,7 @@ from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.report import VerifyReport
 
 from .inputs import parse_command
+from .phases import Step
 from .results import CheckRun, VerifyOutcome
 
 
@@ -56,19 +57,28 @@ def check_run_of_verify(report: dict) -> CheckRun:
     )
 
 
-def run_verify(original: Path, migrated: Path, command: str) -> VerifyReport:
-    """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject)."""
+def run_verify(original: Path, migrated: Path, command: str, step: Step | None = None) -> VerifyReport:
+    """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject); `step` is
+    told when each of its runs starts."""
     script, args = parse_command(command)
-    return verify_tree(original, migrated, ["python", script, *args])
+    return verify_tree(original, migrated, ["python", script, *args], on_step=step)
 
 
 def run_generated_tests(
-    original: Path, migrated: Path, out: Path, record: str | None = None, timeout_s: float = 600.0
+    original: Path,
+    migrated: Path,
+    out: Path,
+    record: str | None = None,
+    timeout_s: float = 600.0,
+    step: Step | None = None,
 ) -> CheckRun:
-    """Differential tests generated from the original, run against the migration.
+    """Differential tests generated from the original, run against the migration; `step` is told when the
+    generation (which records the original's run) and the run of the tests start.
 
     `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
     """
+    step = step or (lambda name: None)
+    step("the original's run (recording inputs for the tests)" if record else "generating the tests")
     try:
         # every public function and module of a changed file: a change also affects what calls into it
         generated = testgen.generate_tests(original, migrated, out, record=record, changed_files=True)
@@ -82,6 +92,7 @@ def run_generated_tests(
             reasons=["no test could be generated" + (f" ({'; '.join(why[:3])})" if why else "")],
             report={"generated": generated.to_dict()},
         )
+    step(f"the generated tests ({len(generated.tests)})")
     run = testgen.run_generated_tests(out, timeout_s=timeout_s, trees=[original, migrated])
     reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
     if run.timed_out:

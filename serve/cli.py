@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -139,28 +140,51 @@ def migrate(
 
 
 class ProgressBar:
-    """A rich progress bar on stderr for long runs on a terminal; a no-op callback otherwise."""
+    """Progress on stderr while `migrate` runs, on a terminal only (nothing otherwise: logs and pipes stay clean):
+    the phase now running (rewrite with a bar over the files, related fixes, write, verify and validation with the
+    run now going on, reports) and the time so far; each phase, once done, is left above as a line with its time
+    (serve/phases.py)."""
 
-    MIN_FILES = 20
+    def __init__(self, console=None) -> None:
+        self.console = console  # a rich Console; default: stderr's
 
     def __enter__(self):
         from rich.console import Console
-        from rich.progress import Progress
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        console = Console(stderr=True)
-        self.bar = Progress(console=console, transient=True, disable=not console.is_terminal)
-        self.task = None
+        self.clock = time.perf_counter
+        self.console = self.console or Console(stderr=True)
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
+        )
+        self.task = self.bar.add_task("migrate", total=None)
+        self.current: tuple[str, float] | None = None
+        self.bar.start()
         return self
 
-    def __call__(self, done: int, total: int, path: str) -> None:
-        if total < self.MIN_FILES:
-            return
-        if self.task is None:
-            self.bar.start()
-            self.task = self.bar.add_task("migrating", total=total)
-        self.bar.update(self.task, completed=done, description=f"migrating {path}")
+    def phase(self, name: str, step: str | None = None) -> None:
+        if self.current is None or self.current[0] != name:
+            self._done()
+            self.current = (name, self.clock())
+        self.bar.update(self.task, description=f"{name}: {step}" if step else name, total=None, completed=0)
+
+    def files(self, done: int, total: int, path: str) -> None:
+        self.bar.update(self.task, description=f"rewrite {done}/{total} {path}", total=total, completed=done)
+
+    def _done(self) -> None:
+        if self.current is not None and self.console.is_terminal:
+            name, started = self.current
+            self.bar.console.print(f"[green]✓[/green] {name} ({self.clock() - started:.1f} s)")
 
     def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self._done()
         self.bar.stop()
 
 

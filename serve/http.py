@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from xlaport.eval.sandbox import host_memory_mb, sandbox_status
-from xlaport.kb.retrieval import FixHit
+from xlaport.kb.hits import FixHit
 
 from .pipeline import Pipeline, get_pipeline
 from .results import CheckOutcome, FixEntry, Patch, SuggestOptions, VerifyOutcome, WholeInt

@@ -29,7 +29,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
-from xlaport.kb.retrieval import FixHit
+from xlaport.kb.hits import FixHit
 
 from xlaport.files import DirtyTree
 from xlaport.targets import DEFAULT_TARGET, Target

@@ -33,6 +33,7 @@ from xlaport.targets import evidence_note
 from xlaport.trace import TRACE_FILE, append_records
 
 from .inputs import parse_command
+from .phases import PhaseTimer, Step
 from .report import write_reports, write_verify_reports
 from .results import CheckRun, MigrateOptions, MigrationResult, Validation, VerifyOutcome, verdict
 from .tree import (
@@ -68,6 +69,7 @@ class TreeRun:
     verification: VerifyOutcome | None = None
     written: bool = True  # False when in place and the evidence rejected the migration
     copied: int = 0  # files that are not Python, written into the copy
+    timer: PhaseTimer = field(default_factory=PhaseTimer)  # where the time goes (serve/phases.py)
 
     @property
     def python_files(self) -> int:
@@ -150,6 +152,7 @@ def _write_in_place(run: TreeRun, may_execute: bool) -> None:
     options = run.options
     if may_execute and (options.validate_cmd or options.verify_cmd):
         with tempfile.TemporaryDirectory(prefix="xlaport-stage-") as stage, writable_too(Path(stage)):
+            run.timer.start("write")
             write_tree(run.src, Path(stage), run.files)
             gather_evidence(run, Path(stage))
     rejected_by = "validation" if run.validation.status == "rejected" else None
@@ -159,6 +162,7 @@ def _write_in_place(run: TreeRun, may_execute: bool) -> None:
         run.written = False
         run.notes.append(f"source left unchanged: {rejected_by} rejected the migration")
         return
+    run.timer.start("write")
     backups, skipped = write_in_place(run.src, run.files, options.force)
     if backups:
         run.notes.append(f"backups kept: {len(backups)} file(s) *.xlaport.bak")
@@ -168,6 +172,7 @@ def _write_in_place(run: TreeRun, may_execute: bool) -> None:
 def _write_copy(run: TreeRun, may_execute: bool) -> None:
     assert run.dst is not None
     created = not run.dst.exists()
+    run.timer.start("write")
     try:
         run.copied = write_tree(run.src, run.dst, run.files)
     except WriteFailed:
@@ -191,13 +196,15 @@ def gather_evidence(run: TreeRun, migrated_root: Path) -> None:
 
     shared = None
     if options.verify_cmd:
-        report = run_verify(run.src, migrated_root, options.verify_cmd)
+        run.timer.start("verify")
+        report = run_verify(run.src, migrated_root, options.verify_cmd, run.timer.step)
         run.verification = verify_outcome(report, options.verify_cmd)
         run.verification.reports = write_verify_reports(report, run.report_dir, run.report_mode)
         if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
             shared = check_run_of_verify(run.verification.report)
     if options.validate_cmd:
-        run.validation = validate_tree(run.src, migrated_root, options.validate_cmd, options, shared)
+        run.timer.start("validate")
+        run.validation = validate_tree(run.src, migrated_root, options.validate_cmd, options, shared, run.timer.step)
 
 
 def validate_tree(
@@ -206,11 +213,16 @@ def validate_tree(
     command: str,
     options: MigrateOptions,
     xla_check: CheckRun | None = None,
+    step: Step | None = None,
 ) -> Validation:
-    """The execution check of the migrated entry script (unless given), then the generated tests."""
+    """The execution check of the migrated entry script (unless given), then the generated tests. `step` is told
+    when each starts (serve/phases.py)."""
     from .checks import run_generated_tests, run_xla_check
 
+    step = step or (lambda name: None)
     script, args = parse_command(command)
+    if xla_check is None:
+        step("the migrated run (execution check)")
     # run from the tree root, as the command is written (the recorded run and the tests do the same)
     checks = [
         xla_check or run_xla_check(migrated_root / script, args, options.timeout_s, options.memory_mb, migrated_root)
@@ -220,7 +232,9 @@ def validate_tree(
     # original; kept in the migrated tree, to run again on a TPU host
     tests_dir = migrated_root / GENERATED_TESTS_DIR
     checks.append(
-        run_generated_tests(original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s)
+        run_generated_tests(
+            original_root, migrated_root, tests_dir, record=record, timeout_s=options.timeout_s, step=step
+        )
     )
     status, reason, level = verdict(checks)
     return Validation(
@@ -250,10 +264,14 @@ def finish_migration(run: TreeRun) -> MigrationResult:
         notes=list(dict.fromkeys(run.notes)),
         report_dir=str(run.report_dir),
     )
+    run.timer.start("reports")  # what it takes is in the result, not in the files it writes
     migration.wall_s = round(time.perf_counter() - run.start, 3)
+    migration.phases = list(run.timer.timings)
     migration.reports = write_reports(migration, run.report_dir, run.report_mode)
     if run.options.keep_trace:  # opt-in: the records quote the user's source
         keep_trace(migration, run)
+    run.timer.stop()
+    migration.phases = list(run.timer.timings)
     return migration
 
 

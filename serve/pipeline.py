@@ -24,11 +24,12 @@ import gc
 import shlex
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xlaport.kb import Finding, Rule, SourceError, all_rules, fix_source, get_rule, lint_source, select_rules
 from xlaport.kb.docs import entry_dict, render_markdown
+from xlaport.kb.hits import FixHit, finding_query
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT, parse
-from xlaport.kb.retrieval import FixHit, FixIndex, finding_query
 from xlaport.model.proposal import Proposal, Proposer
 from xlaport.model.proposer import load_proposer
 from xlaport.model.spans import enclosing_function, function_spans
@@ -41,6 +42,7 @@ from xlaport.targets import DEFAULT_TARGET, evidence_note
 from .inputs import check_arguments, check_file_name
 from .isolated import FIX_WORKERS, fix_source_killable
 from .migration import TreeRun, finish_migration, library_pin_notes, plan_migration, write_and_prove
+from .phases import PhaseListener, PhaseTimer
 from .results import (
     CheckOutcome,
     Evidence,
@@ -55,7 +57,10 @@ from .results import (
     with_verdict,
 )
 from .source import unified_diff
-from .tree import Progress, rewrite_tree
+from .tree import rewrite_tree
+
+if TYPE_CHECKING:
+    from xlaport.kb.retrieval import FixIndex
 
 RULES_ONLY = "rules-only: no code model configured"
 # migrate searches related kb fixes only when asked (the search model costs seconds and ~1 GB to load)
@@ -82,6 +87,8 @@ class Pipeline:
     def index(self) -> FixIndex:
         with self._index_lock:
             if self._index is None:
+                from xlaport.kb.retrieval import FixIndex  # numpy and the embedding model: the [search] extra
+
                 self._index = FixIndex.load_or_build()
             return self._index
 
@@ -334,19 +341,23 @@ class Pipeline:
         src: Path,
         dst: Path | None,
         options: MigrateOptions | None = None,
-        progress: Progress | None = None,
+        progress: PhaseListener | None = None,
         *,
         may_execute: bool = True,
     ) -> MigrationResult:
         """Migrates a tree into `dst` (or in place), validates and verifies it, writes the reports and the trace.
 
         One record per file goes through the stages of serve/migration.py. With `in_place`, a migration that
-        validation or verify rejects is not written at all.
+        validation or verify rejects is not written at all. `progress` is told when each phase (and step) starts;
+        the result records what each took (serve/phases.py).
         """
         options = options or MigrateOptions()
         run = plan_migration(src, dst, options, may_execute)  # refuses before any work
         run.rules = self.rules(options.select, options.ignore, options.target)
-        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, progress)
+        run.timer = PhaseTimer(progress)
+        run.timer.start("rewrite")
+        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, run.timer.files)
+        run.timer.start("related fixes" if options.k or self.proposer is not None else "findings left")
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
         write_and_prove(run)

@@ -11,9 +11,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from xlaport.kb import Finding
-from xlaport.kb.retrieval import FixHit
+from xlaport.kb.hits import FixHit
 
 from xlaport.targets import DEFAULT_TARGET, Target
+
+from .phases import PhaseTime
 
 Status = Literal["validated", "rejected", "unvalidated"]
 
@@ -174,6 +176,7 @@ class MigrationResult(BaseModel):
     report_dir: str
     reports: dict[str, str] = {}
     wall_s: float = 0.0
+    phases: list[PhaseTime] = []  # where wall_s went (serve/phases.py)
 
     def summary(self) -> dict[str, Any]:
         """The short form the CLI prints (same keys as before, plus validation and reports)."""

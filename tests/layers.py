@@ -12,6 +12,8 @@ Nothing passes by accident: the packages and their folders are read from the tre
 no module at all is an error, an import of an xlaport module that does not exist is an error (it would otherwise
 count as core), `from xlaport import serve` is an import of `xlaport.serve`, and `importlib.import_module(...)` /
 `__import__(...)` are imports like any other (a computed name only where DYNAMIC_IMPORTERS says why).
+Inside kb the levels of KB_LEVELS hold (helpers < analysis < rule bases < rules < the rest), and no module of the
+tree is part of an import circle, TYPE_CHECKING imports included.
 """
 
 from __future__ import annotations
@@ -68,12 +70,24 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
         ("xlaport.serve.migration", "xlaport.serve.checks"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
-        ("xlaport.kb.retrieval", "xlaport.kb.configs"),
+        ("xlaport.serve.pipeline", "xlaport.kb.retrieval"),  # numpy and the embedding model: the [search] extra
+        ("xlaport.kb.retrieval", "xlaport.kb.registry"),
         ("xlaport.kb.retrieval", "xlaport.kb.docs"),
         ("xlaport.serve.mcp", "xlaport.serve.pipeline"),
         ("xlaport.serve.mcp", "xlaport.serve.isolated"),
-        ("xlaport.kb", "xlaport.kb.configs"),  # PEP 562: the package's names load on first use
+        ("xlaport.serve.mcp", "xlaport.eval.sandbox"),  # the refusal of unreadable trees, only for a run (issue 25)
     }
+)
+# Inside kb, from the bottom up: a module imports modules of its own level or below. Every other kb module (the
+# engine, the config-file rules, batch, retrieval, docs, the commands) is on top. TYPE_CHECKING imports count: an
+# annotation that names a rule ties the analysis to it as a call does (the analysis takes kb/analysis/view.py's
+# protocols instead). And no module of the tree imports itself back through others (`import_circles`).
+KB_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("helpers", ("xlaport.kb.cst_walk", "xlaport.kb.cst_helpers", "xlaport.kb.finding", "xlaport.kb.parsing")),
+    ("analysis", ("xlaport.kb.analysis",)),
+    ("rule bases", ("xlaport.kb.rule", "xlaport.kb.scoped_rule", "xlaport.kb.step_rule", "xlaport.kb.env_rule")),
+    ("rules", ("xlaport.kb.rules",)),
+    # above them all: kb/registry.py, which lists the rule modules (with configs and tpu_pins), and the engine
 )
 # Modules that import a module whose name is computed at run time, and why (nothing else may).
 DYNAMIC_IMPORTERS = {
@@ -94,6 +108,57 @@ class Violation:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.importer} imports {self.imported}: {self.why}"
+
+
+def kb_level(module: str) -> int:
+    """The index of `module`'s level in KB_LEVELS; len(KB_LEVELS) for the rest of kb (the top)."""
+    for index, (_, prefixes) in enumerate(KB_LEVELS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return len(KB_LEVELS)
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph` (module -> the modules it imports): its strongly connected components of more
+    than one module (Tarjan's algorithm, without recursion), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((e for e in edges if e in graph), None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
 
 
 def package_dirs(root: Path) -> dict[str, str]:
@@ -189,15 +254,33 @@ def check_tree(root: Path) -> list[Violation]:
         if any(not is_local and imported.split(".")[0] in HEAVY for _, imported, _, is_local in found)
     }
     violations = structure
+    graph: dict[str, set[str]] = {module: set() for module in modules}  # module -> the modules it imports
     for module, (path, found) in modules.items():
         for node, imported, names, is_local in _submodules_apart(found, modules):
             targets = {imported} | {f"{imported}.{name}" for name in names}
             why = _why_not(module, imported, names, is_local and not targets & heavy, path.name)
             if why is None and area(imported) is not None and imported not in modules:
                 why = "no such module in the tree: an unknown xlaport module would count as core"
+            if why is None and _in_kb(module) and _in_kb(imported) and kb_level(imported) > kb_level(module):
+                below, above = KB_LEVELS[kb_level(module)][0], _kb_level_name(imported)
+                why = f"kb {below} may not import kb {above} (helpers < analysis < rule bases < rules < the rest)"
             if why:
                 violations.append(Violation(str(path.relative_to(root)), node.lineno, module, imported, why))
+            if imported in modules and imported != module:
+                graph[module].add(imported)
+    for circle in import_circles(graph):
+        file = str(modules[circle[0]][0].relative_to(root))
+        violations.append(Violation(file, 0, circle[0], "", f"import circle: {', '.join(circle)}"))
     return violations
+
+
+def _in_kb(module: str) -> bool:
+    return module == "xlaport.kb" or module.startswith("xlaport.kb.")
+
+
+def _kb_level_name(module: str) -> str:
+    level = kb_level(module)
+    return KB_LEVELS[level][0] if level < len(KB_LEVELS) else "top"
 
 
 def _structure_errors(root: Path) -> list[Violation]:

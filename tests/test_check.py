@@ -571,3 +571,11 @@ def test_max_steps_stops_an_endless_loop_cleanly_and_grades_its_steps():
     assert report.level == "L2", report.reasons
     assert any("--max-steps" in note for note in report.notes)
     assert "cleanup ran" in report.stdout_tail  # the script's own finally blocks still run
+
+
+def test_every_file_of_the_child_side_is_a_child_file():
+    """The probe's modules are its own frames, never the user's line: each must be in CHILD_FILES (issue 29)."""
+    from xlaport.eval.check.events import CHILD_FILES, RUNNER
+
+    child_side = {str(path) for path in RUNNER.parent.glob("probe*.py")} | {str(RUNNER)}
+    assert child_side <= set(CHILD_FILES) and len(child_side) == 6

@@ -49,10 +49,13 @@ def test_lint_json_shape(tmp_path: Path):
     path = tmp_path / "a.py"
     path.write_text(CUDA_SOURCE)
     result = run("lint", "--format", "json", str(path))
-    findings = json.loads(result.stdout)
-    assert isinstance(findings, list) and {f["code"] for f in findings} >= {"XLA201", "XLA204"}
+    log = json.loads(result.stdout)
+    assert log["schema_version"] == 2 and log["errors"] == []
+    findings = log["findings"]
+    assert {f["code"] for f in findings} >= {"XLA201", "XLA204"}
     for f in findings:
-        assert {"path", "line", "column", "code", "category", "message", "fix"} <= f.keys()
+        keys = {"path", "line", "column", "end_line", "end_column", "code", "category", "message", "fix", "edits"}
+        assert keys <= f.keys()
         assert f["category"] in {f"C{i}" for i in range(1, 8)}
         assert f["fix"] in {"safe", "unsafe", "manual"}
     first = next(f for f in findings if f["code"] == "XLA201")
@@ -62,7 +65,7 @@ def test_lint_json_shape(tmp_path: Path):
 def test_lint_select_and_sarif(tmp_path: Path):
     path = tmp_path / "a.py"
     path.write_text(CUDA_SOURCE)
-    findings = json.loads(run("lint", "--format", "json", "--select", "XLA204", str(path)).stdout)
+    findings = json.loads(run("lint", "--format", "json", "--select", "XLA204", str(path)).stdout)["findings"]
     assert [f["code"] for f in findings] == ["XLA204"]
     sarif = json.loads(run("lint", "--format", "sarif", str(path)).stdout)
     assert sarif["version"] == "2.1.0"
@@ -167,9 +170,9 @@ def test_lint_and_fix_of_a_folder_see_steps_in_other_modules(tmp_path: Path):
     shutil.copytree(Path(__file__).parent / "fixtures" / "project" / "trainer_member" / "input", src)
     loop = src / "diffusion" / "train_loop.py"
     folder = run("lint", str(src), "--select", "XLA406", "--format", "json")
-    assert [(f["line"], f["fix"]) for f in json.loads(folder.stdout)] == [(20, "safe")]
+    assert [(f["line"], f["fix"]) for f in json.loads(folder.stdout)["findings"]] == [(20, "safe")]
     alone = run("lint", str(loop), "--select", "XLA406", "--format", "json")
-    assert [(f["line"], f["fix"]) for f in json.loads(alone.stdout)] == [(27, "manual")]
+    assert [(f["line"], f["fix"]) for f in json.loads(alone.stdout)["findings"]] == [(27, "manual")]
     diff = run("fix", "--diff", str(src), "--select", "XLA406")
     assert diff.stdout.count("+            torch_xla.sync()") == 1
 

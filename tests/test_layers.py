@@ -1,6 +1,10 @@
 """The layers hold on this repository, and the checker catches a backwards import (tests/layers.py)."""
 
+import ast
+import re
 import shutil
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,13 +28,14 @@ def test_a_backwards_import_added_to_a_copy_of_the_repository_fails(tmp_path):
         docs.read_text()
         + "\n\ndef pipeline():\n    from xlaport.serve.pipeline import Pipeline\n\n    return Pipeline\n"
     )
-    (violation,) = check_tree(tmp_path)
+    violation, circle = check_tree(tmp_path)
     assert (violation.file, violation.importer, violation.imported) == (
         "kb/docs.py",
         "xlaport.kb.docs",
         "xlaport.serve.pipeline",
     )
     assert "function-local" in violation.why  # a late import is reported first: it is how cycles hide
+    assert "import circle" in circle.why and "xlaport.kb.docs" in circle.why  # and the circle it hid
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -138,3 +143,93 @@ def test_an_unknown_module_or_a_module_imported_as_a_name_is_not_core(tmp_path, 
 def test_imports_through_importlib_or_dunder_import_are_checked(tmp_path, text, why):
     (violation,) = check_tree(_tree(tmp_path, {"serve/__init__.py": "", "kb/engine.py": text}))
     assert violation.file == "kb/engine.py" and why in violation.why
+
+
+# --- kb from the bottom up (issue 29, item 2): helpers < analysis < rule bases < rules, and no import circle ------
+@pytest.mark.parametrize(
+    ("files", "why"),
+    [
+        (  # the circle the analysis had: a module's facts typed with the project, the project with the module
+            {
+                "kb/analysis/module.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .project import P\n",
+                "kb/analysis/project.py": "from .module import walk\n",
+            },
+            "import circle: xlaport.kb.analysis.module, xlaport.kb.analysis.project",
+        ),
+        (
+            {"kb/analysis/steps.py": "from ..rule import Rule\n", "kb/rule.py": ""},
+            "kb analysis may not import kb rule bases",
+        ),
+        (
+            {"kb/cst_helpers.py": "from .analysis.module import children_of\n", "kb/analysis/module.py": ""},
+            "kb helpers may not import kb analysis",
+        ),
+        (
+            {"kb/scoped_rule.py": "from .rules.c1 import X\n", "kb/rules/c1.py": ""},
+            "kb rule bases may not import kb rules",
+        ),
+    ],
+)
+def test_a_planted_kb_circle_or_upward_import_fails(tmp_path, files, why):
+    (violation,) = check_tree(_tree(tmp_path, files))
+    assert why in violation.why
+
+
+# kb's modules that make a search: numpy and the embedding model, the [search] extra (pyproject.toml)
+SEARCH_MODULES = {"kb/retrieval.py", "kb/minilm.py"}
+
+
+def _core_dependencies() -> set[str]:
+    """The import names of pyproject.toml's [project] dependencies: what `pip install xlaport` brings."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return {re.match(r"[A-Za-z0-9_.-]+", d).group().lower().replace("-", "_") for d in project["dependencies"]}
+
+
+def _third_party_imports(folder: Path) -> dict[str, set[str]]:
+    """Top-level third-party module -> the files of `folder` that import it (anywhere: late imports count)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"xlaport"}:
+                found.setdefault(top, set()).add(str(path.relative_to(folder.parent)))
+    return found
+
+
+def test_kb_and_the_core_import_only_the_core_dependencies_and_the_standard_library():
+    """`pip install xlaport` (libcst, typer, rich, pydantic) is enough for lint, fix and kb list/show: only the
+    search modules use the [search] extra, and the rest of kb imports them late (only `kb search` does)."""
+    core = _core_dependencies()
+    assert core == {"libcst", "typer", "rich", "pydantic"}
+    for folder in ("kb", "xlaport"):
+        beyond = {
+            module: files - SEARCH_MODULES
+            for module, files in _third_party_imports(REPO / folder).items()
+            if module not in core and files - SEARCH_MODULES
+        }
+        assert beyond == {}, f"{folder} imports what the core install lacks"
+    at_import = [(file, imported) for file, imported, is_local in _search_imports() if not is_local]
+    assert at_import == [], "a search module imported at module level: `import xlaport.kb` would need numpy"
+    assert ("kb/cli.py", "xlaport.kb.retrieval", True) in _search_imports()  # `kb search`: the checker sees it
+
+
+def _search_imports() -> list[tuple[str, str, bool]]:
+    """(file, search module, function-local) for each import of a search module by another kb module."""
+    from layers import imports_of, module_name
+
+    names = {module_name(REPO / f, REPO / "kb", "xlaport.kb") for f in SEARCH_MODULES}
+    found = []
+    for path in sorted((REPO / "kb").rglob("*.py")):
+        if str(path.relative_to(REPO)) in SEARCH_MODULES:
+            continue
+        module = module_name(path, REPO / "kb", "xlaport.kb")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for _, imported, _, is_local in imports_of(tree, module, path.name == "__init__.py"):
+            if imported in names:
+                found.append((str(path.relative_to(REPO)), imported, is_local))
+    return found

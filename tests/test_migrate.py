@@ -292,7 +292,8 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
 
     runs = []
 
-    def run_verify(original, migrated, command):
+    def run_verify(original, migrated, command, step=None):
+        step("the migrated run")
         runs.append(("verify", command))
         return _verify_report(command.split())
 
@@ -300,7 +301,8 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
         runs.append(("check", args))
         return CheckRun(name="xla_check", passed=True, level="L2")
 
-    def run_generated_tests(original, migrated, out, record=None, timeout_s=600.0):
+    def run_generated_tests(original, migrated, out, record=None, timeout_s=600.0, step=None):
+        step("the generated tests")
         runs.append(("tests", record))
         return CheckRun(name="generated_tests", passed=True)
 
@@ -318,6 +320,15 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
         assert result.validation.checks[0].report == result.verification.report["check"]
     assert (tmp_path / "out" / "xlaport-verify.html").is_file() and (tmp_path / "out" / "xlaport-verify.json").is_file()
     assert "Verify" in (tmp_path / "out" / "xlaport-report.md").read_text()
+    # where the time went: each phase in order, the steps of verify and validation inside them
+    timings = [(t.phase, t.name) for t in result.phases]
+    assert [name for phase, name in timings if phase is None] == [
+        "rewrite", "findings left", "write", "verify", "validate", "reports"
+    ]  # fmt: skip
+    steps = [(phase, name) for phase, name in timings if phase is not None]
+    assert steps[0] == ("verify", "the migrated run") and steps[-1] == ("validate", "the generated tests")
+    assert (("validate", "the migrated run (execution check)") in steps) == (executions == 2)
+    assert sum(t.seconds for t in result.phases if t.phase is None and t.name != "reports") <= result.wall_s
 
 
 @pytest.mark.slow
@@ -340,12 +351,14 @@ def test_migrate_runs_the_execution_check_once_for_validate_and_verify(tmp_path,
     assert xla_check.name == "xla_check" and xla_check.level == "L2" and xla_check.passed, xla_check.reasons
     assert xla_check.report == result.verification.report["check"]
     assert result.verification.report["migrated_run"]["returncode"] == 0
+    steps = [t.name for t in result.phases if t.phase == "verify"]
+    assert steps[:2] == ["the migrated run", "the original's run"] and steps[-1] == "grading", steps
 
 
 def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline, monkeypatch):
     import xlaport.serve.checks as checks_module
 
-    def failing_verify(original, migrated, command):
+    def failing_verify(original, migrated, command, step=None):
         assert (migrated / "train.py").read_text() != (original / "train.py").read_text()  # the staged migration
         report = _verify_report(command.split())
         report.status, report.reasons = "fail", ["L1: the loss diverged"]

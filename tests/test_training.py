@@ -247,6 +247,64 @@ def test_recorded_traces_read_the_records_migrate_writes(tmp_path):
     assert list(recorded_traces(tmp_path / "missing.jsonl")) == []
 
 
+def test_train_data_takes_accepted_candidates_and_says_what_they_added(tmp_path, monkeypatch):
+    """The flywheel: model rewrites that a program run accepted (bench/model_evidence.py --accepted) become
+    training traces of their own kind, in the train split; rules' records and unvalidated or rejected proposals
+    in the same file do not."""
+    from xlaport.cli import app
+    from xlaport.trace import TraceRecord, TraceValidation, append_records
+
+    def record(function, proposed_by, status):
+        original = (
+            f"def {function}(model, x, log):\n    loss = model(x)\n    log.append(loss.item())\n    return loss\n"
+        )
+        migrated = (
+            f"def {function}(model, x, log):\n    loss = model(x)\n    log.append(loss.detach())\n    return loss\n"
+        )
+        return TraceRecord(
+            run_id="r",
+            time="2026-12-03T00:00:00Z",
+            src="owner/repo@0123456789ab",
+            path="train.py",
+            unit="function",
+            function=function,
+            original=original,
+            migrated=migrated,
+            patch="",
+            codes_applied=["XLA401"],
+            codes_left=[],
+            proposed_by=proposed_by,
+            validation=TraceValidation(status=status, level="L2", command="python train.py"),
+        )
+
+    accepted = tmp_path / "accepted.jsonl"
+    append_records(
+        [
+            record("kept_step", ["model:lora-cpu"], "validated"),
+            record("rules_step", ["rules"], "validated"),
+            record("unjudged_step", ["model:lora-cpu"], "unvalidated"),
+            record("failed_step", ["model:lora-cpu"], "rejected"),
+        ],
+        accepted,
+    )
+    monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "no-traces.jsonl"))
+    out = tmp_path / "data"
+    args = ["train", "data", "--size", "tiny", "--corpus", str(CORPUS), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--accepted", str(accepted)])
+    assert result.exit_code == 0, result.output
+    assert "accepted candidates added: 1" in result.output
+    assert "kept_step (XLA401; train)" in result.output
+    dataset = load_dataset(out)
+    kept = [t for t in dataset.traces if t.kind == "accepted"]
+    assert [(t.name, t.split, t.validated) for t in kept] == [("kept_step", "train", True)]
+    assert "loss.detach()" in kept[0].target and ".item()" in kept[0].original
+    assert dataset.meta["accepted_sources"] == [str(accepted)]
+
+    result = CliRunner().invoke(app, [*args[:-1], str(tmp_path / "again"), "--accepted", str(tmp_path / "nope.jsonl")])
+    assert result.exit_code == 2 and "no such trace file" in result.output
+
+
 # --- tokenizer and batches -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -318,6 +318,13 @@ def test_config_from_pyproject_and_xlaport_toml(tmp_path):
     (other / "xlaport.toml").write_text('[verify]\nmigrated_args = "--device xla"\n')
     with pytest.raises(VerifyUsageError, match="migrated_args must be list"):
         load_config(other)
+    # the declared types, checked by pydantic (strict): a dict's values too, and a boolean is no number
+    for bad, message in (("env = {PJRT_DEVICE = 1}", "env must be dict"), ("timeout_s = true", "timeout_s must be")):
+        (other / "xlaport.toml").write_text(f"[verify]\n{bad}\n")
+        with pytest.raises(VerifyUsageError, match=message):
+            load_config(other)
+    (other / "xlaport.toml").write_text("[verify]\ntimeout_s = 60\nbudget_hours = 2\nfull_run_steps = 100\n")
+    assert load_config(other)[0].timeout_s == 60.0
 
 
 def test_split_command():

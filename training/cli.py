@@ -105,20 +105,44 @@ def data(
         list[Path] | None,
         typer.Option("--recorded", help="Trace JSONL files of `xlaport migrate` (default: the global trace file)."),
     ] = None,
+    accepted: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--accepted",
+            help="JSONL of accepted candidates (bench/model_evidence.py --accepted): the model's rewrites a program run kept.",
+        ),
+    ] = None,
     out: OutOption = None,
     seed: SeedOption = 0,
 ) -> None:
-    """Build the dataset: corpus functions and migration traces, deduplicated, split by source file."""
+    """Build the dataset: corpus functions, migration traces and accepted candidates, deduplicated, split by source file."""
     from xlaport.training.workflow import TrainingError, prepare_data
 
-    for path in recorded or []:
+    for path in [*(recorded or []), *(accepted or [])]:
         if not path.is_file():
             fail_usage(f"no such trace file: {path}")
     try:
-        directory = prepare_data(_size(size), out=out, roots=corpus, recorded=recorded, seed=seed, log=_log)
+        directory = prepare_data(
+            _size(size), out=out, roots=corpus, recorded=recorded, seed=seed, log=_log, accepted=accepted
+        )
     except TrainingError as exc:
         fail_usage(str(exc))
+    if accepted:
+        _say_accepted(directory)
     typer.echo(str(directory))
+
+
+def _say_accepted(directory: Path) -> None:
+    """What the accepted candidates added to the dataset, one line each (stderr)."""
+    from xlaport.model.artifacts import read_meta
+
+    added = (read_meta(directory) or {}).get("accepted", [])
+    _log(
+        f"accepted candidates added: {len(added)}"
+        + ("" if added else " (none was a validated model rewrite, or all were duplicates)")
+    )
+    for entry in added:
+        _log(f"  + {entry['file']}: {entry['function']} ({', '.join(entry['codes']) or 'no codes'}; {entry['split']})")
 
 
 @train_app.command("base")

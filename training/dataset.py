@@ -30,6 +30,7 @@ from .corpus import Function, corpus_files, extract_functions, normalized_key, s
 from .synth import synth_traces
 from .traces import (
     Trace,
+    accepted_traces,
     inject,
     injected_trace,
     is_injection_candidate,
@@ -64,8 +65,11 @@ def build_dataset(
     seed: int = 0,
     unsafe: bool = True,
     log: Callable[[str], None] = lambda message: None,
+    accepted: Iterable[Path] = (),
 ) -> Dataset:
-    """Reads the corpus, deduplicates functions, makes rule / injected / recorded traces, splits by file."""
+    """Reads the corpus, deduplicates functions, makes rule / injected / recorded / accepted traces, splits by file.
+
+    Accepted candidates come before recorded traces, so a function both hold is kept as the accepted one."""
     start = time.perf_counter()
     functions: list[tuple[str, Function]] = []
     seen: set[str] = set()
@@ -124,6 +128,18 @@ def build_dataset(
         add(trace)
     log(f"synthesized manual-finding traces: {len(traces) - before} ({time.perf_counter() - start:.0f} s)")
 
+    accepted_added = []
+    for path in accepted:
+        for trace in accepted_traces(path):
+            before = len(traces)
+            add(trace)
+            if len(traces) > before:
+                accepted_added.append(
+                    {"file": trace.file, "function": trace.name, "codes": trace.codes, "split": trace.split}
+                )
+    if accepted_added:
+        splits = Counter(a["split"] for a in accepted_added)
+        log(f"accepted candidates: {len(accepted_added)} added ({dict(splits)})")
     recorded_count = 0
     for path in recorded:
         for trace in recorded_traces(path):
@@ -138,6 +154,8 @@ def build_dataset(
         "unsafe_fixes": unsafe,
         "roots": [str(r) for r in roots],
         "recorded_sources": [str(p) for p in recorded],
+        "accepted_sources": [str(p) for p in accepted],
+        "accepted": accepted_added,
         "files": len(files),
         "functions": dict(Counter(s for s, _ in functions)),
         "traces": {

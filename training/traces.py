@@ -1,10 +1,12 @@
 """Migration traces: (original function, migrated function, kb codes) examples for fine-tuning.
 
-Three sources:
+Four sources:
 - `rule_trace`: a corpus function that holds CUDA-isms, migrated by the kb rules;
 - `injected_trace`: a clean corpus function into which CUDA-isms are injected; the clean
   version is the target;
-- `recorded_traces`: the JSONL that `xlaport migrate` appends (`xlaport.trace`).
+- `recorded_traces`: the JSONL that `xlaport migrate` appends (`xlaport.trace`);
+- `accepted_traces`: the code model's candidates that a program run accepted (bench/model_evidence.py writes
+  them in the same record format): post-rule text before, the model's rewrite after (the flywheel).
 
 A trace's `target` is the migrated function, preceded by the import lines the migration added
 (see `join_target` / `split_target`).
@@ -28,7 +30,7 @@ from xlaport.trace import MODULE_LEVEL, TraceRecord, read_records
 
 from .corpus import Function, split_of
 
-KINDS = ("rules", "injected", "recorded")
+KINDS = ("rules", "injected", "recorded", "accepted")
 # Cheap text prefilter: only functions mentioning one of these are linted for rule traces.
 CUDA_HINT = re.compile(r"cuda|cudnn|nccl|GradScaler|autocast|DataParallel")
 TORCH_FACTORIES = frozenset(
@@ -409,6 +411,21 @@ def recorded_traces(path: Path) -> Iterator[Trace]:
         trace = _recorded_trace(record)
         if trace is not None:
             yield trace
+
+
+def accepted_traces(path: Path) -> Iterator[Trace]:
+    """The accepted candidates of `path`: function records that a model proposed (`proposed_by` names a
+    "model:...") and whose program run validated them. Anything else in the file is skipped.
+
+    They always go to the train split: they are what the flywheel feeds back. A model trained on them has seen
+    those programs, so it is no longer measured on them (bench/model_evidence.py says which programs they came from).
+    """
+    for record in read_records(path):
+        if record.validation.status != "validated" or not any(p.startswith("model:") for p in record.proposed_by):
+            continue
+        trace = _recorded_trace(record)
+        if trace is not None:
+            yield replace(trace, kind="accepted", file=trace.file.replace("recorded:", "accepted:", 1), split="train")
 
 
 def _recorded_trace(record: TraceRecord) -> Trace | None:

@@ -48,8 +48,9 @@ def prepare_data(
     recorded: list[Path] | None = None,
     seed: int = 0,
     log: Log = _quiet,
+    accepted: list[Path] | None = None,
 ) -> Path:
-    """Builds and saves the dataset; returns its directory."""
+    """Builds and saves the dataset; returns its directory. `accepted`: JSONL files of accepted candidates."""
     roots = roots or package_roots()
     if not roots:
         raise TrainingError("no corpus: none of the default packages is installed; pass --corpus DIR")
@@ -57,7 +58,7 @@ def prepare_data(
     if missing:
         raise TrainingError(f"corpus folder not found: {', '.join(missing)}")
     out = out or new_artifact_dir("dataset", size.name)
-    dataset = build_dataset(roots, size, recorded or default_recorded(), seed=seed, log=log)
+    dataset = build_dataset(roots, size, recorded or default_recorded(), seed=seed, log=log, accepted=accepted or ())
     if not dataset.split_traces("train"):
         raise TrainingError("the corpus gave no training traces (too few functions?)")
     save_dataset(dataset, out)

@@ -11,6 +11,9 @@ from typing import Annotated
 
 import typer
 
+from xlaport.cliutil import EXIT_USAGE
+from xlaport.extras import EXTRA_MODULES, extra_of_module, install_hint, missing_extra_message, missing_modules
+
 HELP = __doc__
 
 # what a bug report needs: the versions that decide behaviour, read from metadata (nothing heavy is imported)
@@ -54,6 +57,9 @@ def env() -> None:
         f"platform: {platform.platform()}",
     ]
     lines += [f"{name}: {_version(name) or 'not installed'}" for name in ENV_PACKAGES]
+    for extra in EXTRA_MODULES:  # which optional parts work here (xlaport/extras.py)
+        missing = missing_modules(extra)
+        lines.append(f"extra [{extra}]: {'missing ' + ', '.join(missing) if missing else 'installed'}")
     lines += [f"{name}={os.environ[name]}" for name in ENV_VARIABLES if name in os.environ]
     typer.echo("\n".join(lines))
 
@@ -117,4 +123,16 @@ def __getattr__(name: str) -> typer.Typer:
 
 def main() -> None:
     arguments = sys.argv[1:]
-    build_app(arguments[0] if arguments else None)()
+    missing = missing_extra_message(arguments)
+    if missing:
+        typer.echo(f"error: {missing}", err=True)
+        raise SystemExit(EXIT_USAGE)
+    try:
+        build_app(arguments[0] if arguments else None)()
+    except ModuleNotFoundError as exc:  # a command's optional part, reached in a way extras_for does not foresee
+        extras = extra_of_module((exc.name or "").partition(".")[0])
+        if not extras:
+            raise
+        hints = " or ".join(install_hint([extra]) for extra in extras)
+        typer.echo(f"error: {exc}: it is an optional part of xlaport ({hints})", err=True)
+        raise SystemExit(EXIT_USAGE) from None

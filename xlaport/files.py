@@ -18,7 +18,7 @@ from pathlib import Path
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache"})
 # What xlaport itself writes beside a migrated tree (serve/report.py, xlaport/trace.py): never a user's file to lint,
 # migrate or copy again (a second migrate of a migrated tree would carry the first one's report along).
-OWN_OUTPUT_FILE = re.compile(r"xlaport-(report|verify)\.(json|md|html)|xlaport-trace\.jsonl")
+OWN_OUTPUT_FILE = re.compile(r"xlaport-(report|verify|rules)\.(json|md|html)|xlaport-trace\.jsonl")
 
 
 def is_own_output(name: str) -> bool:
@@ -282,7 +282,13 @@ def _repository_state(paths: list[Path]) -> dict[Path, str]:
         listed = _git(Path(top), "ls-files", "-v", "-z", "--full-name", "--", *(str(p) for p in files)) or ""
         tags = {(Path(top) / entry[2:]).resolve(): entry[0] for entry in filter(None, listed.split("\0"))}
         status = _git(Path(top), "status", "--porcelain", "-z", "--untracked-files=no") or ""
-        dirty = {(Path(top) / entry[3:]).resolve() for entry in filter(None, status.split("\0")) if len(entry) > 3}
+        # "XY path": Y is the work tree against the index. A change that is all staged (Y blank: as pre-commit leaves
+        # the files it hands a hook) is in the index, and `git restore FILE` brings it back: git is the way back
+        dirty = {
+            (Path(top) / entry[3:]).resolve()
+            for entry in filter(None, status.split("\0"))
+            if len(entry) > 3 and entry[1] != " "
+        }
         for p in files:
             tag = tags.get(p)
             if tag is None:

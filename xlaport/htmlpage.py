@@ -6,7 +6,9 @@ their bodies from. Core, so that eval and serve can both use it.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -19,12 +21,43 @@ code,pre{background:#f6f6f6;padding:.1em .3em;border-radius:3px} pre{padding:.6e
 .badge{display:inline-block;padding:.2em .7em;border-radius:.3em;color:#fff;font-weight:600}
 .plots{display:grid;grid-template-columns:1fr 1fr;gap:1em} .plots img{width:100%;border:1px solid #eee}
 li{margin:.2em 0} li.fail{color:#b71c1c} li.undecided{color:#e65100} li.good{color:#1b5e20}
+.count{color:#555;font-size:.85em} .error{color:#b71c1c} .warning{color:#9a6700} .note{color:#555}
 """
 
 
 def esc(value: object) -> str:
     """`value` as text safe inside HTML."""
     return html.escape(str(value))
+
+
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_LINK = re.compile(r"\[([^\]\n]+)\]\(([^()\s]+)\)")
+
+
+def markdown(text: str) -> str:
+    """Inline Markdown as HTML: `code`, **bold** and [text](url) links (http, https or a relative address; any other
+    scheme, `javascript:` included, stays text). Everything else is escaped, so no markup of the text gets through."""
+    out, last = [], 0
+    for match in _CODE_SPAN.finditer(text):
+        out.append(_inline(text[last : match.start()]))
+        out.append(f"<code>{esc(match.group(2).strip() or match.group(2))}</code>")
+        last = match.end()
+    out.append(_inline(text[last:]))
+    return "".join(out)
+
+
+def _inline(text: str) -> str:
+    """Bold and links of text without code spans, escaped first: the patterns only see escaped text."""
+    escaped = _BOLD.sub(r"<b>\1</b>", esc(text))
+    return _LINK.sub(_link, escaped)
+
+
+def _link(match: re.Match) -> str:
+    label, address = match.group(1), match.group(2)
+    if urlsplit(html.unescape(address)).scheme not in ("", "http", "https"):
+        return match.group(0)
+    return f'<a href="{address}">{label}</a>'
 
 
 def fmt(value: object) -> str:

@@ -12,7 +12,8 @@ from .report import RecompileSource, StepStats
 
 RUNNER = Path(__file__).with_name("runner.py")  # the child's entry point (a script, started by path)
 # the child side's own files: their frames are not the user's
-CHILD_FILES = (str(RUNNER), str(RUNNER.with_name("probe.py")))
+CHILD_SIDE = ("runner.py", "probe.py", "probe_reads.py", "probe_placement.py", "probe_watch.py", "probe_sites.py")
+CHILD_FILES = tuple(str(RUNNER.with_name(name)) for name in CHILD_SIDE)
 # Appended to a host read's site when torch's GradScaler made it (its inf check before each optimizer step).
 GRAD_SCALER_READ = " (GradScaler.step: inf check)"
 

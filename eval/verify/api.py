@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,8 +23,16 @@ from .runs import (
 )
 
 
-def verify(original: Path, migrated: Path, command: list[str], config: VerifyConfig | None = None) -> VerifyReport:
-    """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration."""
+def verify(
+    original: Path,
+    migrated: Path,
+    command: list[str],
+    config: VerifyConfig | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> VerifyReport:
+    """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration.
+    `on_step` is told when each run, and the grading, starts (a progress display; the migration's timings)."""
+    on_step = on_step or (lambda name: None)
     started = time.perf_counter()
     config = (config or VerifyConfig()).validate()
     original, migrated = Path(original).resolve(), Path(migrated).resolve()
@@ -53,14 +62,17 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
         report.config = asdict(config)
     with scratch_folder("xlaport-verify-") as tmp:
         scratch = Path(tmp)
+        on_step("the migrated run")
         mig, check = run_migrated(migrated, script, [*args, *config.migrated_args], config, scratch, subdir)
         report.migrated_run, report.check = mig, check.to_dict()
         gates = absolute_gates(mig, check, config) if mig.ok else []
         ran, again = None, None
         if mig.ok and not any(g.stopped for g in gates) and config.reference != "none":
+            on_step("the original's run")
             ran = run_reference(original, script, args, config, scratch, subdir)
             if not log_repeats and ran.ok and len(ran.curves.loss) and config.repeat_reference_s > 0:
                 budget = min(config.timeout_s, config.repeat_reference_s)
+                on_step("the original's second run (its run-to-run spread)")
                 again = run_reference(original, script, args, config, scratch, subdir, repeat=1, timeout_s=budget)
         ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
         spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again)
@@ -74,6 +86,7 @@ def verify(original: Path, migrated: Path, command: list[str], config: VerifyCon
             "compared over the common steps, final metrics at the end of each run"
         )
 
+    on_step("grading")
     seeded_source = source_fixes_seed(original) if spread is None and ref is not None else None
     level, reasons, improvements, undecided, loss_cmp, metric_cmps, claim, perf = assess(
         ref, mig, check, config, spread, spread_runs, seeded_source
@@ -193,7 +206,11 @@ def _fmt_num(value: float | None) -> str:
 
 
 def verify_tree(
-    original_dir: Path, migrated_dir: Path, command: list[str], config: VerifyConfig | None = None
+    original_dir: Path,
+    migrated_dir: Path,
+    command: list[str],
+    config: VerifyConfig | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> VerifyReport:
     """For `xlaport migrate --verify`: the settings come from the project's config (migrated tree first, then the
     original), with `config`'s non-default fields on top."""
@@ -201,7 +218,7 @@ def verify_tree(
     if config is not None:
         defaults = asdict(VerifyConfig())
         found = found.with_overrides(**{k: v for k, v in asdict(config).items() if v != defaults[k]})
-    report = verify(original_dir, migrated_dir, command, found)
+    report = verify(original_dir, migrated_dir, command, found, on_step)
     report.config_file = path
     return report
 

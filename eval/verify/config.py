@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from . import curves as cv
 
@@ -102,9 +105,10 @@ class VerifyConfig:
             name = key.replace("-", "_")
             if name not in known:
                 raise VerifyUsageError(f"{origin}: unknown key {key!r} (known: {', '.join(sorted(known))})")
-            if not _has_type(value, known[name]):
-                raise VerifyUsageError(f"{origin}: {key} must be {known[name]}, not {value!r}")
-            values[name] = value
+            try:
+                values[name] = _field_adapter(name).validate_python(value)
+            except ValidationError:
+                raise VerifyUsageError(f"{origin}: {key} must be {known[name]}, not {value!r}") from None
         return cls(**values).validate()
 
     def with_overrides(self, **overrides: Any) -> VerifyConfig:
@@ -119,16 +123,11 @@ class VerifyConfig:
         return VerifyConfig(**data).validate()
 
 
-def _has_type(value: Any, annotation: str) -> bool:
-    """Whether a TOML value fits a field's annotation (a string under `from __future__ import annotations`)."""
-    if value is None:
-        return "None" in annotation
-    if isinstance(value, bool):
-        return False  # no setting is a boolean; `true` for a number is a mistake
-    if annotation.startswith("list"):
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    checks = {"float": (int, float), "int": (int,), "str": (str,), "dict": (dict,)}
-    return any(kind in annotation and isinstance(value, types) for kind, types in checks.items())
+@cache
+def _field_adapter(name: str) -> TypeAdapter:
+    """Validates a TOML value against the field's declared type, strictly: `true` is no number, `"10"` no int, a
+    string no list; an int is a float."""
+    return TypeAdapter(get_type_hints(VerifyConfig)[name], config=ConfigDict(strict=True))
 
 
 def load_config(*project_dirs: Path) -> tuple[VerifyConfig, str | None]:

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import libcst as cst
 
 from ..cst_helpers import TEXT, string_value
-from .device_facts import is_cuda_value
-from .module import children_of, walk
+from ..cst_walk import children_of, walk
+from .device_facts import DeviceFacts, is_cuda_value
 
-if TYPE_CHECKING:
-    from .devices import DeviceAnalysis
+
+class DeviceLookup(Protocol):
+    """What a region is read with: the module's device facts and its names and parents (devices.py
+    `DeviceAnalysis` is one; this module sits below it)."""
+
+    facts: DeviceFacts
+
+    def qualified(self, node: cst.CSTNode) -> str | None: ...
+    def call_name(self, call: cst.Call) -> str | None: ...
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None: ...
+
 
 # Probes that a rule rewrites for XLA: a guard that holds one of them in its test must flip with it.
 MIGRATED_PROBES = frozenset({"torch.cuda.is_bf16_supported"})
@@ -50,7 +59,7 @@ def only_text(region: cst.CSTNode) -> bool:
     return True
 
 
-def device_path(analysis: DeviceAnalysis, region: cst.CSTNode) -> bool:
+def device_path(analysis: DeviceLookup, region: cst.CSTNode) -> bool:
     """Does `region` choose the device: a device call, `.cuda()`, or a CUDA string that a rule rewrites (an
     origin, 'nccl', or one given right to a device consumer)?"""
     facts = analysis.facts
@@ -78,7 +87,7 @@ CUDA_MODULES = ("torch.cuda", "torch.backends.cuda", "torch.backends.cudnn", "to
 CUDA_METHODS = frozenset({"cuda", "pin_memory"})
 
 
-def cuda_reference_list(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+def cuda_reference_list(analysis: DeviceLookup, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
     """Every CUDA reference under `root`: (node, what) pairs, in syntax order. Imports are not references
     (an import alone does nothing on a TPU host; its uses are)."""
     found: list[tuple[cst.CSTNode, str]] = []
@@ -113,6 +122,6 @@ def cuda_reference_list(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tup
     return found
 
 
-def cuda_references(analysis: DeviceAnalysis, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+def cuda_references(analysis: DeviceLookup, root: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
     """The CUDA references under `root` (see `cuda_reference_list`) and the ints used as devices."""
     return cuda_reference_list(analysis, root) + [(n, "int used as a device") for n in analysis.facts.int_devices]

@@ -24,9 +24,9 @@ import re
 import libcst as cst
 
 from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
+from ..cst_walk import module_walk, walk
 from .device_facts import DeviceFacts, DeviceWalker, Guard, argparse_dest, is_cuda_value, key_of
 from .device_regions import cuda_reference_list, device_path, only_text
-from .module import module_walk, walk
 
 DEVICE_NAME = re.compile(r"(\w+_)?(device|dev)(_type|_name|_str|_kind)?$", re.IGNORECASE)
 INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_idx)$")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ..cst_helpers import positional_args, string_value
-from ..rule import Rule
+from .view import RuleView
 
 
 @dataclass
@@ -19,7 +19,7 @@ class EnvWrite:
     node: cst.CSTNode  # where the finding is reported
 
 
-def env_writes(rule: Rule, node: cst.Assign | cst.Call) -> list[EnvWrite]:
+def env_writes(rule: RuleView, node: cst.Assign | cst.Call) -> list[EnvWrite]:
     """Env vars that `node` sets: `os.environ[K] = v`, `os.environ.setdefault(K, v)`,
     `os.environ.update({K: v})` / `update(K=v)` and `os.putenv(K, v)` (K a string literal)."""
     found: list[EnvWrite] = []
@@ -48,18 +48,3 @@ def env_writes(rule: Rule, node: cst.Assign | cst.Call) -> list[EnvWrite]:
                     if key is not None:
                         found.append(EnvWrite(key, element.value, node))
     return found
-
-
-class EnvWriteRule(Rule):
-    """A rule about environment variables set in code: `check_write` sees each one."""
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for write in env_writes(self, node):
-            self.check_write(write)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        for write in env_writes(self, node):
-            self.check_write(write)
-
-    def check_write(self, write: EnvWrite) -> None:
-        raise NotImplementedError

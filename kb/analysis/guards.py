@@ -12,12 +12,12 @@ import libcst as cst
 from .devices import analyse
 
 if TYPE_CHECKING:
-    from ..rule import Rule
+    from .view import RuleView
 
 AVAILABILITY = frozenset({"torch.cuda.is_available"})
 
 
-def _regions(rule: Rule, quiet_only: bool) -> set[int]:
+def _regions(rule: RuleView, quiet_only: bool) -> set[int]:
     """The ids of the regions guards protect; gathered once per module (kept with its facts), not once per
     question (a module of many guards asked about every node was quadratic)."""
     facts = analyse(rule.analysis.module).facts
@@ -27,14 +27,14 @@ def _regions(rule: Rule, quiet_only: bool) -> set[int]:
     return cache[quiet_only]
 
 
-def guarded_by_cuda(rule: Rule, node: cst.CSTNode, quiet_only: bool = False) -> bool:
+def guarded_by_cuda(rule: RuleView, node: cst.CSTNode, quiet_only: bool = False) -> bool:
     """Is `node` inside code that a CUDA guard protects (`quiet_only`: a guard that does not flip, around
     CUDA-only housekeeping), or after an early return for hosts without CUDA?"""
     regions = _regions(rule, quiet_only)
     return any(id(n) in regions for n in (node, *rule.ancestors(node))) or after_cuda_early_return(rule, node)
 
 
-def after_cuda_early_return(rule: Rule, node: cst.CSTNode) -> bool:
+def after_cuda_early_return(rule: RuleView, node: cst.CSTNode) -> bool:
     """`if not torch.cuda.is_available() [or ...]: return` earlier in the function that holds `node`."""
     for anc in (node, *rule.ancestors(node)):
         block = rule.parent(anc)
@@ -48,7 +48,7 @@ def after_cuda_early_return(rule: Rule, node: cst.CSTNode) -> bool:
     return False
 
 
-def is_cuda_early_return(rule: Rule, stmt: cst.CSTNode) -> bool:
+def is_cuda_early_return(rule: RuleView, stmt: cst.CSTNode) -> bool:
     """`if not torch.cuda.is_available(): return` (also as one operand of an `or`)."""
     if not (isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock)):
         return False

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ..cst_helpers import bound_arguments, expr, find_nodes
-from ..rule import Rule
+from .view import RuleView
 
 XLA_LAUNCHES = frozenset({"torch_xla.launch", "torch_xla.torch_xla.launch"})
 LAUNCH_POSITIONS = ("fn", "args")
@@ -29,7 +29,7 @@ class WorldSizeMove:
     function: str
 
 
-def world_size_move(rule: Rule, count: cst.Call) -> WorldSizeMove | None:
+def world_size_move(rule: RuleView, count: cst.Call) -> WorldSizeMove | None:
     """The rewrite that reads the count inside the launched function, when the count is assigned to a name whose
     only use is one element of a `torch_xla.launch` `args` tuple, and the launched function is defined in this
     module and called nowhere else. None otherwise."""
@@ -88,7 +88,7 @@ def _reads(scope: cst.CSTNode | None) -> list[cst.Name]:
     return [n for n in find_nodes(scope, cst.Name) if id(n) not in skip]
 
 
-def _launch_tuple(rule: Rule, use: cst.Name) -> tuple[cst.Tuple | None, cst.Call | None]:
+def _launch_tuple(rule: RuleView, use: cst.Name) -> tuple[cst.Tuple | None, cst.Call | None]:
     element = rule.parent(use)
     args = rule.parent(element) if isinstance(element, cst.Element) else None
     arg = rule.parent(args) if isinstance(args, cst.Tuple) else None
@@ -100,7 +100,7 @@ def _launch_tuple(rule: Rule, use: cst.Name) -> tuple[cst.Tuple | None, cst.Call
     return args, launch
 
 
-def _launched_function(rule: Rule, launch: cst.Call) -> cst.FunctionDef | None:
+def _launched_function(rule: RuleView, launch: cst.Call) -> cst.FunctionDef | None:
     fn = bound_arguments(launch, LAUNCH_POSITIONS).get("fn")
     if not isinstance(fn, cst.Name):
         return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ..rule import Finding
+from ..finding import Finding
 from .device_regions import cuda_references
 from .devices import DeviceAnalysis
 

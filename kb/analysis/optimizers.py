@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..cst_helpers import dotted, find_nodes, keyword_arg, positional_args, string_value
-from ..rule import Rule
+from .view import RuleView
 
 OPTIMIZER_MODULES = ("torch.optim.", "torch_xla.amp.syncfree.", "bitsandbytes.optim.", "transformers.optimization.")
 NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.", "torch.optim.Optimizer")
@@ -18,7 +18,7 @@ DTYPE_NAMES = frozenset(
 )
 
 
-def is_optimizer(rule: Rule, call: cst.Call) -> bool:
+def is_optimizer(rule: RuleView, call: cst.Call) -> bool:
     for name in rule.qualified_names(call.func):
         last = name.rsplit(".", 1)[-1]
         if name.startswith(OPTIMIZER_MODULES) and not name.startswith(NOT_OPTIMIZERS) and last[:1].isupper():
@@ -45,7 +45,7 @@ def related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def moved_module(rule: Rule, call: cst.Call) -> str | None:
+def moved_module(rule: RuleView, call: cst.Call) -> str | None:
     """`model` when `call` is `model.to(<device>)` or `model.cuda()`; dtype-only or CPU moves do not count."""
     func = call.func
     if not isinstance(func, cst.Attribute) or func.attr.value not in {"to", "cuda"}:

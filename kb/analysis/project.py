@@ -13,114 +13,22 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import QualifiedNameSource
 
 from ..cst_helpers import code_of, positional_args
+from ..cst_walk import walk
 from .bindings import TopLevelBindings
 from .cst_scopes import full_name
-from .module import walk
+from .project_steps import UNKNOWN
 
 if TYPE_CHECKING:
-    from .context import StepContextRule
+    from .view import StepView
 
 
-def module_name(path: str | PurePath) -> str:
-    """`util/misc.py` -> `util.misc`; `pkg/__init__.py` -> `pkg`."""
-    parts = list(PurePath(path).with_suffix("").parts)
-    if parts and parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(p for p in parts if p not in ("", "."))
-
-
-@dataclass(frozen=True)
-class ModuleSteps:
-    """What one module tells the tree: the callables defined here that step once per call, their parameters,
-    and the instances of the tree's classes that it passes to the tree's functions."""
-
-    module: str
-    steppers: frozenset[str] = frozenset()  # full names
-    signatures: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (function, parameter names in order)
-    # (the tree's function called; argument position or keyword; the tree's class of the argument, or UNKNOWN)
-    passes: tuple[tuple[str, int | str, str], ...] = ()
-    # the tree's functions (full names) that this module calls once per training step: from a step loop, or
-    # from a function that itself runs every step (a `forward`, a helper the loop calls)
-    per_step_calls: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class ProjectSteps:
-    modules: frozenset[str] = frozenset()
-    steppers: frozenset[str] = frozenset()
-    # (function, parameter, class): every call of the function in the tree passes an instance of the class there
-    param_classes: frozenset[tuple[str, str, str]] = frozenset()
-    # (path, module) where a caller names a module's file by another path than its path from the root
-    # (`xlaport lint DIR` names them `DIR/engine.py`)
-    paths: frozenset[tuple[str, str]] = frozenset()
-    # (module, name): the top-level names of the tree's modules that another module star-imports
-    # (`from utils import *` in train.py: `save_checkpoint` there is `utils.save_checkpoint`)
-    exports: frozenset[tuple[str, str]] = frozenset()
-    # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
-    per_step: frozenset[str] = frozenset()
-
-    def module_of(self, path: str) -> str:
-        """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
-        return next((m for p, m in self.paths if p == path), None) or module_name(path)
-
-    @classmethod
-    def combine(cls, summaries: list[ModuleSteps]) -> ProjectSteps:
-        project = cls(modules=frozenset(s.module for s in summaries))
-        steppers = frozenset(s for m in summaries for s in m.steppers)
-        signatures = {name: params for m in summaries for name, params in m.signatures}
-        seen: dict[tuple[str, str], set[str]] = {}
-        for summary in summaries:
-            for function, where, owner in summary.passes:
-                if function not in signatures:
-                    continue
-                params = signatures[function]
-                if isinstance(where, int):
-                    where = params[where] if where < len(params) else None
-                if where in params:
-                    seen.setdefault((function, where), set()).add(owner)
-        bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
-        per_step = frozenset(f for m in summaries for f in m.per_step_calls)
-        return cls(modules=project.modules, steppers=steppers, param_classes=bound, per_step=per_step)
-
-    def resolve(self, name: str) -> str | None:
-        """The tree's full name of a definition that code names `name` (absolute, as imported); None when
-        it is not the tree's. A module may be named from a folder above the tree's root (`pkg.util.misc`)."""
-        parts = name.split(".")
-        for cut in range(len(parts) - 1, 0, -1):
-            module = ".".join(parts[:cut])
-            if module in self.modules:
-                return name
-            matches = _by_suffix(self.modules).get(module, ())
-            if len(matches) == 1:
-                return ".".join([matches[0], *parts[cut:]])
-        return None
-
-    def class_of_param(self, function: str, param: str) -> str | None:
-        return next((k for f, p, k in self.param_classes if f == function and p == param), None)
-
-
-@lru_cache(maxsize=8)
-def _by_suffix(modules: frozenset[str]) -> dict[str, list[str]]:
-    """Dotted suffix -> the modules whose name ends with it after a dot (`util.misc` -> [`pkg.util.misc`]): a
-    name is resolved once per call of every module, so no scan of the tree's modules each time."""
-    index: dict[str, list[str]] = {}
-    for name in modules:
-        parts = name.split(".")
-        for cut in range(1, len(parts)):
-            index.setdefault(".".join(parts[cut:]), []).append(name)
-    return index
-
-
-def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
+def absolute_names(rule: StepView, node: cst.CSTNode) -> set[str]:
     """Dotted names of what `node` refers to, absolute: imports (relative ones resolved against this module)
     and the module's own top-level definitions (`Trainer` -> `train.Trainer`)."""
     module = rule.analysis.module_name or ""
@@ -156,7 +64,7 @@ def absolute_names(rule: StepContextRule, node: cst.CSTNode) -> set[str]:
 _CST_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
-def _binding_scope(rule: StepContextRule, node: cst.CSTNode, head: str, bindings: TopLevelBindings) -> str | None:
+def _binding_scope(rule: StepView, node: cst.CSTNode, head: str, bindings: TopLevelBindings) -> str | None:
     """Where the binding of `head` that `node` sees is: "function" (the innermost function body around `node`
     that binds it), "module" (no function body around binds it), or None: unknown here (a class body, a
     comprehension or a lambda is in between, or the function's binding is unsure: the slow path)."""
@@ -242,7 +150,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return {n for n in names if not n.startswith("_")}
 
 
-def star_imported(rule: StepContextRule, name: str) -> str | None:
+def star_imported(rule: StepView, name: str) -> str | None:
     """`utils.save_checkpoint` for `save_checkpoint` when nothing in this module binds it and the module
     star-imports a module of the tree that defines it (`from utils import *`); else None."""
     project = rule.analysis.project
@@ -268,7 +176,7 @@ def _absolute(name: str, module: str) -> str:
     return ".".join([*package, name[dots:]])
 
 
-def definition_name(rule: StepContextRule, func: cst.FunctionDef) -> str:
+def definition_name(rule: StepView, func: cst.FunctionDef) -> str:
     """`module.Class.method` / `module.function` of a definition in this module."""
     parts = [func.name.value]
     for anc in rule.ancestors(func):
@@ -278,7 +186,7 @@ def definition_name(rule: StepContextRule, func: cst.FunctionDef) -> str:
     return ".".join(([module] if module else []) + parts[::-1])
 
 
-def classes_of(rule: StepContextRule, value: cst.CSTNode) -> set[str]:
+def classes_of(rule: StepView, value: cst.CSTNode) -> set[str]:
     """The tree's classes `value` is an instance of, when every value it can hold is built by one:
     `NativeScaler()`, a local assigned `NativeScaler()`, `self.trainer` assigned `Trainer(...)` in the class,
     a parameter that every caller in the tree passes such an instance."""
@@ -308,7 +216,7 @@ def classes_of(rule: StepContextRule, value: cst.CSTNode) -> set[str]:
     return set.union(*found) if all(found) else set()
 
 
-def project_step(rule: StepContextRule, call: cst.Call) -> bool:
+def project_step(rule: StepView, call: cst.Call) -> bool:
     """Does `call` run one of the tree's stepping callables: `train_step(...)`, `scaler(...)` (an instance of
     a class whose `__call__` steps), `self.trainer.optimize(opt)`?"""
     project = rule.analysis.project
@@ -327,10 +235,7 @@ def project_step(rule: StepContextRule, call: cst.Call) -> bool:
     return any(f"{klass}.{method}" in project.steppers for klass in classes_of(rule, receiver))
 
 
-UNKNOWN = "?"  # an argument that is not an instance of one known class of the tree
-
-
-def passes(rule: StepContextRule) -> tuple[tuple[str, int | str, str], ...]:
+def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
     """What this module passes to the tree's functions: (function, position or keyword, class) for each
     argument, the class `UNKNOWN` when the argument is not an instance of one class of the tree."""
     project = rule.analysis.project
@@ -352,7 +257,7 @@ def passes(rule: StepContextRule) -> tuple[tuple[str, int | str, str], ...]:
     return tuple(found)
 
 
-def _constructed(rule: StepContextRule, value: cst.CSTNode) -> set[str]:
+def _constructed(rule: StepView, value: cst.CSTNode) -> set[str]:
     """Absolute names of the classes that build `value` (a call, or a name assigned only calls)."""
     if isinstance(value, cst.Call):
         return absolute_names(rule, value.func)

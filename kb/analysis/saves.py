@@ -10,8 +10,7 @@ import libcst as cst
 from ..cst_helpers import block_of, dotted, every_call, method_name
 
 if TYPE_CHECKING:
-    from ..rule import Rule
-    from .scopes import ScopedRule
+    from .view import RuleView, ScopedView
 
 
 def holds_state_dict(node: cst.CSTNode) -> bool:
@@ -23,7 +22,7 @@ def holds_state_dict(node: cst.CSTNode) -> bool:
     return False
 
 
-def moved_to_cpu(rule: Rule, save: cst.Call, data: cst.CSTNode) -> bool:
+def moved_to_cpu(rule: RuleView, save: cst.Call, data: cst.CSTNode) -> bool:
     """`model.eval().cpu()` earlier in the block of `torch.save(model.state_dict(), ...)`: CPU tensors."""
     if not (isinstance(data, cst.Call) and isinstance(data.func, cst.Attribute)):
         return False
@@ -64,7 +63,7 @@ def saved(call: cst.Call) -> tuple[cst.BaseExpression | None, cst.BaseExpression
     return data, path
 
 
-def writes_cpu_data(rule: ScopedRule, save: cst.Call) -> bool:
+def writes_cpu_data(rule: ScopedView, save: cst.Call) -> bool:
     """Evidence that `torch.save` writes CPU tensors: the model moved to the CPU just before, a value named for
     the CPU (`cpu_state`), or one from a call that gathers on the CPU."""
     data, _ = saved(save)
@@ -82,7 +81,7 @@ def writes_cpu_data(rule: ScopedRule, save: cst.Call) -> bool:
     return False
 
 
-def may_hold_device_data(rule: ScopedRule, data: cst.BaseExpression | None) -> bool:
+def may_hold_device_data(rule: ScopedView, data: cst.BaseExpression | None) -> bool:
     """Could the saved value hold device tensors: a state dict, a model or checkpoint (by name), or a value
     moved to a device? A plain data value (a vocabulary's vectors, a metrics list) is not, unless moved."""
     if data is None or holds_state_dict(data):
@@ -105,11 +104,11 @@ SAVE_CALLS = frozenset(
 SAVE_METHODS = frozenset({"save_pretrained"})
 
 
-def is_save(rule: Rule, call: cst.Call) -> bool:
+def is_save(rule: RuleView, call: cst.Call) -> bool:
     return method_name(call) in SAVE_METHODS or bool(rule.qualified_names(call.func) & SAVE_CALLS)
 
 
-def flows_to_save(rule: ScopedRule, node: cst.CSTNode) -> bool:
+def flows_to_save(rule: ScopedView, node: cst.CSTNode) -> bool:
     """Is the value of `node` written to disk: inside the arguments of a save (`torch.save({k: v.half() ...})`),
     or assigned to a name (`state = ...`, `sd[k] = ...`) that a save in the same function writes?"""
     holder: cst.CSTNode | None = None

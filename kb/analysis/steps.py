@@ -27,11 +27,11 @@ from ..cst_helpers import (
     method_name,
     positional_args,
 )
-from .project import ModuleSteps, absolute_names, classes_of, definition_name, passes, project_step, star_imported
+from .project import absolute_names, classes_of, definition_name, passes, project_step, star_imported
+from .project_steps import ModuleSteps
 
 if TYPE_CHECKING:
-    from ..rule import Rule
-    from .context import StepContextRule
+    from .view import RuleView, StepView
 
 Loop = cst.For | cst.While
 
@@ -71,7 +71,7 @@ def _runs_each_iteration(loop: cst.CSTNode, child: cst.CSTNode) -> bool:
     return child is loop.body or (isinstance(loop, cst.While) and child is loop.test)
 
 
-def _find_loops(rule: Rule) -> tuple[set[int], set[int]]:
+def _find_loops(rule: RuleView) -> tuple[set[int], set[int]]:
     """(step loops, training loops) of the module, as node ids."""
     step_loops: set[int] = set()
     training_loops: set[int] = set()
@@ -94,19 +94,19 @@ def _find_loops(rule: Rule) -> tuple[set[int], set[int]]:
     return step_loops, training_loops
 
 
-def _loops(rule: Rule) -> tuple[set[int], set[int]]:
+def _loops(rule: RuleView) -> tuple[set[int], set[int]]:
     analysis = rule.analysis
     if analysis.step_loops is None or analysis.training_loops is None:
         analysis.step_loops, analysis.training_loops = _find_loops(rule)
     return analysis.step_loops, analysis.training_loops
 
 
-def runs_step(rule: Rule, loop: Loop) -> bool:
+def runs_step(rule: RuleView, loop: Loop) -> bool:
     """Is `loop` a step loop (its own body makes a step call)?"""
     return id(loop) in _loops(rule)[0]
 
 
-def step_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
+def step_loop(rule: RuleView, node: cst.CSTNode) -> Loop | None:
     """The innermost step loop that executes `node` on each of its iterations.
 
     Stops at function, lambda and class boundaries, so code in `xm.add_step_closure(lambda ...)` or in a
@@ -124,7 +124,7 @@ def step_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
     return None
 
 
-def per_step_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
+def per_step_loop(rule: RuleView, node: cst.CSTNode) -> Loop | None:
     """`step_loop(node)`, unless `node` only runs every N steps (in the body of `if step % N == 0:`)."""
     loop = step_loop(rule, node)
     if loop is None:
@@ -139,7 +139,7 @@ def per_step_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
     return loop
 
 
-def training_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
+def training_loop(rule: RuleView, node: cst.CSTNode) -> Loop | None:
     """The innermost training loop around `node` (a step loop or a loop around one), in the same function."""
     training_loops = _loops(rule)[1]
     for anc in rule.ancestors(node):
@@ -150,7 +150,7 @@ def training_loop(rule: Rule, node: cst.CSTNode) -> Loop | None:
     return None
 
 
-def every_n_steps(rule: Rule, test: cst.CSTNode) -> bool:
+def every_n_steps(rule: RuleView, test: cst.CSTNode) -> bool:
     """Does an `if` test hold only every N steps: `step % N == 0`, or a call of this module's function that tests
     a modulo (`divisible_by(step, N)` with `def divisible_by(n, d): return n % d == 0`)?"""
     if has_modulo(test):
@@ -161,7 +161,7 @@ def every_n_steps(rule: Rule, test: cst.CSTNode) -> bool:
     return False
 
 
-def _modulo_functions(rule: Rule) -> frozenset[str]:
+def _modulo_functions(rule: RuleView) -> frozenset[str]:
     """The module's top-level functions whose body is one `return` of a modulo test."""
     found = set()
     for stmt in rule.analysis.module.body:
@@ -189,7 +189,7 @@ def has_modulo(node: cst.CSTNode) -> bool:
 
 
 # --- functions that run once per training step ---------------------------------------------------------
-def per_step_function(rule: StepContextRule, node: cst.CSTNode) -> cst.FunctionDef | None:
+def per_step_function(rule: StepView, node: cst.CSTNode) -> cst.FunctionDef | None:
     """The function around `node` when it runs once per training step and `node` runs each time it does (not in
     the body of an every-N-steps `if`): a model's `forward`, a function or method that a step loop calls, one that
     such a function calls (`self._dequeue_and_enqueue(k)` in `forward`), or one that another module of the tree
@@ -206,7 +206,7 @@ def per_step_function(rule: StepContextRule, node: cst.CSTNode) -> cst.FunctionD
     return None
 
 
-def per_step_functions(rule: StepContextRule) -> dict[int, cst.FunctionDef]:
+def per_step_functions(rule: StepView) -> dict[int, cst.FunctionDef]:
     """The module's functions that run once per training step (see `per_step_function`), by id."""
     analysis = rule.analysis
     key = analysis.project
@@ -215,7 +215,7 @@ def per_step_functions(rule: StepContextRule) -> dict[int, cst.FunctionDef]:
     return analysis.per_step[1]
 
 
-def _find_per_step_functions(rule: StepContextRule) -> dict[int, cst.FunctionDef]:
+def _find_per_step_functions(rule: StepView) -> dict[int, cst.FunctionDef]:
     project = rule.analysis.project
     reached = project.per_step if project is not None else frozenset()
     top_level: dict[str, cst.FunctionDef] = {}
@@ -255,7 +255,7 @@ def _find_per_step_functions(rule: StepContextRule) -> dict[int, cst.FunctionDef
 
 
 def _callee(
-    rule: StepContextRule,
+    rule: StepView,
     call: cst.Call,
     top_level: dict[str, cst.FunctionDef],
     methods: dict[tuple[int, str], cst.FunctionDef],
@@ -270,7 +270,7 @@ def _callee(
     return None
 
 
-def _every_time(rule: StepContextRule, node: cst.CSTNode, func: cst.FunctionDef) -> bool:
+def _every_time(rule: StepView, node: cst.CSTNode, func: cst.FunctionDef) -> bool:
     """Does `node` run each time `func` runs (not in the body of an every-N-steps `if`)?"""
     child = node
     for anc in rule.ancestors(node):
@@ -282,7 +282,7 @@ def _every_time(rule: StepContextRule, node: cst.CSTNode, func: cst.FunctionDef)
     return True
 
 
-def per_step_calls(rule: StepContextRule) -> frozenset[str]:
+def per_step_calls(rule: StepView) -> frozenset[str]:
     """The tree's functions (full names) that this module calls once per training step: from a step loop or from
     one of its per-step functions (`apply_rotary_emb(q, freqs)` in a `forward`, `trainer.train_step(batch)`)."""
     project = rule.analysis.project
@@ -317,7 +317,7 @@ class BarrierSite:
     helper: str | None
 
 
-def is_barrier(rule: StepContextRule, call: cst.Call) -> bool:
+def is_barrier(rule: StepView, call: cst.Call) -> bool:
     """`torch_xla.sync()`, `xm.mark_step()`, `xm.optimizer_step(opt, barrier=True)` (not without barrier=True)."""
     names = rule.qualified_names(call.func)
     if names & XM_OPTIMIZER_STEP:
@@ -326,7 +326,7 @@ def is_barrier(rule: StepContextRule, call: cst.Call) -> bool:
     return bool(names & SYNC_CALLS)
 
 
-def is_optimizer_update(rule: StepContextRule, call: cst.Call) -> bool:
+def is_optimizer_update(rule: StepView, call: cst.Call) -> bool:
     """The call that updates the weights: `optimizer.step()`, `scaler.step(optimizer)` (GradScaler),
     `xm.optimizer_step(optimizer)`, a wrapper's `optimizer.step_and_update_lr()`."""
     if rule.is_optimizer_step(call):
@@ -341,7 +341,7 @@ def is_optimizer_update(rule: StepContextRule, call: cst.Call) -> bool:
     return bool(rule.qualified_names(call.func) & XM_OPTIMIZER_STEP)
 
 
-def barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
+def barrier_sites(rule: StepView) -> list[BarrierSite]:
     """Where the module's training steps need a barrier: one per iteration of the innermost loop that runs the
     optimizer update, directly or through helper functions and methods (`self._run_batch(...)`,
     `train_step(...)`), unless that loop already syncs or iterates a loader that syncs per batch."""
@@ -351,7 +351,7 @@ def barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
     return analysis.barrier_sites
 
 
-def _find_barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
+def _find_barrier_sites(rule: StepView) -> list[BarrierSite]:
     found, _ = _climb(rule)
     per_loop: dict[int, list[BarrierSite]] = {}
     for call, loop, helper in found:
@@ -368,7 +368,7 @@ def _find_barrier_sites(rule: StepContextRule) -> list[BarrierSite]:
     return sorted(last, key=lambda s: _start(rule, s.after))
 
 
-def _holding_all(rule: StepContextRule, statements: list[cst.BaseStatement], last: cst.BaseStatement) -> cst.CSTNode:
+def _holding_all(rule: StepView, statements: list[cst.BaseStatement], last: cst.BaseStatement) -> cst.CSTNode:
     """The statement, on `last`'s path, that holds every update of one loop iteration: the barrier goes after it,
     so that it runs whenever any of them ran. Updates under different conditions (`if enc_opt is not None:
     enc_opt.step()` after `dec_opt.step()`; `scaler.step(opt)` / `else: opt.step()`) get it after the `if`;
@@ -383,7 +383,7 @@ def _holding_all(rule: StepContextRule, statements: list[cst.BaseStatement], las
     return next(n for n in path if rule.parent(n) is common)  # the statement of the common block on the path
 
 
-def _climb(rule: StepContextRule) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:
+def _climb(rule: StepView) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:
     """From each optimizer update (in this module, or a call of the tree's stepping callables) up through
     the helpers that run it to the innermost loop that runs it: (update or helper call, loop, helper name) for
     each loop reached, and the helpers passed, which step once per call (none of them syncs)."""
@@ -403,7 +403,7 @@ def _climb(rule: StepContextRule) -> tuple[list[tuple[cst.Call, Loop, str | None
 
 
 def _climb_from(
-    rule: StepContextRule, starts: list[tuple[cst.Call, str | None]]
+    rule: StepView, starts: list[tuple[cst.Call, str | None]]
 ) -> tuple[list[tuple[cst.Call, Loop, str | None]], list[cst.FunctionDef]]:
     calls = rule.analysis.nodes.calls
     pending = list(starts)
@@ -424,7 +424,7 @@ def _climb_from(
     return found, list(helpers.values())
 
 
-def module_steps(rule: StepContextRule, with_passes: bool = True) -> ModuleSteps:
+def module_steps(rule: StepView, with_passes: bool = True) -> ModuleSteps:
     """What this module tells the rest of its tree (project.py): its functions, methods and callable classes
     that run an optimizer step once per call, without a loop or barrier of their own; its functions'
     parameters, and (`with_passes`) the instances of classes it passes to functions."""
@@ -446,7 +446,7 @@ def module_steps(rule: StepContextRule, with_passes: bool = True) -> ModuleSteps
     )
 
 
-def uncertain_steps(rule: StepContextRule) -> list[cst.Call]:
+def uncertain_steps(rule: StepView) -> list[cst.Call]:
     """Calls that hand an optimizer to a callable this analysis cannot see (a parameter, an object of unknown
     class: `step_fn(loss, optimizer)`, `self.helper.apply(self.opt)`), run by a loop (directly or through
     helpers) that has no optimizer update and no barrier that the analysis knows of: it may step there."""
@@ -469,14 +469,14 @@ def uncertain_steps(rule: StepContextRule) -> list[cst.Call]:
     return found
 
 
-def _is_optimizer_value(rule: StepContextRule, node: cst.CSTNode) -> bool:
+def _is_optimizer_value(rule: StepView, node: cst.CSTNode) -> bool:
     if is_optimizer_name(node):
         return True
     keys = rule.facts().optimizer_keys  # most modules have none: then no code is generated to compare
     return bool(keys) and isinstance(node, (cst.Name, cst.Attribute)) and code_of(node) in keys
 
 
-def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:
+def _unknown_callable(rule: StepView, func: cst.CSTNode) -> bool:
     """A callable whose code no analysis reaches: rooted in a parameter or a local of unknown origin, or an
     attribute of `self` (not a method of this class); not an import, a builtin or this module's function."""
     root = func
@@ -497,14 +497,14 @@ def _unknown_callable(rule: StepContextRule, func: cst.CSTNode) -> bool:
     return True
 
 
-def _is_local_variable(rule: StepContextRule, name: cst.Name) -> bool:
+def _is_local_variable(rule: StepView, name: cst.Name) -> bool:
     values = rule.assigned_values(name)
     func = rule.enclosing_function(name)
     is_param = func is not None and name.value in rule.scope(func).params
     return is_param or bool(values)
 
 
-def _site(rule: StepContextRule, call: cst.Call, loop: Loop, helper: str | None) -> BarrierSite | None:
+def _site(rule: StepView, call: cst.Call, loop: Loop, helper: str | None) -> BarrierSite | None:
     if any(is_barrier(rule, c) for c in rule.nodes_in(loop.body, False).calls):
         return None
     for anc in [loop, *rule.ancestors(loop)]:
@@ -518,7 +518,7 @@ def _site(rule: StepContextRule, call: cst.Call, loop: Loop, helper: str | None)
     return BarrierSite(call, _after_scaler_update(rule, after), loop, helper)
 
 
-def _innermost_loop(rule: StepContextRule, node: cst.CSTNode) -> Loop | None:
+def _innermost_loop(rule: StepView, node: cst.CSTNode) -> Loop | None:
     """The innermost loop of the same function that runs `node` on each iteration."""
     child = node
     for anc in rule.ancestors(node):
@@ -530,7 +530,7 @@ def _innermost_loop(rule: StepContextRule, node: cst.CSTNode) -> Loop | None:
     return None
 
 
-def _helper_function(rule: StepContextRule, node: cst.CSTNode) -> cst.FunctionDef | None:
+def _helper_function(rule: StepView, node: cst.CSTNode) -> cst.FunctionDef | None:
     """The function `node` is in, when no loop, lambda or class lies between them."""
     for anc in rule.ancestors(node):
         if isinstance(anc, cst.FunctionDef):
@@ -548,7 +548,7 @@ def _calls(call: cst.Call, name: str) -> bool:
     return isinstance(func, cst.Attribute) and func.attr.value == name and "sched" not in code_of(func.value).lower()
 
 
-def _after_scaler_update(rule: StepContextRule, stmt: cst.BaseStatement) -> cst.BaseStatement:
+def _after_scaler_update(rule: StepView, stmt: cst.BaseStatement) -> cst.BaseStatement:
     """`stmt`, or the `scaler.update()` right after it: the barrier closes the step after the scale update."""
     block = rule.parent(stmt)
     body = list(getattr(block, "body", ()))
@@ -563,7 +563,7 @@ def _after_scaler_update(rule: StepContextRule, stmt: cst.BaseStatement) -> cst.
     return stmt
 
 
-def prepared_by_accelerate(rule: StepContextRule, loop: cst.For) -> bool:
+def prepared_by_accelerate(rule: StepView, loop: cst.For) -> bool:
     """Does `loop` iterate a loader returned by `accelerator.prepare(...)` (it moves batches and syncs already)?"""
     name = rule.iterated_name(loop)
     if name is None or not rule.facts().uses("accelerate"):
@@ -584,7 +584,7 @@ def prepared_by_accelerate(rule: StepContextRule, loop: cst.For) -> bool:
     return False
 
 
-def draws_from_prepared(rule: StepContextRule, loop: Loop) -> bool:
+def draws_from_prepared(rule: StepView, loop: Loop) -> bool:
     """Does `loop` take its batches with `next(self.dl)` from a loader accelerate prepared (`self.dl =
     cycle(dl)` after `dl = accelerator.prepare(dl)`)? Its device loader marks a step per batch."""
     for call in rule.nodes_in(loop.body, False).calls:
@@ -604,7 +604,7 @@ def draws_from_prepared(rule: StepContextRule, loop: Loop) -> bool:
     return False
 
 
-def passed_to_accelerate(rule: StepContextRule, name: str) -> bool:
+def passed_to_accelerate(rule: StepView, name: str) -> bool:
     """Is the local `name` handed to `accelerator.prepare(...)` (which evens out the batches of a loader)?"""
     if not rule.facts().uses("accelerate"):
         return False
@@ -616,6 +616,6 @@ def passed_to_accelerate(rule: StepContextRule, name: str) -> bool:
     return False
 
 
-def _start(rule: StepContextRule, node: cst.CSTNode) -> tuple[int, int]:
+def _start(rule: StepView, node: cst.CSTNode) -> tuple[int, int]:
     pos = rule.position(node).start
     return (pos.line, pos.column)

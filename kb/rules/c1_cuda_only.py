@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..cst_helpers import expr, keyword_arg, module_name, positional_args, string_value
-from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, Rule, register
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, Rule
 
 
 def in_import_guard(rule: Rule, node: cst.CSTNode) -> bool:
@@ -33,7 +33,6 @@ def is_xla_string(node: cst.CSTNode | None) -> bool:
     return value is not None and (value == "xla" or value.startswith("xla:"))
 
 
-@register
 class XlaDeviceWithoutImport(Rule):
     code = "XLA109"
     needs = ("xla",)
@@ -117,7 +116,6 @@ class _CudaSourceFinder(cst.CSTVisitor):
             self.found = True
 
 
-@register
 class CudaExtensionBuild(Rule):
     code = "XLA110"
     needs = ("cpp_extension",)
@@ -181,7 +179,6 @@ CUDA_ONLY_PACKAGES = {
 }
 
 
-@register
 class CudaOnlyPackage(Rule):
     code = "XLA111"
     needs = ("apex", "flash_attn", "xformers", "bitsandbytes", "triton", "cupy", "pycuda")
@@ -234,7 +231,6 @@ SDP_FLAG_SETTERS = {
 }
 
 
-@register
 class SdpaBackendSelection(Rule):
     code = "XLA112"
     needs = ("sdp",)
@@ -270,7 +266,6 @@ class SdpaBackendSelection(Rule):
             self.report_removal(node)
 
 
-@register
 class CudaBf16SupportProbe(Rule):
     code = "XLA114"
     needs = ("is_bf16_supported",)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.env import EnvWrite, EnvWriteRule
+from ..analysis.env import EnvWrite
 from ..cst_helpers import positional_args, same_quotes, string_value
-from ..rule import register
+from ..env_rule import EnvWriteRule
 
 # --- environment variables ----------------------------------------------------------
 BF16_ENV_VARS = {"XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16", "XLA_DOWNCAST_FP16"}
 
 
-@register
 class EnvVarBf16(EnvWriteRule):
     code = "XLA106"
     needs = ("xla_",)
@@ -52,7 +51,6 @@ class EnvVarBf16(EnvWriteRule):
             )
 
 
-@register
 class PjrtDeviceGpu(EnvWriteRule):
     code = "XLA107"
     needs = ("pjrt_device", "gpu_num_devices", "set_device_type")
@@ -104,7 +102,6 @@ class PjrtDeviceGpu(EnvWriteRule):
             self.report(value, replacement=same_quotes(value, "TPU"))
 
 
-@register
 class CudaVisibleDevicesInCode(EnvWriteRule):
     code = "XLA108"
     needs = ("cuda_visible_devices",)

@@ -18,15 +18,15 @@ from ..cst_helpers import (
     string_value,
     whole_statement,
 )
-from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, Rule
 
 IMPORT_XLA_BACKEND = ("torch_xla.distributed.xla_backend", None, None)
 
 
 # --- deprecated and removed torch_xla APIs ------------------------------------------
-@register
 class XlaDeviceDeprecated(Rule):
     code = "XLA101"
+    severity = "warning"  # deprecated: it still runs
     needs = ("xla_device",)
     title = "`xm.xla_device()` is deprecated: use `torch_xla.device()`"
     category = "C1"
@@ -59,9 +59,9 @@ class XlaDeviceDeprecated(Rule):
         self.report(node, replacement=call_with(node, "torch_xla.device", new_args), imports=(IMPORT_TORCH_XLA,))
 
 
-@register
 class MarkStepDeprecated(Rule):
     code = "XLA102"
+    severity = "warning"  # deprecated: it still runs
     needs = ("mark_step",)
     title = "`xm.mark_step()` is deprecated: use `torch_xla.sync()`"
     category = "C1"
@@ -92,7 +92,6 @@ REMOVED_GETTERS = {
 }
 
 
-@register
 class RemovedRuntimeGetters(Rule):
     code = "XLA103"
     needs = ("torch_xla",)
@@ -151,7 +150,6 @@ class RemovedRuntimeGetters(Rule):
             self.report(node, "import of names removed in torch_xla 2.7")
 
 
-@register
 class XmpSpawn(Rule):
     code = "XLA104"
     needs = ("xla_multiprocessing",)
@@ -209,7 +207,6 @@ class XmpSpawn(Rule):
         self.report(node, replacement=call_with(node, "torch_xla.launch", args), imports=(IMPORT_TORCH_XLA,))
 
 
-@register
 class XlaGradScalerRemoved(Rule):
     code = "XLA105"
     needs = ("torch_xla",)
@@ -257,7 +254,6 @@ class XlaGradScalerRemoved(Rule):
             self.report(node)
 
 
-@register
 class PjrtInitMethod(Rule):
     code = "XLA113"
     needs = ("pjrt",)

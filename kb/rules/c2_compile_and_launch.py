@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import is_optimizer
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
     add_kwarg,
     bound_arguments,
@@ -21,11 +20,11 @@ from ..cst_helpers import (
     string_value,
     with_commas,
 )
-from ..rule import IMPORT_TORCH_XLA, Rule, register
+from ..rule import IMPORT_TORCH_XLA, Rule
+from ..scoped_rule import ScopedRule
 
 
 # --- compile, optimizer and clipping flags ------------------------------------------------
-@register
 class TorchCompileInductor(Rule):
     code = "XLA216"
     needs = ("compile",)
@@ -69,7 +68,6 @@ class TorchCompileInductor(Rule):
             self.report(node.decorator, replacement=call)
 
 
-@register
 class FusedOptimizer(Rule):
     code = "XLA217"
     needs = ("fused",)
@@ -108,7 +106,6 @@ CLIP_FUNCTIONS = frozenset(
 )
 
 
-@register
 class ForeachClip(Rule):
     code = "XLA218"
     needs = ("foreach",)
@@ -143,7 +140,6 @@ class ForeachClip(Rule):
             self.report(node, replacement=drop_args(node, [foreach]))
 
 
-@register
 class TorchCheckpoint(Rule):
     code = "XLA219"
     needs = ("checkpoint",)
@@ -242,7 +238,6 @@ def launches_one_process_per_chip(rule: Rule) -> bool:
     return False
 
 
-@register
 class NcclProcessGroup(Rule):
     code = "XLA223"
     needs = ("nccl",)
@@ -316,7 +311,6 @@ DDP_NAMES = frozenset(
 )
 
 
-@register
 class DdpDeviceIds(Rule):
     code = "XLA224"
     needs = ("distributeddataparallel",)
@@ -354,7 +348,6 @@ class DdpDeviceIds(Rule):
             self.report(node, replacement=drop_args(node, drop))
 
 
-@register
 class MpSpawn(ScopedRule):
     code = "XLA225"
     needs = ("spawn",)
@@ -418,7 +411,6 @@ KERNEL_ADVICE = (
 )
 
 
-@register
 class GpuKernels(ScopedRule):
     code = "XLA234"
     needs = ("triton", "_compile_kernel", "rawkernel", "rawmodule")

@@ -24,11 +24,9 @@ from ..rule import (
     REMOVE,
     SET_MATMUL_PRECISION,
     Rule,
-    register,
 )
 
 
-@register
 class CudaSynchronize(Rule):
     code = "XLA204"
     needs = ("cuda",)
@@ -52,9 +50,9 @@ class CudaSynchronize(Rule):
             self.report(node, replacement=expr("xm.wait_device_ops()"), imports=(IMPORT_XM,))
 
 
-@register
 class CudnnFlags(Rule):
     code = "XLA205"
+    severity = "note"  # ignored on TPU: harmless
     needs = ("cudnn",)
     title = "cuDNN flags do nothing on TPU"
     category = "C2"
@@ -107,7 +105,6 @@ CUDA_TIMING = {
 }
 
 
-@register
 class CudaEventsAndStreams(Rule):
     code = "XLA208"
     needs = ("cuda",)
@@ -311,7 +308,6 @@ def _program_of(node: cst.CSTNode) -> str | None:
     return text.split()[0].rsplit("/", 1)[-1]
 
 
-@register
 class NvidiaSmi(Rule):
     code = "XLA209"
     needs = ("nvidia-smi",)
@@ -352,7 +348,6 @@ TF32_CUDNN = "torch.backends.cudnn.allow_tf32"
 TF32_FLAGS = frozenset({TF32_MATMUL, TF32_CUDNN})
 
 
-@register
 class Tf32Flags(Rule):
     code = "XLA210"
     needs = ("allow_tf32",)

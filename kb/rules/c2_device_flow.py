@@ -13,7 +13,7 @@ import libcst as cst
 from ..analysis.device_facts import argparse_dest
 from ..analysis.devices import DEVICE_NAME, DeviceAnalysis, Guard, analyse
 from ..cst_helpers import code_of, expr, is_cuda_string, keyword_arg, method_name, string_value
-from ..rule import IMPORT_TORCH_XLA, IMPORT_XM, REMOVE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XM, REMOVE, Rule
 
 XLA_BACKEND: tuple[str, None, None] = ("torch_xla.distributed.xla_backend", None, None)
 
@@ -42,7 +42,6 @@ class DeviceFlowRule(Rule):
         raise NotImplementedError
 
 
-@register
 class CudaDeviceOrigin(DeviceFlowRule):
     code = "XLA226"
     title = "A device value made as a CUDA string (config variable, default, flag, f-string)"
@@ -85,7 +84,6 @@ MAP_LOCATION_ONLY = (
 )
 
 
-@register
 class IntRankAsDevice(DeviceFlowRule):
     code = "XLA227"
     title = "An int (a rank or GPU index) used as a device"
@@ -117,7 +115,6 @@ class IntRankAsDevice(DeviceFlowRule):
                 self.report(node, replacement=expr("torch_xla.device()"), imports=(IMPORT_TORCH_XLA,))
 
 
-@register
 class AcceleratorApi(DeviceFlowRule):
     code = "XLA228"
     title = "`torch.accelerator` does not see the XLA device"
@@ -164,7 +161,6 @@ def _alone(analysis: DeviceAnalysis, call: cst.Call) -> cst.SimpleStatementLine 
     return None
 
 
-@register
 class NcclBackendValue(DeviceFlowRule):
     code = "XLA229"
     title = "`'nccl'` given as the process-group backend through a variable, default or flag"
@@ -200,7 +196,6 @@ class NcclBackendValue(DeviceFlowRule):
             self.report(node, replacement=_string("xla", node), imports=(XLA_BACKEND,))
 
 
-@register
 class CudaGuard(DeviceFlowRule):
     code = "XLA230"
     title = "A CUDA guard around the device choice stays False on TPU"
@@ -317,7 +312,6 @@ def _fold(node: cst.BaseExpression, test: cst.CSTNode) -> cst.BaseExpression:
     return walk(node)
 
 
-@register
 class TensorPinMemory(Rule):
     code = "XLA231"
     needs = ("pin_memory",)
@@ -350,7 +344,6 @@ CUDA_FLAG = ("cuda", "use_cuda", "gpu", "use_gpu", "accel", "use_accel")
 CPU_DEVICES = ("cpu", "mps")  # defaults that run on the host when the flag is not given
 
 
-@register
 class CommandLineCpuDevice(Rule):
     code = "XLA233"
     title = "The device is picked on the command line, and the default is the CPU"

@@ -20,11 +20,10 @@ from ..cst_helpers import (
     string_value,
     with_commas,
 )
-from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, XLA_DEVICE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, XLA_DEVICE, Rule
 from .c2_tensor_types import is_rewritten_use
 
 
-@register
 class CudaMethod(Rule):
     code = "XLA201"
     needs = ("cuda",)
@@ -56,7 +55,6 @@ class CudaMethod(Rule):
         self.report(node, replacement=replacement, imports=(IMPORT_TORCH_XLA,))
 
 
-@register
 class CudaDeviceString(Rule):
     code = "XLA202"
     needs = ("cuda",)
@@ -129,7 +127,6 @@ ASSERT_MESSAGE = (
 )
 
 
-@register
 class CudaIsAvailableFallback(Rule):
     code = "XLA203"
     needs = ("cuda",)
@@ -245,7 +242,6 @@ LAUNCHERS = frozenset(
 COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 
 
-@register
 class CudaDeviceCount(Rule):
     code = "XLA211"
     needs = ("device_count",)
@@ -332,7 +328,6 @@ class CudaDeviceCount(Rule):
             )
 
 
-@register
 class CudaSetDevice(Rule):
     code = "XLA212"
     needs = ("cuda",)
@@ -359,7 +354,6 @@ class CudaSetDevice(Rule):
         self.report_removal(node)
 
 
-@register
 class CudaCurrentDevice(Rule):
     code = "XLA213"
     needs = ("cuda",)
@@ -410,7 +404,6 @@ def _is_type_probe(node: cst.CSTNode) -> bool:
     )
 
 
-@register
 class CudaTypeCheck(Rule):
     code = "XLA220"
     needs = ("cuda",)

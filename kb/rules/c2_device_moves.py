@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, parameter_owners, related
-from ..analysis.scopes import ScopedRule
 from ..analysis.steps import step_loop, training_loop
 from ..cst_helpers import (
     DATALOADERS,
@@ -24,10 +23,10 @@ from ..cst_helpers import (
     string_value,
     used_names,
 )
-from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule
+from ..scoped_rule import ScopedRule
 
 
-@register
 class PinMemory(Rule):
     code = "XLA214"
     needs = ("pin_memory",)
@@ -58,7 +57,6 @@ class PinMemory(Rule):
             self.report(node, replacement=drop_args(node, drop))
 
 
-@register
 class OptimizerBeforeMove(Rule):
     code = "XLA215"
     needs = ("optim", "syncfree", "adamw", "adafactor")
@@ -379,7 +377,6 @@ class OptimizerBeforeMove(Rule):
 
 
 # --- host work in the step loop -----------------------------------------------------------
-@register
 class NumpyOfDeviceTensor(ScopedRule):
     code = "XLA221"
     needs = ("numpy",)
@@ -443,7 +440,6 @@ FACTORIES = frozenset(
 )
 
 
-@register
 class HostTensorMovedInLoop(Rule):
     code = "XLA222"
     needs = ("rand", "normal", "zeros", "ones", "empty", "full", "arange", "linspace", "eye")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.guards import guarded_by_cuda
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import block_of, calls_in, expr, find_nodes, keyword_arg, positional_args, whole_statement
-from ..rule import IMPORT_TORCH_XLA, REMOVE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, REMOVE, Rule
+from ..scoped_rule import ScopedRule
 
 # --- seeding ---------------------------------------------------------------------------
 TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
@@ -74,7 +74,6 @@ class AddXlaSeed(ScopedRule):
         self.report(line, replacement=cst.FlattenSentinel([line, xla_seed]), imports=(IMPORT_TORCH_XLA,))
 
 
-@register
 class TorchSeedOnly(AddXlaSeed):
     code = "XLA206"
     needs = ("manual_seed",)
@@ -104,7 +103,6 @@ class TorchSeedOnly(AddXlaSeed):
     )
 
 
-@register
 class CudaSeed(Rule):
     code = "XLA207"
     needs = ("cuda",)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..cst_helpers import expr, string_value, with_commas
-from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule
 
 # The legacy type name -> the dtype its values have.
 DTYPES = {
@@ -83,7 +83,6 @@ def is_rewritten_use(rule: Rule, node: cst.CSTNode) -> bool:
     return isinstance(parent, cst.Assign) and parent.value is node
 
 
-@register
 class LegacyCudaTensorType(Rule):
     code = "XLA232"
     needs = ("cuda",)

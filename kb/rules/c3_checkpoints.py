@@ -9,14 +9,13 @@ import libcst as cst
 from ..analysis.devices import cpu_utility
 from ..analysis.optimizers import is_optimizer, moved_module, parameter_owners
 from ..analysis.saves import may_hold_device_data, saved, writes_cpu_data
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import SCOPES, add_kwarg, code_of, dotted, find_nodes, has_star_args, keyword_arg, positional_args
-from ..rule import Rule, register
+from ..rule import Rule
+from ..scoped_rule import ScopedRule
 from .c3_hf_trainer import is_on, is_training_args
 
 
 # --- checkpoints ---------------------------------------------------------------------------
-@register
 class TorchLoadWithoutMapLocation(ScopedRule):
     code = "XLA307"
     needs = ("load",)
@@ -74,7 +73,6 @@ class TorchLoadWithoutMapLocation(ScopedRule):
 NOT_MODELS = ("token", "processor", "config", "extractor", "feature", "scheduler", "pipe")
 
 
-@register
 class SavePretrainedXla(Rule):
     code = "XLA308"
     needs = ("save_pretrained",)
@@ -122,7 +120,6 @@ class SavePretrainedXla(Rule):
         self.report(node, replacement=add_kwarg(node, "state_dict", cpu_state))
 
 
-@register
 class ReloadIntoNewModel(Rule):
     code = "XLA309"
     needs = ("optim", "syncfree", "adamw", "adafactor")
@@ -248,7 +245,6 @@ def _names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in find_nodes(node, cst.Name)}
 
 
-@register
 class BestModelWithPeft(Rule):
     code = "XLA310"
     needs = ("load_best_model_at_end",)

@@ -16,7 +16,7 @@ from ..cst_helpers import (
     same_quotes,
     string_value,
 )
-from ..rule import Rule, register
+from ..rule import Rule
 from .c2_seeds import CUDA_SEEDS, TORCH_SEEDS, XLA_SEEDS, AddXlaSeed
 
 HF_ROOTS = frozenset({"transformers", "trl"})
@@ -49,7 +49,6 @@ def is_on(arg: cst.Arg | None) -> bool:
 
 
 # --- mixed precision and optimizer choice -------------------------------------------------
-@register
 class HfFp16(Rule):
     code = "XLA301"
     needs = ("transformers", "trl")
@@ -103,7 +102,6 @@ class HfFp16(Rule):
 ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 
 
-@register
 class AcceleratorFp16(Rule):
     code = "XLA302"
     needs = ("mixed_precision",)
@@ -168,7 +166,6 @@ CUDA_ONLY_OPTIMS = frozenset(
 )
 
 
-@register
 class TrainerFusedOptimizer(Rule):
     code = "XLA303"
     needs = ("transformers", "trl")
@@ -223,7 +220,6 @@ class TrainerFusedOptimizer(Rule):
             self.report(arg.value, f'`optim="{value}"` needs a GPU/NPU library; use `optim="{XLA_OPTIM}"` on TPU')
 
 
-@register
 class HfTf32(Rule):
     code = "XLA304"
     needs = ("tf32",)
@@ -262,7 +258,6 @@ class HfTf32(Rule):
             self.report(arg)
 
 
-@register
 class HfGradientCheckpointing(Rule):
     code = "XLA305"
     needs = ("checkpointing",)
@@ -310,7 +305,6 @@ class HfGradientCheckpointing(Rule):
 
 
 # --- seeding ------------------------------------------------------------------------------
-@register
 class HfSetSeed(AddXlaSeed):
     code = "XLA306"
     needs = ("set_seed",)
@@ -344,7 +338,6 @@ CLIP_NORM = frozenset(
 )
 
 
-@register
 class ClipBeforeReduce(Rule):
     code = "XLA311"
     needs = ("clip_grad",)

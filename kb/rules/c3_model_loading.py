@@ -5,14 +5,13 @@ from __future__ import annotations
 import libcst as cst
 
 from ..cst_helpers import keyword_arg
-from ..rule import Rule, register
+from ..rule import Rule
 from .c3_hf_trainer import is_on
 
 # --- loading models the CUDA way -----------------------------------------------------------
 QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit")
 
 
-@register
 class BitsAndBytesQuantization(Rule):
     code = "XLA312"
     needs = ("bitsandbytes", "kbit", "from_pretrained")
@@ -55,7 +54,6 @@ class BitsAndBytesQuantization(Rule):
                     self.report(arg, f"`{name}` uses bitsandbytes, which needs a GPU; load bf16 weights on TPU")
 
 
-@register
 class DeviceMapDispatch(Rule):
     code = "XLA313"
     needs = ("pipeline", "from_pretrained")

@@ -23,7 +23,7 @@ from ..cst_helpers import (
     string_value,
     used_names,
 )
-from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule, register
+from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule
 
 OPTIMIZER_PARAM = re.compile(r"((\w+_)?(optimizer|optim|opt)|optimizers)$")
 
@@ -52,7 +52,6 @@ class Site:
     anchor: cst.BaseStatement  # right above this statement of it, which builds the optimizer (maybe in a branch)
 
 
-@register
 class OptimizerBeforeCalleeMove(Rule):
     code = "XLA315"
     title = "Optimizer built before a called function moves the model trains nothing"

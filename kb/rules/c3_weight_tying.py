@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..analysis.optimizers import moved_module
 from ..cst_helpers import SCOPES, code_of, dotted, find_nodes, method_name, statements
-from ..rule import Rule, register
+from ..rule import Rule
 
 WEIGHT_NAMES = ("weight", "bias")
 HF_MODEL_ROOTS = ("transformers.",)
@@ -90,7 +90,6 @@ def reapply_method(ties: list[tuple[str, str]]) -> cst.FunctionDef:
     return statements(code)[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
 
 
-@register
 class WeightTyingLostOnMove(Rule):
     code = "XLA314"
     needs = ("weight", "bias", "transformers")

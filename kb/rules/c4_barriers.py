@@ -5,10 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis import steps
-from ..analysis.context import StepContextRule
 from ..analysis.devices import imports_torch_xla
 from ..cst_helpers import code_of, expr, identifier, keyword_arg, method_name
-from ..rule import IMPORT_PL, IMPORT_TORCH_XLA, IMPORT_XM, register
+from ..rule import IMPORT_PL, IMPORT_TORCH_XLA, IMPORT_XM
+from ..step_rule import StepContextRule
 
 MULTIPROCESS_SIGNALS = (
     "torch_xla.launch",
@@ -37,28 +37,30 @@ GRADIENT_REDUCERS = (
 )
 
 
-@register
 class MissingStepBarrier(StepContextRule):
+    """Where the barrier goes. The innermost loop that runs the update gets one `torch_xla.sync()` per iteration:
+    after the update (after `scaler.update()` when that follows) or after the call of the helper that runs it; two
+    updates in one iteration (a GAN) get one barrier, after the last; when the last is under a condition the others
+    are not under (`if enc_opt is not None: enc_opt.step()`, a scaled step in `if`, a plain one in `else`), after
+    that whole `if`, so that it runs whenever any update ran.
+
+    In a tree migration the update may be in another module: a function, a method of an object the loop's class
+    builds (`self.trainer.optimize(opt)`) or a callable object (a loss scaler whose `__call__` steps, passed in by
+    every caller); the barrier goes in the loop that iterates the batches, never also in the helper. A call that
+    hands the optimizer to code the analysis cannot see (a parameter, an object of unknown class) is reported for a
+    manual barrier. `MpDeviceLoader` and accelerate-prepared loaders sync after each batch: their loops need none.
+    """
+
     code = "XLA406"
     title = "Training loop without a step barrier: the lazy graph grows across iterations"
     category = "C4"
     fix = "safe"
     autofix = True
     detects = (
-        "A training loop whose optimizer update (`optimizer.step()`, `scaler.step(optimizer)` of a GradScaler, "
-        "`xm.optimizer_step(optimizer)` without `barrier=True`) runs in its body or in a helper function or "
-        "method it calls (`self._run_batch(...)`, `train_step(...)`, also through several helpers), with no "
-        "`torch_xla.sync()`, `xm.mark_step()`, `xm.optimizer_step(..., barrier=True)` or `with torch_xla.step():` "
-        "and no `MpDeviceLoader` or accelerate-prepared loader (both sync after each batch). The fix adds one "
-        "`torch_xla.sync()` per iteration of the innermost loop that runs the update: after the update (after "
-        "`scaler.update()` when that follows) or after the call of the helper; two updates in one iteration "
-        "(a GAN) get one barrier, after the last; when the last is under a condition the others are not under "
-        "(`if enc_opt is not None: enc_opt.step()`, a scaled step in `if`, a plain one in `else`), after that "
-        "whole `if`, so that it runs whenever any update ran. In a tree migration the update may be in another module: a "
-        "function, a method of an object the loop's class builds (`self.trainer.optimize(opt)`) or a callable "
-        "object (a loss scaler whose `__call__` steps, passed in by every caller); the barrier goes in the loop "
-        "that iterates the batches, never also in the helper. A call that hands the optimizer to code the "
-        "analysis cannot see (a parameter, an object of unknown class) is reported for a manual barrier."
+        "A training loop that runs an optimizer update (`optimizer.step()`, `scaler.step(optimizer)`, "
+        "`xm.optimizer_step(optimizer)` without `barrier=True`), in its body or in a helper it calls, "
+        "with no step barrier (`torch_xla.sync()`, `xm.mark_step()`, `with torch_xla.step():`) and no "
+        "`MpDeviceLoader`. The fix adds one `torch_xla.sync()` per iteration, after the update."
     )
     why = (
         "Without a barrier nothing tells XLA where a step ends: the traced graph keeps growing with every "
@@ -142,7 +144,6 @@ class MissingStepBarrier(StepContextRule):
             self.report(call, message, fix="manual")
 
 
-@register
 class MultiProcessOptimizerStep(StepContextRule):
     code = "XLA407"
     needs = ("step",)
@@ -221,7 +222,6 @@ class MultiProcessOptimizerStep(StepContextRule):
         self.report(node, replacement=replacement, imports=(IMPORT_XM,))
 
 
-@register
 class PlainDataLoaderInStepLoop(StepContextRule):
     code = "XLA408"
     needs = ("step", "backward", "sync")
@@ -299,7 +299,6 @@ TIME_CALLS = frozenset(
 WAIT_CALLS = frozenset({"torch_xla.core.xla_model.wait_device_ops", "torch.cuda.synchronize"})
 
 
-@register
 class UnsyncedTiming(StepContextRule):
     code = "XLA416"
     needs = ("time",)

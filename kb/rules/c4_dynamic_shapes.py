@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import ORDER_OPS, StepContextRule
 from ..cst_helpers import identifier, method_name
-from ..rule import register
+from ..step_rule import ORDER_OPS, StepContextRule
 
 
 class _MaskRule(StepContextRule):
@@ -60,7 +59,6 @@ MASK_ALTERNATIVES = (
 )
 
 
-@register
 class BooleanMaskIndexing(_MaskRule):
     code = "XLA409"
     title = "Boolean-mask indexing `x[mask]` has a data-dependent shape"
@@ -100,7 +98,6 @@ class BooleanMaskIndexing(_MaskRule):
             self.report(node)
 
 
-@register
 class BooleanMaskAssignment(_MaskRule):
     code = "XLA410"
     title = "Boolean-mask assignment `x[mask] = v` runs a dynamic `index_put`"
@@ -202,7 +199,6 @@ DYNAMIC_SHAPE_METHODS = {
 }
 
 
-@register
 class DataDependentShapeOp(StepContextRule):
     code = "XLA411"
     needs = ("nonzero", "argwhere", "masked_select", "unique", "where")

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
-from ..analysis.module import walk
 from ..analysis.steps import is_barrier
 from ..cst_helpers import expr, method_name, positional_args
-from ..rule import IMPORT_TORCH_XLA, register
+from ..cst_walk import walk
+from ..rule import IMPORT_TORCH_XLA
+from ..step_rule import StepContextRule
 
 LOOPS = (cst.For, cst.While)
 CAT = ("torch.cat", "torch.concat")
 
 
-@register
 class GrowingSequenceIntoModel(StepContextRule):
     code = "XLA417"
     needs = ("cat",)
@@ -136,7 +135,6 @@ def _names(node: cst.CSTNode) -> set[str]:
 HOST_READS = frozenset({"item", "tolist", "cpu", "numpy"})  # each one runs the graph traced so far
 
 
-@register
 class SamplingLoopWithoutBarrier(GrowingSequenceIntoModel):
     code = "XLA418"
     title = "A sampling loop without a barrier traces every token's forward pass into one graph"

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..cst_helpers import TEXT, find_nodes, method_name, positional_args, string_value
-from ..rule import register
+from ..step_rule import StepContextRule
 
 HOST_SYNC_FIX = (
     "log every N steps after the step barrier, or hand the tensor to "
@@ -17,7 +16,6 @@ HOST_SYNC_FIX = (
 )
 
 
-@register
 class ItemInStepLoop(StepContextRule):
     code = "XLA401"
     needs = ("item",)
@@ -112,7 +110,6 @@ def runs_every_step(func: cst.FunctionDef) -> str:
 CAST_IN_LOOP = "converting a tensor to a Python number in the step loop syncs with the host every step"
 
 
-@register
 class ScalarCastInStepLoop(StepContextRule):
     code = "XLA402"
     needs = ("step", "backward", "sync", "forward")
@@ -188,7 +185,6 @@ FORMAT_MESSAGE = f"formatting a tensor as text in the step loop reads it on the 
 LOG_METHODS = frozenset({"set_postfix", "set_description", "add_scalar", "add_scalars", "info", "debug", "warning"})
 
 
-@register
 class TensorLoggedInStepLoop(StepContextRule):
     code = "XLA403"
     needs = ("step", "backward", "sync", "forward")
@@ -304,7 +300,6 @@ class TensorLoggedInStepLoop(StepContextRule):
 HOST_COPY_METHODS = frozenset({"cpu", "tolist", "numpy"})
 
 
-@register
 class HostCopyInStepLoop(StepContextRule):
     code = "XLA404"
     needs = ("step", "backward", "sync", "forward")
@@ -364,7 +359,6 @@ class HostCopyInStepLoop(StepContextRule):
 CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)
 
 
-@register
 class TensorControlFlow(StepContextRule):
     code = "XLA405"
     needs = ("step", "backward", "sync", "forward")

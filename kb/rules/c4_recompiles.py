@@ -5,9 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis import steps
-from ..analysis.context import StepContextRule
 from ..cst_helpers import DATALOADERS, add_kwarg, identifier, keyword_arg, method_name, positional_args, string_value
-from ..rule import register
+from ..step_rule import StepContextRule
 
 COLLATORS = frozenset(
     {
@@ -36,7 +35,6 @@ def _is_collator(names: set[str]) -> bool:
     return any(n.startswith("transformers.") and n.rsplit(".", 1)[-1] in COLLATORS for n in names)
 
 
-@register
 class PadToLongest(StepContextRule):
     code = "XLA412"
     needs = ("padding",)
@@ -85,7 +83,6 @@ def _pads_to_longest(value: cst.CSTNode) -> bool:
     return (isinstance(value, cst.Name) and value.value == "True") or string_value(value) == "longest"
 
 
-@register
 class CollatorPadsToLongest(StepContextRule):
     code = "XLA413"
     title = "Collator pads each batch to its longest sequence"
@@ -133,7 +130,6 @@ class CollatorPadsToLongest(StepContextRule):
         self.report(node)
 
 
-@register
 class DataLoaderWithoutDropLast(StepContextRule):
     code = "XLA414"
     needs = ("dataloader",)
@@ -254,7 +250,6 @@ GENERATE_KWARGS = frozenset(
 )
 
 
-@register
 class GenerateWithDynamicCache(StepContextRule):
     code = "XLA415"
     needs = ("generate",)

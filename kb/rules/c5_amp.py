@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
 from ..analysis.saves import flows_to_save
@@ -21,7 +20,8 @@ from ..cst_helpers import (
     string_value,
     with_commas,
 )
-from ..rule import IMPORT_TORCH, REMOVE, register
+from ..rule import IMPORT_TORCH, REMOVE
+from ..step_rule import StepContextRule
 
 CUDA_AUTOCAST = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})
 DEVICE_AUTOCAST = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
@@ -64,7 +64,6 @@ class _AmpRule(StepContextRule):
         return any(isinstance(a, cst.Call) and self.cuda_autocast_args(a) is not None for a in self.ancestors(node))
 
 
-@register
 class CudaAutocast(_AmpRule):
     code = "XLA501"
     needs = ("autocast",)
@@ -131,8 +130,16 @@ class CudaAutocast(_AmpRule):
 HALF_REASON = "the code still trains in float16 (fix XLA503 first)"
 
 
-@register
 class CudaGradScaler(_AmpRule):
+    """What the fix does with each scaler. When every use is one of `scaler.scale(loss).backward()`,
+    `scaler.step(opt)`, `scaler.update()`, `scaler.unscale_(opt)`, the scaler goes: `loss.backward()`, `opt.step()`.
+    Scalers built with `enabled=`, used in other ways (state_dict, get_scale, passed around, `None` when off) or not
+    bound to a name are built with `enabled=False` instead: a disabled GradScaler passes every call through, so every
+    use stays valid. A scaler built on the training device's variable (`torch.amp.GradScaler(device_type)`) counts
+    as a CUDA one. In code that still trains in float16 it is reported for a manual change (float16 without loss
+    scaling underflows).
+    """
+
     code = "XLA502"
     needs = ("gradscaler",)
     title = "GradScaler is not needed with bfloat16 and syncs with the host every step"
@@ -140,14 +147,9 @@ class CudaGradScaler(_AmpRule):
     fix = "unsafe"
     autofix = True
     detects = (
-        '`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler()`, a GradScaler built '
-        "on the training device's variable (`torch.amp.GradScaler(device_type)`) and the uses of "
-        "the scaler. When every use is one of `scaler.scale(loss).backward()`, `scaler.step(opt)`, "
-        "`scaler.update()`, `scaler.unscale_(opt)`, the fix removes the scaler: `loss.backward()`, `opt.step()`. "
-        "Scalers built with `enabled=`, used in other ways (state_dict, get_scale, passed around, `None` when "
-        "off) or not bound to a name are built with `enabled=False` instead: a disabled GradScaler passes every "
-        "call through, so every use stays valid. In code that still trains in float16 it is reported for a "
-        "manual change (float16 without loss scaling underflows)."
+        '`torch.cuda.amp.GradScaler()`, `torch.amp.GradScaler("cuda")`, `torch.GradScaler()` and the uses of the '
+        "scaler. The fix removes the scaler where its uses allow it (`scaler.scale(loss).backward()` becomes "
+        "`loss.backward()`), else builds it with `enabled=False`; float16 training is reported for a manual change."
     )
     why = (
         "Loss scaling exists for float16's narrow exponent range; bfloat16 (TPU mixed precision) has float32's "
@@ -349,7 +351,6 @@ class CudaGradScaler(_AmpRule):
         return isinstance(self.parent(call), cst.Expr)
 
 
-@register
 class Float16(_AmpRule):
     code = "XLA503"
     needs = ("half", "float16", "fp16")

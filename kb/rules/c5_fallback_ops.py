@@ -9,9 +9,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..cst_helpers import keyword_arg, method_name, positional_args, string_value
-from ..rule import register
+from ..step_rule import StepContextRule
 
 
 class _FallbackOp(StepContextRule):
@@ -39,7 +38,6 @@ class _FallbackOp(StepContextRule):
             self.report(node, f"{self.message} [{counter}]")
 
 
-@register
 class GridSample(_FallbackOp):
     code = "XLA508"
     needs = ("grid_sample",)
@@ -71,7 +69,6 @@ class GridSample(_FallbackOp):
     }
 
 
-@register
 class RepeatInterleaveTensor(_FallbackOp):
     code = "XLA509"
     needs = ("repeat_interleave",)
@@ -121,7 +118,6 @@ class RepeatInterleaveTensor(_FallbackOp):
         return None
 
 
-@register
 class CountingOps(_FallbackOp):
     code = "XLA510"
     needs = ("bincount", "bucketize", "histc", "searchsorted")
@@ -160,7 +156,6 @@ class CountingOps(_FallbackOp):
     methods = {"bincount": "aten::bincount", "histc": "aten::histc"}
 
 
-@register
 class CtcLoss(_FallbackOp):
     code = "XLA511"
     needs = ("ctcloss", "ctc_loss")
@@ -200,7 +195,6 @@ FFT_FUNCTIONS = (
 )
 
 
-@register
 class Fft(_FallbackOp):
     code = "XLA512"
     needs = ("fft", "stft")
@@ -238,7 +232,6 @@ class Fft(_FallbackOp):
     methods = {"stft": "aten::_fft_r2c", "istft": "aten::_fft_c2r"}
 
 
-@register
 class EmbeddingBag(_FallbackOp):
     code = "XLA513"
     needs = ("embeddingbag", "embedding_bag")
@@ -273,7 +266,6 @@ class EmbeddingBag(_FallbackOp):
     }
 
 
-@register
 class Median(_FallbackOp):
     code = "XLA514"
     needs = ("median",)
@@ -305,7 +297,6 @@ class Median(_FallbackOp):
     methods = {"median": "aten::median", "nanmedian": "aten::nanmedian"}
 
 
-@register
 class ScaledMatmul(_FallbackOp):
     code = "XLA519"
     needs = ("_scaled_mm",)
@@ -350,7 +341,6 @@ SPARSE_MESSAGE = (
 )
 
 
-@register
 class SparseTensorOnDevice(StepContextRule):
     code = "XLA520"
     needs = ("sparse",)

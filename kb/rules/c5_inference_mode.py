@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
 from ..cst_helpers import expr
-from ..rule import IMPORT_TORCH, register
+from ..rule import IMPORT_TORCH
+from ..step_rule import StepContextRule
 
 
-@register
 class InferenceModeOnXla(StepContextRule):
     code = "XLA521"
     needs = ("inference_mode",)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
-from ..analysis.scopes import AUTOCASTS
 from ..cst_helpers import expr, keyword_arg, method_name, parenthesized, positional_args, string_value
-from ..rule import IMPORT_TORCH, IMPORT_XLA_BACKENDS, MATMUL_PRECISIONS, ImportSpec, register
+from ..rule import IMPORT_TORCH, IMPORT_XLA_BACKENDS, MATMUL_PRECISIONS, ImportSpec
+from ..scoped_rule import AUTOCASTS
+from ..step_rule import StepContextRule
 
 SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 
 
-@register
 class Float32MatmulPrecision(StepContextRule):
     code = "XLA504"
     needs = ("set_float32_matmul_precision",)
@@ -52,7 +51,6 @@ class Float32MatmulPrecision(StepContextRule):
         self.report(node, replacement=replacement, imports=(IMPORT_XLA_BACKENDS,))
 
 
-@register
 class BceOnSigmoid(StepContextRule):
     code = "XLA505"
     needs = ("binary_cross_entropy", "bceloss", "log")
@@ -170,7 +168,6 @@ CLOSE_CALLS = frozenset(
 )
 
 
-@register
 class TightTolerance(StepContextRule):
     code = "XLA515"
     needs = ("close",)
@@ -220,7 +217,6 @@ def _is_tight(value: cst.CSTNode) -> bool:
     return False
 
 
-@register
 class Bfloat16Accumulator(StepContextRule):
     code = "XLA516"
     needs = ("bf16", "bfloat16")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.context import StepContextRule
-from ..analysis.module import walk
 from ..cst_helpers import code_of, expr, keyword_arg, method_name, positional_args, string_value, with_commas
-from ..rule import IMPORT_TORCH, register
+from ..cst_walk import walk
+from ..rule import IMPORT_TORCH
+from ..step_rule import StepContextRule
 
 
-@register
 class MultinomialWithoutReplacement(StepContextRule):
     code = "XLA506"
     needs = ("multinomial",)
@@ -71,7 +70,6 @@ class MultinomialWithoutReplacement(StepContextRule):
         self.report(node, replacement=new, imports=(IMPORT_TORCH,))
 
 
-@register
 class BicubicInterpolation(StepContextRule):
     code = "XLA507"
     needs = ("interpolate", "upsample")
@@ -124,7 +122,6 @@ class BicubicInterpolation(StepContextRule):
             self.report(mode.value, replacement=cst.SimpleString(f"{quote}bilinear{quote}"))
 
 
-@register
 class PackedSequences(StepContextRule):
     code = "XLA517"
     needs = ("pack_",)
@@ -172,7 +169,6 @@ class PackedSequences(StepContextRule):
             self.report(node)
 
 
-@register
 class NegativeSliceBeyondSize(StepContextRule):
     code = "XLA518"
     title = "A negative slice start larger than the dimension raises on XLA tensors"

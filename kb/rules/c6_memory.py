@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.guards import guarded_by_cuda
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import DATALOADERS, keyword_arg
-from ..rule import Rule, register
+from ..rule import Rule
+from ..scoped_rule import ScopedRule
 from .c4_barriers import MULTIPROCESS_SIGNALS
 
 HBM_OOM = (
@@ -39,7 +39,6 @@ MEMORY_READERS = {
 MEMORY_READER_NAMES = frozenset(cuda_names(*MEMORY_READERS))
 
 
-@register
 class CudaMemoryStats(Rule):
     code = "XLA601"
     needs = ("cuda",)
@@ -102,9 +101,9 @@ class _RemoveCudaCall(Rule):
         self.report_removal(node)
 
 
-@register
 class CudaEmptyCache(_RemoveCudaCall):
     code = "XLA602"
+    severity = "note"  # a no-op on TPU
     needs = ("cuda",)
     title = "`torch.cuda.empty_cache()` frees nothing on TPU"
     category = "C6"
@@ -125,9 +124,9 @@ class CudaEmptyCache(_RemoveCudaCall):
     names = frozenset(cuda_names("empty_cache"))
 
 
-@register
 class CudaMemoryFraction(_RemoveCudaCall):
     code = "XLA603"
+    severity = "error"  # raises without a GPU
     needs = ("cuda",)
     title = "`torch.cuda.set_per_process_memory_fraction()` raises without a GPU"
     category = "C6"
@@ -148,9 +147,9 @@ class CudaMemoryFraction(_RemoveCudaCall):
     names = frozenset(cuda_names("set_per_process_memory_fraction"))
 
 
-@register
 class CudaResetPeakStats(_RemoveCudaCall):
     code = "XLA604"
+    severity = "error"  # raises without a GPU
     needs = ("cuda",)
     title = "`torch.cuda.reset_peak_memory_stats()` raises without a GPU"
     category = "C6"
@@ -180,7 +179,6 @@ class CudaResetPeakStats(_RemoveCudaCall):
     )
 
 
-@register
 class CudaCapacityCheck(Rule):
     code = "XLA605"
     needs = ("cuda",)
@@ -221,7 +219,6 @@ class CudaCapacityCheck(Rule):
 OOM_ERRORS = {"torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError"}
 
 
-@register
 class CudaOomHandler(Rule):
     code = "XLA606"
     needs = ("outofmemory",)
@@ -257,7 +254,6 @@ class CudaOomHandler(Rule):
 MANY_WORKERS = 8
 
 
-@register
 class ManyDataLoaderWorkers(ScopedRule):
     code = "XLA607"
     needs = ("num_workers",)

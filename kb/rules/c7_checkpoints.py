@@ -8,7 +8,6 @@ from ..analysis.device_facts import key_of
 from ..analysis.devices import analyse as analyse_devices
 from ..analysis.devices import cpu_utility
 from ..analysis.saves import holds_state_dict, moved_to_cpu
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import (
     expr,
     is_cuda_string,
@@ -17,10 +16,10 @@ from ..cst_helpers import (
     same_quotes,
     string_value,
 )
-from ..rule import IMPORT_XM, Rule, register
+from ..rule import IMPORT_XM, Rule
+from ..scoped_rule import ScopedRule
 
 
-@register
 class TorchSaveDeviceTensors(ScopedRule):
     code = "XLA701"
     needs = ("save",)
@@ -72,7 +71,6 @@ class TorchSaveDeviceTensors(ScopedRule):
             self.report(node, self.message + "; drop the extra torch.save arguments")
 
 
-@register
 class LoadOntoCudaOrXla(Rule):
     code = "XLA711"
     needs = ("load",)

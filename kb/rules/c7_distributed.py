@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.devices import imports_torch_xla
-from ..analysis.scopes import ScopedRule
 from ..cst_helpers import every_call, expr, keyword_arg, kwarg, positional_args
-from ..rule import IMPORT_XM, IMPORT_XR, REMOVE, Rule, register
+from ..rule import IMPORT_XM, IMPORT_XR, REMOVE, Rule
+from ..scoped_rule import ScopedRule
 
 RANK_CALLS = {
     "torch_xla.core.xla_model.is_master_ordinal",
@@ -56,7 +56,6 @@ COLLECTIVES = {
 }
 
 
-@register
 class CollectiveUnderRankGuard(Rule):
     code = "XLA702"
     needs = ("distributed", "xla_model")
@@ -103,7 +102,6 @@ class CollectiveUnderRankGuard(Rule):
         return any(self.qualified_names(call.func) & RANK_CALLS for call in every_call(test))
 
 
-@register
 class DistBarrierNoop(Rule):
     code = "XLA703"
     needs = ("barrier",)
@@ -143,7 +141,6 @@ def may_lack_process_group(rule: ScopedRule) -> bool:
     return xla and not rule.facts().uses("torch.distributed.init_process_group")
 
 
-@register
 class RankZeroPrint(ScopedRule):
     code = "XLA706"
     needs = ("torch_xla",)
@@ -227,7 +224,6 @@ class RankZeroPrint(ScopedRule):
 SAMPLERS = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
 
 
-@register
 class SamplerRankFromDist(ScopedRule):
     code = "XLA707"
     needs = ("torch_xla",)
@@ -319,7 +315,6 @@ def _append_args(args: list[cst.Arg], added: list[cst.Arg]) -> list[cst.Arg]:
 SYNC_BATCHNORM = frozenset({"torch.nn.SyncBatchNorm", "torch.nn.modules.batchnorm.SyncBatchNorm"})
 
 
-@register
 class SyncBatchNormOnXla(Rule):
     code = "XLA712"
     needs = ("syncbatchnorm",)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import libcst as cst
 
 from ..cst_helpers import expr, is_cuda_string, keyword_arg
-from ..rule import Rule, register
+from ..rule import Rule
 
 IMPORT_XP = ("torch_xla.debug.profiler", None, "xp")
 NVTX = "torch.cuda.nvtx."
 NVTX_STATEMENTS = {NVTX + n for n in ("range_push", "range_pop", "mark", "range_start", "range_end")}
 
 
-@register
 class NvtxRanges(Rule):
     code = "XLA704"
+    severity = "note"  # annotates nothing, harmless
     needs = ("nvtx",)
     title = "NVTX ranges annotate nothing on TPU"
     category = "C7"
@@ -70,7 +70,6 @@ PROFILERS = {"torch.profiler.profile", "torch.autograd.profiler.profile", "torch
 CUDA_ACTIVITY = {"torch.profiler.ProfilerActivity.CUDA", "torch.autograd.ProfilerActivity.CUDA"}
 
 
-@register
 class CudaProfiler(Rule):
     code = "XLA705"
     needs = ("cuda", "nvtx")
@@ -126,7 +125,6 @@ GPU_QUERIES = {
 }
 
 
-@register
 class GpuIdentityQuery(Rule):
     code = "XLA708"
     needs = ("cuda",)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.env import EnvWrite, EnvWriteRule
+from ..analysis.env import EnvWrite
 from ..cst_helpers import expr, string_value, whole_statement
-from ..rule import IMPORT_XR, Rule, register
+from ..env_rule import EnvWriteRule
+from ..rule import IMPORT_XR, Rule
 
 
-@register
 class XlaUseSpmdEnv(EnvWriteRule):
     code = "XLA709"
     needs = ("xla_use_spmd",)
@@ -80,7 +80,6 @@ FSDP_WRAPPERS = {
 }
 
 
-@register
 class TorchFsdpOnXla(Rule):
     code = "XLA710"
     needs = ("fsdp",)

@@ -22,7 +22,7 @@ from ..cst_helpers import (
     same_quotes,
     string_value,
 )
-from ..rule import IMPORT_TORCH, Rule, register
+from ..rule import IMPORT_TORCH, Rule
 
 TPU = ("torch_tpu",)
 
@@ -56,7 +56,6 @@ def tpu_string(node: cst.SimpleString) -> cst.SimpleString:
 MAP_LOCATION = "`map_location` names a CUDA device; load on the CPU (`load_state_dict` copies onto the device)"
 
 
-@register
 class CudaDeviceStringForTpu(Rule):
     code = "TPU201"
     title = "A CUDA device string where TorchTPU wants `tpu`"
@@ -99,7 +98,6 @@ class CudaDeviceStringForTpu(Rule):
             self.report(location.value, MAP_LOCATION, replacement=same_quotes(location.value, "cpu"))
 
 
-@register
 class CudaMethodForTpu(Rule):
     code = "TPU202"
     title = "`.cuda()` on TorchTPU"
@@ -132,7 +130,6 @@ class CudaMethodForTpu(Rule):
         )
 
 
-@register
 class CudaModuleForTpu(Rule):
     code = "TPU203"
     title = "`torch.cuda.*` device, seeding and sync calls on TorchTPU"
@@ -183,7 +180,6 @@ class CudaModuleForTpu(Rule):
             self.report(node, replacement=node.with_changes(func=expr(spelling)), imports=(IMPORT_TORCH,))
 
 
-@register
 class CudaGuardStringForTpu(Rule):
     """The device string of a `'cuda' if torch.cuda.is_available() else 'cpu'` guard (TPU203 rewrites the test)."""
 
@@ -213,7 +209,6 @@ class CudaGuardStringForTpu(Rule):
                 self.report(side, replacement=tpu_string(side))
 
 
-@register
 class CudaAutocastForTpu(Rule):
     code = "TPU301"
     title = "CUDA autocast on TorchTPU"
@@ -238,7 +233,6 @@ class CudaAutocastForTpu(Rule):
             self.report(node, replacement=node.with_changes(func=expr("torch.autocast"), args=args))
 
 
-@register
 class GradScalerOnTpu(Rule):
     code = "TPU302"
     title = "A CUDA GradScaler on TorchTPU"
@@ -260,7 +254,6 @@ class GradScalerOnTpu(Rule):
             self.report(node)
 
 
-@register
 class NcclBackendForTpu(Rule):
     code = "TPU701"
     title = "The NCCL process-group backend on TorchTPU"
@@ -288,7 +281,6 @@ class NcclBackendForTpu(Rule):
             self.report(arg.value, replacement=same_quotes(arg.value, "tpu"))
 
 
-@register
 class InductorBackendOnTpu(Rule):
     code = "TPU401"
     title = "`torch.compile(backend='inductor')` on TorchTPU"
@@ -349,7 +341,6 @@ class DeviceFlowRuleForTpu(Rule):
         raise NotImplementedError
 
 
-@register
 class CudaDeviceOriginForTpu(DeviceFlowRuleForTpu):
     code = "TPU205"
     title = "A device value made as a CUDA string (config variable, default, flag, f-string) on TorchTPU"
@@ -379,7 +370,6 @@ class CudaDeviceOriginForTpu(DeviceFlowRuleForTpu):
             self.report(node, replacement=_cpu_string(node) if only_map_location else _tpu_origin(node))
 
 
-@register
 class NcclBackendValueForTpu(DeviceFlowRuleForTpu):
     code = "TPU206"
     title = "`'nccl'` given as the process-group backend through a variable, default or flag, on TorchTPU"
@@ -403,7 +393,6 @@ class NcclBackendValueForTpu(DeviceFlowRuleForTpu):
             self.report(node, replacement=same_quotes(node, "tpu"))
 
 
-@register
 class CudaStringGuardForTpu(DeviceFlowRuleForTpu):
     code = "TPU207"
     title = "A `'cuda' in device` test stays False on TorchTPU"
@@ -427,7 +416,6 @@ class CudaStringGuardForTpu(DeviceFlowRuleForTpu):
                 self.report(guard.test, replacement=same_quotes(guard.test, "tpu"))
 
 
-@register
 class CudaOnlyApiOnTpu(Rule):
     code = "TPU208"
     title = "A CUDA-only API with no TorchTPU spelling"

@@ -1,8 +1,8 @@
 """The shared libcst helpers (kb/cst_helpers.py)."""
 
 import libcst as cst
-from xlaport.kb.analysis.module import module_walk
 from xlaport.kb.cst_helpers import code_of
+from xlaport.kb.cst_walk import module_walk
 
 
 def test_code_of_names_and_attributes_is_their_generated_code():

@@ -5,7 +5,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 from xlaport.kb import lint_source
 from xlaport.kb.analysis import steps
-from xlaport.kb.analysis.module import LAYOUT, parent_map
+from xlaport.kb.cst_walk import LAYOUT, parent_map
 from xlaport.kb.engine import run_rules
 from xlaport.kb.rule import Rule
 

@@ -48,7 +48,7 @@ def test_lint_walks_config_files(tmp_path):
     (tmp_path / "data.csv").write_text("device\ncuda\n")  # not a config kind: never read
     result = CliRunner().invoke(app, ["lint", str(tmp_path), "--format", "json"])
     assert result.exit_code == 1, result.output
-    found = {(Path(f["path"]).name, f["line"], f["code"]) for f in json.loads(result.stdout)}
+    found = {(Path(f["path"]).name, f["line"], f["code"]) for f in json.loads(result.stdout)["findings"]}
     assert found == {("train.yaml", 2, "XLA240"), ("run.sh", 1, "XLA740")}
 
 

@@ -300,7 +300,7 @@ def test_leftover_scan_sees_unowned_references_and_skips_reported_and_dead_ones(
             torch.cuda.manual_seed(0)
         """
     )
-    from xlaport.kb.rule import Finding
+    from xlaport.kb.finding import Finding
 
     reported = [Finding("f.py", 4, 1, "XLA999", "C2", "t", "m", "manual")]
     left = silent_leftovers(src, reported)

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 from xlaport.kb import fix_source, lint_source
-from xlaport.kb.engine import get_rule
+from xlaport.kb.registry import get_rule
 
 
 def lines(source: str, code: str) -> list[int]:

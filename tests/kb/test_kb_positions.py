@@ -5,7 +5,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
-from xlaport.kb.analysis.module import ModuleAnalysis, module_walk
+from xlaport.kb.analysis.module import ModuleAnalysis
+from xlaport.kb.cst_walk import module_walk
 from xlaport.kb.parsing import parse_both
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from libcst.metadata import QualifiedNameSource
 from xlaport.kb import fix_source, lint_source
-from xlaport.kb.analysis.context import StepContextRule
-from xlaport.kb.analysis.project import ProjectSteps, _absolute, absolute_names, module_name, star_exports
+from xlaport.kb.analysis.project import _absolute, absolute_names, star_exports
+from xlaport.kb.analysis.project_steps import ProjectSteps, module_name
 from xlaport.kb.batch import fix_file, lint_file, summarize_project
 from xlaport.kb.cst_helpers import code_of
 from xlaport.kb.engine import run_rules
 from xlaport.kb.parsing import parse_both
+from xlaport.kb.step_rule import StepContextRule
 
 PROJECTS = Path(__file__).parent.parent / "fixtures" / "project"
 CASES = sorted(p for p in PROJECTS.iterdir() if p.is_dir())

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from test_findings_snapshot import TORCH_VERSION, repo_sample, torch_sample
 from xlaport.kb import engine, lint_source
-from xlaport.kb.engine import all_rules, get_rule, may_report
+from xlaport.kb.engine import may_report
 from xlaport.kb.parsing import SourceError, parse
+from xlaport.kb.registry import all_rules, get_rule
 
 
 def _sample() -> list[tuple[str, str]]:

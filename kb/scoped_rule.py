@@ -7,10 +7,11 @@ import re
 
 import libcst as cst
 
-from ..cst_helpers import code_of, is_cuda_string, method_name, string_value
-from ..rule import Rule
-from .cst_scopes import full_name, head_name
-from .module import ModuleAnalysis, ModuleFacts, Nodes, Scope, walk
+from .analysis.cst_scopes import full_name, head_name
+from .analysis.module import ModuleAnalysis, ModuleFacts, Nodes, Scope
+from .cst_helpers import code_of, is_cuda_string, method_name, string_value
+from .cst_walk import walk
+from .rule import Rule
 
 DEVICE_LOADERS = frozenset(
     {

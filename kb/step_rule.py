@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import DATALOADERS, code_of, keyword_arg, method_name, positional_args, string_value
-from . import steps
-from .scopes import DEVICE_LOADERS, ScopedRule
-from .steps import SYNC_CALLS, is_optimizer_name
+from .analysis import steps
+from .analysis.steps import SYNC_CALLS, is_optimizer_name
+from .cst_helpers import DATALOADERS, code_of, keyword_arg, method_name, positional_args, string_value
+from .scoped_rule import DEVICE_LOADERS, ScopedRule
 
 # Tensor methods whose result is again a tensor.
 TENSOR_METHODS = frozenset(

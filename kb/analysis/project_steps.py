@@ -1,0 +1,100 @@
+"""What each module of a tree tells the others about its optimizer steps (`ModuleSteps`), and their sum over the
+tree (`ProjectSteps`), which the analysis of every module holds. Plain data: project.py and steps.py compute it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import PurePath
+
+UNKNOWN = "?"  # an argument that is not an instance of one known class of the tree
+
+
+def module_name(path: str | PurePath) -> str:
+    """`util/misc.py` -> `util.misc`; `pkg/__init__.py` -> `pkg`."""
+    parts = list(PurePath(path).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(p for p in parts if p not in ("", "."))
+
+
+@dataclass(frozen=True)
+class ModuleSteps:
+    """What one module tells the tree: the callables defined here that step once per call, their parameters,
+    and the instances of the tree's classes that it passes to the tree's functions."""
+
+    module: str
+    steppers: frozenset[str] = frozenset()  # full names
+    signatures: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (function, parameter names in order)
+    # (the tree's function called; argument position or keyword; the tree's class of the argument, or UNKNOWN)
+    passes: tuple[tuple[str, int | str, str], ...] = ()
+    # the tree's functions (full names) that this module calls once per training step: from a step loop, or
+    # from a function that itself runs every step (a `forward`, a helper the loop calls)
+    per_step_calls: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ProjectSteps:
+    modules: frozenset[str] = frozenset()
+    steppers: frozenset[str] = frozenset()
+    # (function, parameter, class): every call of the function in the tree passes an instance of the class there
+    param_classes: frozenset[tuple[str, str, str]] = frozenset()
+    # (path, module) where a caller names a module's file by another path than its path from the root
+    # (`xlaport lint DIR` names them `DIR/engine.py`)
+    paths: frozenset[tuple[str, str]] = frozenset()
+    # (module, name): the top-level names of the tree's modules that another module star-imports
+    # (`from utils import *` in train.py: `save_checkpoint` there is `utils.save_checkpoint`)
+    exports: frozenset[tuple[str, str]] = frozenset()
+    # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
+    per_step: frozenset[str] = frozenset()
+
+    def module_of(self, path: str) -> str:
+        """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
+        return next((m for p, m in self.paths if p == path), None) or module_name(path)
+
+    @classmethod
+    def combine(cls, summaries: list[ModuleSteps]) -> ProjectSteps:
+        project = cls(modules=frozenset(s.module for s in summaries))
+        steppers = frozenset(s for m in summaries for s in m.steppers)
+        signatures = {name: params for m in summaries for name, params in m.signatures}
+        seen: dict[tuple[str, str], set[str]] = {}
+        for summary in summaries:
+            for function, where, owner in summary.passes:
+                if function not in signatures:
+                    continue
+                params = signatures[function]
+                if isinstance(where, int):
+                    where = params[where] if where < len(params) else None
+                if where in params:
+                    seen.setdefault((function, where), set()).add(owner)
+        bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
+        per_step = frozenset(f for m in summaries for f in m.per_step_calls)
+        return cls(modules=project.modules, steppers=steppers, param_classes=bound, per_step=per_step)
+
+    def resolve(self, name: str) -> str | None:
+        """The tree's full name of a definition that code names `name` (absolute, as imported); None when
+        it is not the tree's. A module may be named from a folder above the tree's root (`pkg.util.misc`)."""
+        parts = name.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            if module in self.modules:
+                return name
+            matches = _by_suffix(self.modules).get(module, ())
+            if len(matches) == 1:
+                return ".".join([matches[0], *parts[cut:]])
+        return None
+
+    def class_of_param(self, function: str, param: str) -> str | None:
+        return next((k for f, p, k in self.param_classes if f == function and p == param), None)
+
+
+@lru_cache(maxsize=8)
+def _by_suffix(modules: frozenset[str]) -> dict[str, list[str]]:
+    """Dotted suffix -> the modules whose name ends with it after a dot (`util.misc` -> [`pkg.util.misc`]): a
+    name is resolved once per call of every module, so no scan of the tree's modules each time."""
+    index: dict[str, list[str]] = {}
+    for name in modules:
+        parts = name.split(".")
+        for cut in range(1, len(parts)):
+            index.setdefault(".".join(parts[cut:]), []).append(name)
+    return index
