@@ -186,6 +186,12 @@ def timed_command(args: list[str], cwd: Path | None = None) -> dict:
     }
 
 
+def _count_findings(stdout: str) -> int:
+    """`lint --format json`: {"findings": [...], ...} (a bare list before schema 2)."""
+    found = json.loads(stdout)
+    return len(found["findings"] if isinstance(found, dict) else found)
+
+
 def command_rows(dirs: list[Path], jobs: int, floor: dict) -> list[dict]:
     """The CLI on the torch folders (lint; fix and migrate on a copy) and migrate of one file."""
     rows = []
@@ -246,7 +252,7 @@ def scaling_rows(jobs: int) -> list[dict]:
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, copy)
             lint = timed_command([*XLAPORT, "lint", tmp, "--format", "json", "-j", str(jobs)])
-        findings = len(json.loads(lint.pop("stdout")))
+        findings = _count_findings(lint.pop("stdout"))
         rows.append(
             {
                 "files": len(chosen),
