@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/perf.py [--jobs 2] [--every 1] [--requests 30] [--json out.json]
     .venv/bin/python bench/perf.py --skip kb migrate service     # the commands only (and their floor)
+    .venv/bin/python bench/perf.py --acceptance [--json out.json]  # issue #27's figures only, table + JSON
 
 - kb: torch's own `torch/nn`, `torch/optim`, `torch/distributed` (471 files in torch 2.9.0, from the
   installed package: offline). libcst parse only (the floor), `lint` (all rules), `fix` (all safe rewrites),
@@ -185,6 +186,12 @@ def timed_command(args: list[str], cwd: Path | None = None) -> dict:
     }
 
 
+def _count_findings(stdout: str) -> int:
+    """`lint --format json`: {"findings": [...], ...} (a bare list before schema 2)."""
+    found = json.loads(stdout)
+    return len(found["findings"] if isinstance(found, dict) else found)
+
+
 def command_rows(dirs: list[Path], jobs: int, floor: dict) -> list[dict]:
     """The CLI on the torch folders (lint; fix and migrate on a copy) and migrate of one file."""
     rows = []
@@ -219,6 +226,106 @@ def command_rows(dirs: list[Path], jobs: int, floor: dict) -> list[dict]:
         row["x_floor"] = round(row["seconds"] / floor["seconds"], 2)
         row["x_floor_cpu"] = round(row["cpu_seconds"] / floor["cpu_seconds"], 2)
     return rows
+
+
+SCALES = (10_000, 40_000, None)  # lines of torch's code linted as one tree (None: all 471 files, ~160k lines)
+
+
+def scaling_rows(jobs: int) -> list[dict]:
+    """`xlaport lint TREE -j jobs` (a subprocess, start-up included) on the first files of the torch folders up to
+    ~10k, ~40k lines and on all of them, each copied as one tree (`nn/...`, `optim/...`), each next to the
+    parse-only floor of the same files measured just before it: the ratio, and the cost per line."""
+    root = torch_dirs()[0].parent
+    files = torch_files()
+    rows = []
+    for scale in SCALES:
+        chosen, lines = [], 0
+        for path in files:
+            if scale is not None and lines >= scale:
+                break
+            chosen.append(path)
+            lines += path.read_text(encoding="utf-8").count("\n")
+        floor = kb_rows(chosen, jobs, modes=1)[0]
+        with tempfile.TemporaryDirectory(prefix="xlaport-perf-scale-") as tmp:
+            for path in chosen:
+                copy = Path(tmp, path.relative_to(root))
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, copy)
+            lint = timed_command([*XLAPORT, "lint", tmp, "--format", "json", "-j", str(jobs)])
+        findings = _count_findings(lint.pop("stdout"))
+        rows.append(
+            {
+                "files": len(chosen),
+                "lines": lines,
+                "floor_seconds": floor["seconds"],
+                "lint_seconds": lint["seconds"],
+                "x_floor": round(lint["seconds"] / floor["seconds"], 2),
+                "lint_us_per_line": round(1e6 * lint["seconds"] / lines, 1),
+                "floor_us_per_line": round(1e6 * floor["seconds"] / lines, 1),
+                "findings": findings,
+                "lint_peak_rss_mb": lint["peak_rss_mb"],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def one_file_migrate() -> dict:
+    """`xlaport migrate` of examples/amp_classifier/train.py alone in a folder, no evidence asked."""
+    with tempfile.TemporaryDirectory(prefix="xlaport-perf-one-") as tmp:
+        one = Path(tmp, "one")
+        one.mkdir()
+        shutil.copy(ONE_FILE, one / ONE_FILE.name)
+        found = timed_command([*XLAPORT, "migrate", str(one), "--out", str(Path(tmp, "one-out"))])
+    found.pop("stdout")
+    return found
+
+
+def acceptance(jobs: int, requests: int) -> dict:
+    """Issue #27's figures, each measured here in one run: lint vs the parse floor over the torch folders, its cost
+    per line at ~10k/40k/160k lines, suggest p50/p95 with a new text each request, migrate of one file."""
+    out: dict = {"load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(), "jobs": jobs}
+    out["scaling"] = scaling_rows(jobs)
+    service = service_rows(requests)
+    out["suggest_new_text"] = next(r for r in service if "new text" in r["mode"])
+    out["migrate_one_file"] = one_file_migrate()
+    out["load_average_at_end"] = os.getloadavg()
+    whole, small = out["scaling"][-1], out["scaling"][0]
+    s, m = out["suggest_new_text"], out["migrate_one_file"]
+    out["figures"] = [
+        ("lint / parse floor, torch nn+optim+distributed", whole["x_floor"], "<= 2"),
+        (
+            "lint us/line at " + " / ".join(f"{round(r['lines'] / 1000)}k" for r in out["scaling"]) + " lines",
+            " / ".join(str(r["lint_us_per_line"]) for r in out["scaling"]),
+            "flat",
+        ),
+        (
+            "lint cost per line, largest / smallest",
+            round(whole["lint_us_per_line"] / small["lint_us_per_line"], 2),
+            "~1",
+        ),
+        ("suggest p50 ms (new 200-line text)", s["p50_ms"], "<= 75"),
+        ("suggest p95 ms (new 200-line text)", s["p95_ms"], "<= 150"),
+        ("migrate one file: seconds", m["seconds"], "<= 2"),
+        ("migrate one file: peak MB", m["peak_rss_mb"], "<= 200"),
+    ]
+    return out
+
+
+def print_acceptance(out: dict) -> None:
+    print(
+        f"\nload average {out['load_average_at_start'][0]:.1f} at start, {out['load_average_at_end'][0]:.1f} at end; "
+        f"{out['cpus']} cpus, -j {out['jobs']}"
+    )
+    print(f"{'files':>6} {'lines':>7} {'floor s':>8} {'lint s':>8} {'x floor':>8} {'lint us/line':>13} {'findings':>9}")
+    for r in out["scaling"]:
+        print(
+            f"{r['files']:>6} {r['lines']:>7} {r['floor_seconds']:>8.2f} {r['lint_seconds']:>8.2f} "
+            f"{r['x_floor']:>7.2f}x {r['lint_us_per_line']:>13} {r['findings']:>9}"
+        )
+    print(f"\n{'figure':<52} {'measured':>22} {'goal':>8}")
+    for name, value, goal in out["figures"]:
+        print(f"{name:<52} {str(value):>22} {goal:>8}")
 
 
 def service_rows(requests: int) -> list[dict]:
@@ -272,7 +379,20 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, nargs="*", help="trees to migrate (default: 5 repos in /work/corpus)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["kb", "migrate", "commands", "service"])
     parser.add_argument("--json", type=Path, help="also write the JSON here")
+    parser.add_argument(
+        "--acceptance",
+        action="store_true",
+        help="only issue #27's figures: lint vs floor and per line at 10k/40k/160k, suggest, migrate of one file",
+    )
     args = parser.parse_args()
+    if args.acceptance:
+        found = acceptance(args.jobs, args.requests)
+        print_acceptance(found)
+        text = json.dumps(found, indent=1)
+        print("\n" + text)
+        if args.json:
+            args.json.write_text(text)
+        return
 
     out: dict = {"load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(), "jobs": args.jobs}
     files = torch_files()[:: args.every]

@@ -61,6 +61,21 @@ def enwik8(path: Path, size: int = 95_000_000) -> None:
             out.write(rng.integers(32, 127, size=5_000_000, dtype=np.uint8).tobytes())
 
 
+def shakespeare_char(folder: Path, size: int = 200_000) -> None:
+    """nanoGPT-style character data: train.bin and val.bin (uint16 token ids, 9:1) and meta.pkl (the vocabulary)."""
+    import pickle
+
+    rng = np.random.default_rng(4)
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.,;:!?'\n-"))
+    ids = rng.integers(0, len(chars), size=size, dtype=np.uint16)
+    folder.mkdir(parents=True, exist_ok=True)
+    split = size * 9 // 10
+    ids[:split].tofile(folder / "train.bin")
+    ids[split:].tofile(folder / "val.bin")
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
+    (folder / "meta.pkl").write_bytes(pickle.dumps(meta))
+
+
 def binarized_mnist(path: Path) -> None:
     """MADE-style `binarized_mnist.npz`: arrays `train_data` and `valid_data` of 0/1 float32 rows of 784 pixels."""
     rng = np.random.default_rng(4)
@@ -107,7 +122,21 @@ def ppi(root: Path, graphs: int = 4, nodes: int = 60, degree: int = 4) -> None:
         np.save(root / f"{split}_graph_id.npy", np.repeat(np.arange(1, count + 1), nodes))
 
 
+def image_classes(root: Path, classes: int = 2, per_class: int = 12, size: int = 40) -> None:
+    """An ImageFolder tree: `classes` folders of small random RGB PNG images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    for index in range(classes):
+        folder = root / f"class{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
+    "shakespeare_char": shakespeare_char,
+    "image_classes": image_classes,
     "mnist": mnist,
     "fashion_mnist": fashion_mnist,
     "text": text,

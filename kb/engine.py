@@ -20,7 +20,7 @@ from .analysis.devices import analyse as analyse_devices
 from .analysis.devices import cpu_utility
 from .analysis.module import ModuleAnalysis
 from .analysis.project_steps import ProjectSteps
-from .cst_walk import LAYOUT, module_walk, node_depths, parent_map
+from .cst_walk import LAYOUT, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
 from .finding import Edit, Finding, FixResult
 from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
@@ -108,11 +108,11 @@ def run_rules(
     if any(visitor.get_inherited_dependencies() for visitor in visitors):
         wrapper.visit_batched(visitors)  # a rule that declares libcst metadata gets it resolved
     else:
-        _visit_batched(module, visitors)
+        _visit_batched(analysis, visitors)
     return analysis
 
 
-def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
+def _visit_batched(analysis: ModuleAnalysis, visitors: list[Rule]) -> None:
     """libcst's batched visit (each node's `visit_<Type>` of every rule in order, its children, then its
     `leave_<Type>`), over the module's node list (analysis/module.py's walk) instead of libcst's traversal,
     which rebuilds every node it passes."""
@@ -130,7 +130,7 @@ def _visit_batched(module: cst.Module, visitors: list[Rule]) -> None:
     # (depth, node, its leave methods) of the nodes entered and not left yet that some rule leaves: only those
     # need remembering (a node is left when the walk comes to one that is not deeper)
     entered: list[tuple[int, cst.CSTNode, list]] = []
-    for node, depth in zip(module_walk(module)[0], node_depths(module), strict=True):
+    for node, depth in zip(*analysis.walked, strict=True):
         while entered and entered[-1][0] >= depth:
             _, done, methods = entered.pop()
             for method in methods:

@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from .analysis.cst_scopes import full_name
+from .analysis.cst_scopes import full_name, head_name
 from .analysis.module import ModuleAnalysis, ModuleFacts, Nodes, Scope
 from .cst_helpers import code_of, is_cuda_string, method_name, string_value
 from .cst_walk import walk
@@ -94,8 +94,10 @@ class ScopedRule(Rule):
 
     def _scan_module(self, found: Nodes) -> ModuleFacts:
         facts = ModuleFacts()
+        imported = self.analysis.names().imported_heads  # a name no import binds resolves to nothing: most names
         for name in found.names:
-            if not isinstance(self.parent(name), cst.Attribute):  # outermost names only
+            # outermost names and attribute chains only
+            if head_name(name) in imported and not isinstance(self.parent(name), cst.Attribute):
                 facts.qnames |= self.qualified_names(name)
         for assign in found.assigns:
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:

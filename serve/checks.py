@@ -15,6 +15,7 @@ from xlaport.eval import testgen
 from xlaport.eval.check import run_check
 from xlaport.eval.sandbox import SandboxRefused
 from xlaport.eval.verify.api import verify_tree
+from xlaport.eval.verify.config import VerifyConfig
 from xlaport.eval.verify.report import VerifyReport
 
 from .inputs import parse_command
@@ -23,21 +24,35 @@ from .results import CheckRun, VerifyOutcome
 
 
 def run_xla_check(
-    script: Path, args: list[str], timeout_s: float, memory_mb: int, workdir: Path | None = None
+    script: Path,
+    args: list[str],
+    timeout_s: float,
+    memory_mb: int,
+    workdir: Path | None = None,
+    project: Path | None = None,
+    reveal: bool = True,
 ) -> CheckRun:
     """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: the tree the command
     runs from (a project that reads files by relative path needs its root); the run sees it through a private
     view, so what the program writes (checkpoints, logs) does not land in the tree. Without a workdir (a script
     a client named) nothing the sandbox user could not read is shown to it: such a run is refused, with the
-    reason, and never made as root."""
+    reason, and never made as root. `project`: the tree around `workdir` the run sees (default: `workdir`).
+    `reveal` False: a user's own folder named by a server's client (MCP `check_xla` with `cwd`): the project is
+    found around `workdir` and nothing the sandbox user could not read is shown to it."""
     try:
         if workdir is None:
             report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
         else:
-            root = Path(workdir).resolve()
+            root = Path(project or workdir).resolve() if project or reveal else None
             # a tree xlaport wrote itself (the migrated copy): the run may read all of it, as the copy it ran in did
             report = run_check(
-                script, args, timeout_s=timeout_s, memory_mb=memory_mb, workdir=root, project=root, reveal=True
+                script,
+                args,
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                workdir=Path(workdir).resolve(),
+                project=root,
+                reveal=reveal,
             )
     except SandboxRefused as refused:
         return CheckRun(name="xla_check", passed=None, reasons=[f"not run: {refused}"])
@@ -57,11 +72,23 @@ def check_run_of_verify(report: dict) -> CheckRun:
     )
 
 
-def run_verify(original: Path, migrated: Path, command: str, step: Step | None = None) -> VerifyReport:
-    """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject); `step` is
-    told when each of its runs starts."""
+def run_verify(
+    original: Path,
+    migrated: Path,
+    command: str,
+    step: Step | None = None,
+    cwd: str | None = None,
+    loss_pattern: str | None = None,
+    migrated_args: list[str] | None = None,
+) -> VerifyReport:
+    """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject, with
+    `loss_pattern` and `migrated_args` on top when given), the command run in their folder `cwd` (default: the
+    caller's folder when it stands in one of the trees, else their roots); `step` is told when each run starts."""
     script, args = parse_command(command)
-    return verify_tree(original, migrated, ["python", script, *args], on_step=step)
+    given = {"loss_pattern": loss_pattern, "migrated_args": migrated_args}
+    given = {key: value for key, value in given.items() if value}
+    config = VerifyConfig(**given) if given else None  # on top of the project's own settings
+    return verify_tree(original, migrated, ["python", script, *args], config, on_step=step, subdir=cwd)
 
 
 def run_generated_tests(

@@ -80,6 +80,14 @@ def migrate(
             "and ~1 GB) [default: 0, none].",
         ),
     ] = 0,
+    optimize: Annotated[
+        bool,
+        typer.Option(
+            "--optimize",
+            help="Then try performance rewrites one at a time on the copy, kept only when the check and verify "
+            "show a cheaper step with the same curve (see `xlaport optimize`).",
+        ),
+    ] = False,
     keep_trace: Annotated[
         bool,
         typer.Option(
@@ -114,6 +122,7 @@ def migrate(
         force=force,
         k=related,
         keep_trace=keep_trace,
+        optimize=optimize,
     )
     try:
         with ProgressBar() as progress:
@@ -137,6 +146,63 @@ def migrate(
     rejected = result.validation.status == "rejected"
     verify_exit = result.verification.exit_code if result.verification is not None else 0
     raise typer.Exit(1 if rejected else verify_exit)
+
+
+def optimize(
+    tree: Annotated[
+        Path, typer.Argument(help="A migrated tree whose check reaches L2 (kept candidates are written there).")
+    ],
+    validate: Annotated[
+        str | None,
+        typer.Option(
+            "--validate", help='Command the check runs, e.g. "python train.py --steps 20"; without it: propose only.'
+        ),
+    ] = None,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify", help="Command for verify against the original (its reference runs once, for every candidate)."
+        ),
+    ] = None,
+    original: Annotated[
+        Path | None,
+        typer.Option(
+            "--original", help="The original tree verify compares with [default: the src of TREE's migrate report]."
+        ),
+    ] = None,
+    family: Annotated[
+        list[str] | None, typer.Option("--family", help="Only these families (repeatable) [default: all].")
+    ] = None,
+    workdir: Annotated[
+        str, typer.Option("--workdir", help="The folder of the trees the commands run in, relative to TREE.")
+    ] = "",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Judge, but write nothing into TREE.")] = False,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per run.")] = 600.0,
+) -> None:
+    """Performance rewrites kept only with evidence: each candidate (per-step logging reads, GradScaler+float16,
+    growing generation, host input pipelines) is applied alone, the check and verify run again against the same
+    reference, and it is kept when the step cost improves and the curve holds.
+
+    Exit 0 when done (kept or not), 1 when refused (the tree's check is not L2), 2 on usage errors."""
+    from .optimize import optimize as run_optimize
+    from .optimize import render_text as render_optimize
+
+    try:
+        report = run_optimize(
+            tree,
+            validate,
+            verify,
+            original,
+            timeout_s=timeout,
+            write=not dry_run,
+            families_wanted=family,
+            subdir=workdir,
+        )
+    except ValueError as exc:
+        fail_usage(str(exc))
+    typer.echo(json.dumps(report.to_dict(), indent=2) if format is OutputFormat.json else render_optimize(report))
+    raise typer.Exit(1 if report.status == "refused" else 0)
 
 
 class ProgressBar:
@@ -206,7 +272,9 @@ def render_summary(result) -> str:
         + (f" (level {v['level']})" if v["level"] else "")
         + (f": {v['reason']}" if v["reason"] else "")
     )
-    lines += [f"  note: {n}" for n in data["notes"]]
+    if data.get("optimization"):
+        lines.append(f"  optimize: {data['optimization']['status']}: {data['optimization']['reason']}")
+    lines += [f"  note: {n}" for n in data["notes"] if not n.startswith("optimize: ")]
     if data["reports"].get("html"):
         trace = f"; trace {data['reports']['trace']}" if data["reports"].get("trace") else ""
         lines.append(f"  report: {data['reports']['html']} (also .json, .md{trace})")
@@ -352,6 +420,7 @@ def mcp(
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the root app (see xlaport/cli.py)."""
     app.command()(migrate)
+    app.command()(optimize)
     app.command()(suggest)
     app.command()(serve)
     app.command()(mcp)

@@ -29,9 +29,11 @@ from xlaport.eval.sandbox import host_memory_mb, sandbox_status
 from xlaport.kb.hits import FixHit
 
 from .pipeline import Pipeline, get_pipeline
+from .project import ProjectFiles, ProjectTooLarge, sent_project
 from .results import CheckOutcome, FixEntry, Patch, SuggestOptions, VerifyOutcome, WholeInt
+from .wording import in_api_wording
 
-MAX_BODY_BYTES = 1_000_000
+MAX_BODY_BYTES = 8_000_000  # a project sent with a file (serve/project.py) included
 MAX_CONCURRENCY = 4  # requests at once, for search and for the heavy endpoints each
 TIMEOUT_S = 60.0  # for requests that run no code; runs of code get their own limit plus this margin
 _ENV_TOKEN = object()
@@ -45,8 +47,19 @@ STRICT = ConfigDict(strict=True)
 class SuggestRequest(BaseModel):
     model_config = STRICT
     source: str = Field(description="The Python file's text.")
-    path: str | None = Field(None, description="Its path (shown in the diff; decides the validated file's name).")
+    path: str | None = Field(
+        None,
+        description="Its path, relative to the project's root when `project` is sent (shown in the diff; where "
+        "validation writes the file).",
+    )
     options: SuggestOptions = SuggestOptions()
+    project: ProjectFiles | None = Field(
+        None,
+        description="The project the file lives in (its sibling modules, configs, small data), so that validation "
+        "runs the file where it really runs: `options.command` from `options.cwd`, else the file's own entry "
+        "point. Over the bounds: 413; a bad path or archive: 422. Without it the file is validated alone, and a "
+        "run that misses its context is reported unvalidated, saying what to send.",
+    )
 
 
 class SearchRequest(BaseModel):
@@ -57,10 +70,20 @@ class SearchRequest(BaseModel):
 
 class CheckRequest(BaseModel):
     model_config = STRICT
-    source: str = Field(description="The script to run under the XLA execution check.")
-    args: list[str] = []
-    timeout_s: float = Field(300.0, gt=0, le=3600)
-    memory_mb: WholeInt = Field(4096, ge=256, le=65536)
+    source: str | None = Field(
+        None, description="The script to run under the XLA execution check (with `project`: optional, its text there)."
+    )
+    args: list[str] = Field([], description="The script's arguments, e.g. ['--epochs', '1'].")
+    timeout_s: float = Field(300.0, gt=0, le=3600, description="Seconds the run may take.")
+    memory_mb: WholeInt = Field(4096, ge=256, le=65536, description="Memory limit of the run, in MiB.")
+    path: str | None = Field(None, description="With `project`: the script's path in it, e.g. 'train.py'.")
+    project: ProjectFiles | None = Field(
+        None, description="The project the script runs in (as for /v1/suggest); the run sees a private copy of it."
+    )
+    cwd: str | None = Field(None, description='With `project`: the folder the script is run from (default ".").')
+    command: str | None = Field(
+        None, description="With `project`: the command to run instead, as typed in `cwd` (e.g. 'python main.py')."
+    )
 
 
 class VerifyRequest(BaseModel):
@@ -70,6 +93,18 @@ class VerifyRequest(BaseModel):
     name: str = Field("train.py", description="The script's file name (both are run under it).")
     args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '40'].")
     timeout_s: float = Field(1800.0, gt=0, le=7200, description="How long the request may take in all.")
+
+
+class OptimizeRequest(BaseModel):
+    model_config = STRICT
+    original: str = Field(description="The original (CUDA) script's text: the reference run.")
+    migrated: str = Field(description="The migrated script's text, the one to optimize.")
+    name: str = Field("train.py", description="The script's file name (both are run under it).")
+    args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '20'].")
+    run: bool = Field(
+        True, description="Judge each candidate by running the program (needs the token); false: propose only."
+    )
+    timeout_s: float = Field(3600.0, gt=0, le=7200, description="How long the request may take in all.")
 
 
 class SandboxStatus(BaseModel):
@@ -99,7 +134,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "Wrong or missing token for running code.",
         403: "Running submitted code is disabled on this server.",
         404: "No such kb entry.",
-        413: "Request body too large.",
+        413: "Request body too large, or the project sent is over its bounds (files, bytes unpacked).",
         429: "Busy: all slots, or this client's share of them, are in use; retry after `Retry-After` seconds.",
         504: "The request took longer than its time limit; its work was stopped.",
     }
@@ -284,7 +319,20 @@ def create_app(
             return await asyncio.wait_for(asyncio.shield(future), seconds)
         except TimeoutError:
             raise HTTPException(504, f"the request took longer than {seconds:.0f} s") from None
+        except ProjectTooLarge as exc:
+            raise HTTPException(413, str(exc)) from None
         except ValueError as exc:  # SourceError (unparsable or too big to analyse) is a ValueError
+            raise bad_input(str(exc)) from None
+
+    def project_of(body: SuggestRequest | CheckRequest):
+        """The sent project, checked before any work: 413 over the bounds, 422 for a bad path or archive."""
+        if body.project is None:
+            return None
+        try:
+            return sent_project(body.project)
+        except ProjectTooLarge as exc:
+            raise HTTPException(413, str(exc)) from None
+        except ValueError as exc:
             raise bad_input(str(exc)) from None
 
     @app.get("/healthz")
@@ -304,12 +352,18 @@ def create_app(
     async def suggest(body: SuggestRequest, request: Request, authorization: str | None = Header(None)) -> Patch:
         """Patch + evidence for one file. Validation runs only with the server's token."""
         execute = body.options.validate_patch and may_execute(authorization)
-        seconds = timeout_s + (2 * body.options.timeout_s if execute else 0)
+        project = project_of(body)
+        seconds = timeout_s + (3 * body.options.timeout_s if execute else 0)  # a run, a recorded run, the tests
         # the fix step runs in a child killed just before the time limit: a timed-out request frees its slot
         run = lambda: state["pipeline"].suggest(  # noqa: E731
-            body.source, body.path, body.options, may_execute=execute, fix_time_limit_s=0.9 * timeout_s
+            body.source,
+            body.path,
+            body.options,
+            may_execute=execute,
+            fix_time_limit_s=0.9 * timeout_s,
+            project=project,
         )
-        return await limited(run, seconds, "heavy", client_of(request, authorization))
+        return in_api_wording(await limited(run, seconds, "heavy", client_of(request, authorization)))
 
     @app.post("/v1/search", responses=_errors(400, 413, 429, 504))
     async def search(body: SearchRequest, request: Request, authorization: str | None = Header(None)) -> list[FixHit]:
@@ -325,10 +379,22 @@ def create_app(
         may_execute(authorization)
         if "memory_mb" in body.model_fields_set and body.memory_mb > host_memory_mb():
             raise bad_input(f"memory_mb={body.memory_mb} is more than this machine has ({host_memory_mb()} MB)")
+        project = project_of(body)
+        if project is None and body.source is None:
+            raise bad_input("send the script's `source`, or a `project` and the script's `path` in it")
         run = lambda: state["pipeline"].check(  # noqa: E731
-            source=body.source, args=body.args, timeout_s=body.timeout_s, memory_mb=body.memory_mb
+            source=body.source,
+            args=body.args,
+            timeout_s=body.timeout_s,
+            memory_mb=body.memory_mb,
+            project=project,
+            rel_path=body.path,
+            cwd=body.cwd,
+            command=body.command,
         )
-        return await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
+        return in_api_wording(
+            await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
+        )
 
     @app.post("/v1/verify", responses=_errors(400, 401, 403, 413, 429, 504))
     async def verify(body: VerifyRequest, request: Request, authorization: str | None = Header(None)) -> VerifyOutcome:
@@ -338,6 +404,21 @@ def create_app(
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
         run = lambda: state["pipeline"].verify_sources(body.original, body.migrated, body.args, body.name)  # noqa: E731
+        return in_api_wording(
+            await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
+        )
+
+    @app.post("/v1/optimize", responses=_errors(400, 401, 403, 413, 429, 504))
+    async def optimize(body: OptimizeRequest, request: Request, authorization: str | None = Header(None)) -> dict:
+        """Performance rewrites of a migrated script, each kept only when a run shows a cheaper step and the
+        same curve (xlaport optimize). Running needs the server's token; `run: false` only proposes (diffs)."""
+        if body.run:
+            if server_token is None:
+                raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
+            may_execute(authorization)
+        run = lambda: state["pipeline"].optimize_sources(  # noqa: E731
+            body.original, body.migrated, body.args, body.name, run=body.run
+        )
         return await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
 
     @app.get("/v1/fixes")

@@ -1,6 +1,7 @@
 """The agent tool: an MCP server whose tools call the same `Pipeline` as the CLI and the HTTP service.
 
-Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`, `verify_migration`.
+Tools: `suggest_patch`, `search_fixes`, `check_xla`, `explain_fix`, `migrate_repo`, `verify_migration`,
+`optimize_migration`.
 
 What a caller may do is the server's `Access`: tools that run code (`check_xla`, `verify_migration`, validation in
 `suggest_patch` / `migrate_repo`) need `execute`, and run only in the execution check's sandboxed child; tools that
@@ -34,7 +35,9 @@ from xlaport.kb.hits import FixHit
 from xlaport.files import DirtyTree
 from xlaport.targets import DEFAULT_TARGET, Target
 
+from .project import ProjectError, ProjectSource, ProjectTooLarge, local_project
 from .results import CheckOutcome, FixEntry, MigrateOptions, Patch, SuggestOptions, VerifyOutcome
+from .wording import api_wording, in_api_wording
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -51,11 +54,50 @@ INSTRUCTIONS = (
 TOKEN_ENV = "XLAPORT_TOKEN"
 POLL_S = 0.2  # how often a stoppable call is looked at: the delay its result may wait
 T = TypeVar("T")
-# the bounds the HTTP service and the CLI put on the same arguments
-Timeout = Annotated[float, Field(gt=0, le=3600, description="Seconds the run may take.")]
-SuggestK = Annotated[int, Field(ge=0, le=20, description="Fixes retrieved per finding left for a human.")]
-SearchK = Annotated[int, Field(ge=1, le=50, description="How many entries.")]
-Jobs = Annotated[int | None, Field(ge=1, le=64, description="Worker processes; None: one per core for 8+ files.")]
+# the bounds the HTTP service and the CLI put on the same arguments; every parameter says what it is for
+Timeout = Annotated[
+    float, Field(gt=0, le=3600, description="Seconds the program's run may take (0 < t <= 3600). Default 300.")
+]
+SuggestK = Annotated[
+    int,
+    Field(ge=0, le=20, description="Knowledge-base fixes retrieved per finding left for a human (0-20). Default 3."),
+]
+SearchK = Annotated[int, Field(ge=1, le=50, description="How many entries to return (1-50). Default 5.")]
+Jobs = Annotated[
+    int | None,
+    Field(ge=1, le=64, description="Worker processes (1-64). Default: one per core for 8+ files, else one."),
+]
+UnsafeFixes = Annotated[
+    bool,
+    Field(description="Also apply fixes that may change behaviour (listed as unsafe in the kb). Default false."),
+]
+TargetArg = Annotated[
+    Target,
+    Field(description='The backend to migrate to: "torch_xla" (PyTorch/XLA 2.9) or "torch_tpu". Default torch_xla.'),
+]
+Args = Annotated[list[str] | None, Field(description='Arguments of the script, e.g. ["--epochs", "1"]. Default none.')]
+ProjectRoot = Annotated[
+    str | None,
+    Field(
+        description="The project's folder, relative to the server's root (or absolute inside it): the file is "
+        "validated in a private copy of it, where its sibling modules and data are. Default: the file alone."
+    ),
+]
+Cwd = Annotated[
+    str | None,
+    Field(
+        description='The folder the program is run from, relative to project_root (e.g. "tutorials/mnist"), as '
+        "the user would `cd` there. Default: the project's root."
+    ),
+]
+Command = Annotated[
+    str | None,
+    Field(
+        description='The command validation runs, as typed in cwd, e.g. "python train.py --epochs 1" (its '
+        "script may be another file that uses this one). Default: the file's own entry point with args; a module "
+        "without one is validated by generated tests of its functions and classes."
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -70,25 +112,60 @@ class Access:
         """`given` (relative to the root) resolved, links included; ToolError when that is outside the root."""
         resolved = Path(os.path.realpath(self.root / given))
         if not resolved.is_relative_to(self.root):
-            raise ToolError(f"{given}: outside the folder this server may use ({self.root}; see --root)")
+            raise tool_error(
+                "outside_root",
+                f"{given}: outside the folder this server may use ({self.root})",
+                f"give a path inside {self.root} (relative paths are resolved there)",
+            )
         return resolved
 
     def need(self, execute: bool = False, write: bool = False, tool: str = "") -> None:
         if execute and not self.execute:
-            raise ToolError(f"this server does not run code (start it with --exec to allow {tool})")
+            raise tool_error(
+                "not_allowed",
+                f"this server does not run code, which {tool} needs",
+                "ask the user to start the xlaport MCP server with code execution allowed, or call the tool "
+                "without running code (suggest_patch with validate false)",
+            )
         if write and not self.write:
-            raise ToolError(f"this server does not write files (start it with --write to allow {tool})")
+            raise tool_error(
+                "not_allowed",
+                f"this server does not write files, which {tool} needs",
+                "ask the user to start the xlaport MCP server with file writes allowed",
+            )
+
+
+def tool_error(code: str, message: str, next_step: str) -> ToolError:
+    """A tool error an agent can act on: its text is a JSON object {"code", "message", "next_step"}."""
+    return ToolError(json.dumps({"code": code, "message": api_wording(message), "next_step": next_step}))
+
+
+# what each kind of failure means for the caller: (code, next step)
+_NEXT_STEPS: list[tuple[type[BaseException], str, str]] = [
+    (ProjectTooLarge, "project_too_large", "give the program's own folder as project_root, with large data outside"),
+    (ProjectError, "bad_project", "correct project_root, path or cwd as the message says and call again"),
+    (DirtyTree, "dirty_tree", "commit or stash the user's changes first, or pass force true to keep backups"),
+    (TimeoutError, "timeout", "give a larger timeout_s, fewer steps in args or command, or a smaller input"),
+    (OSError, "file_error", "check that the path exists and may be read (or written) by the server"),
+    (ValueError, "bad_input", "correct the argument the message names and call again"),
+]
 
 
 @contextmanager
 def _as_tool_errors() -> Iterator[None]:
-    """Bad input becomes a ToolError: the agent sees the message (other exceptions are crashes)."""
+    """Bad input becomes a structured ToolError (code, message, next step); other exceptions are crashes."""
     try:
         yield
+    except ToolError:
+        raise
     except KeyError as exc:
-        raise ToolError(str(exc.args[0]) if exc.args else "not found") from None
+        message = str(exc.args[0]) if exc.args else "not found"
+        raise tool_error("not_found", message, "search_fixes lists the knowledge base's codes") from None
     except (ValueError, OSError, DirtyTree) as exc:  # SourceError is a ValueError, WriteFailed an OSError
-        raise ToolError(str(exc)) from None
+        code, step = next((c, n) for kind, c, n in _NEXT_STEPS if isinstance(exc, kind))
+        if type(exc).__name__ == "SourceError":  # kb's parse error (its module loads libcst: not at start-up)
+            code, step = "cannot_parse", "send the file's complete Python text (it must parse with Python 3)"
+        raise tool_error(code, str(exc), step) from None
 
 
 def get_pipeline() -> Pipeline:
@@ -118,68 +195,188 @@ def create_server(
 
     @server.tool()
     async def suggest_patch(
-        source: str,
-        path: str | None = None,
-        unsafe_fixes: bool = False,
-        validate: bool = False,
-        args: list[str] | None = None,
+        source: Annotated[
+            str | None,
+            Field(description="The Python file's text. Default: read from project_root/path."),
+        ] = None,
+        path: Annotated[
+            str | None,
+            Field(
+                description='The file\'s path, relative to project_root when one is given (e.g. "train.py"); '
+                "shown in the diff. Default: snippet.py."
+            ),
+        ] = None,
+        unsafe_fixes: UnsafeFixes = False,
+        validate: Annotated[
+            bool,
+            Field(
+                description="Run the patched file in its project (XLA execution check and generated "
+                "original-vs-migrated tests) before calling it validated; needs code execution. Default false."
+            ),
+        ] = False,
+        args: Args = None,
         k: SuggestK = 3,
-        target: Target = DEFAULT_TARGET,
+        target: TargetArg = DEFAULT_TARGET,
+        project_root: ProjectRoot = None,
+        cwd: Cwd = None,
+        command: Command = None,
+        timeout_s: Timeout = 300.0,
     ) -> Patch:
-        """Migrate one Python file's text: unified diff, fixes applied, findings left with related fixes,
-        and evidence (validated only when `validate` is set and execution is allowed)."""
+        """Migrate one Python file to PyTorch/XLA: unified diff, the fixes applied, the findings left for a human
+        (with related fixes, lines in the original file's numbering), and evidence: "validated" only when
+        `validate` is set and every check ran and passed in the file's project; "unvalidated" says why and what
+        to send."""
         with _as_tool_errors():
+            project = local_project(access.path(project_root)) if project_root else None
+            if project is not None and validate and access.execute:
+                _refuse_hidden(project.folder)  # its copy is what the run sees
+            if source is None:
+                if project is None or path is None:
+                    raise tool_error(
+                        "bad_input",
+                        "no source: give the file's text as source, or project_root and path to read it there",
+                        "call again with source, or with project_root and path",
+                    )
+                source = _read_text(access.path(str(Path(project_root) / path)))
             options = SuggestOptions(
-                unsafe_fixes=unsafe_fixes, validate_patch=validate, args=args or [], k=k, target=target
+                unsafe_fixes=unsafe_fixes,
+                validate_patch=validate,
+                args=args or [],
+                k=k,
+                target=target,
+                command=command,
+                cwd=cwd,
+                timeout_s=timeout_s,
             )
             if validate and access.execute:  # runs the program: stoppable
-                return await _stoppable(_suggest_validated, source, path, options)
-            # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
-            return await anyio.to_thread.run_sync(
-                lambda: pipe().suggest(
-                    source, path, options, may_execute=access.execute, fix_time_limit_s=FIX_TIME_LIMIT_S
+                patch = await _stoppable(_suggest_validated, source, path, options, project)
+            else:
+                # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
+                patch = await anyio.to_thread.run_sync(
+                    lambda: pipe().suggest(
+                        source,
+                        path,
+                        options,
+                        may_execute=access.execute,
+                        fix_time_limit_s=FIX_TIME_LIMIT_S,
+                        project=project,
+                    )
                 )
-            )
+            return in_api_wording(patch)
 
     @server.tool()
-    def search_fixes(text: str, k: SearchK = 5) -> list[FixHit]:
-        """The knowledge-base fixes closest to a code snippet, a finding, or an error message / log excerpt."""
+    def search_fixes(
+        text: Annotated[str, Field(description="A code snippet, a finding, or a pasted error message / log excerpt.")],
+        k: SearchK = 5,
+    ) -> list[FixHit]:
+        """The knowledge-base fixes closest to a code snippet, a finding, or an error message / log excerpt,
+        best first (code, title, score)."""
         with _as_tool_errors():
             return pipe().search(text, k)
 
     @server.tool()
-    def explain_fix(code: str) -> FixEntry:
+    def explain_fix(
+        code: Annotated[str, Field(description='A knowledge-base code, e.g. "XLA201" (search_fixes finds them).')],
+    ) -> FixEntry:
         """One knowledge-base entry in full (what it detects, why, example, fix safety), e.g. code XLA201."""
         with _as_tool_errors():
             return pipe().explain(code)
 
     @server.tool()
     async def check_xla(
-        script_path: str | None = None,
-        source: str | None = None,
-        args: list[str] | None = None,
+        script_path: Annotated[
+            str | None,
+            Field(
+                description="The script to run, relative to the server's root (or absolute inside it). Give "
+                "this or source."
+            ),
+        ] = None,
+        source: Annotated[
+            str | None,
+            Field(description="The script's text, run in a private folder (or at path inside project_root)."),
+        ] = None,
+        args: Args = None,
         timeout_s: Timeout = 300.0,
+        cwd: Annotated[
+            str | None,
+            Field(
+                description='The folder the script is run from (relative paths like "data/" are read '
+                "there), relative to the server's root, or to project_root when given. Default: the script's folder."
+            ),
+        ] = None,
+        project_root: Annotated[
+            str | None,
+            Field(
+                description="With source: the project to run it in (a private copy, the text written at path). "
+                "Default none."
+            ),
+        ] = None,
+        path: Annotated[
+            str | None, Field(description='With project_root: the script\'s path in the project, e.g. "train.py".')
+        ] = None,
+        command: Annotated[
+            str | None,
+            Field(
+                description="With project_root: the command to run instead of path, as typed in cwd (e.g. "
+                '"python main.py --epochs 1"); the text of path (source) is still written into the copy. Default none.'
+            ),
+        ] = None,
     ) -> CheckOutcome:
-        """Run a script (a path, or its source) under the XLA execution check: level reached and reasons."""
+        """Run a script under the XLA execution check (sandboxed, the user's files never written): the level
+        reached (L2: ran on the XLA device with step barriers, no recompilation, no CPU fallback) and the reasons,
+        each naming the exception, its message and the user's failing line."""
         access.need(execute=True, tool="check_xla")
-        path = access.path(script_path) if script_path else None
         with _as_tool_errors():
-            return await _stoppable(_check, source, path, args or [], timeout_s)
+            if project_root or (source is not None and path):
+                project = local_project(access.path(project_root or "."))
+                _refuse_hidden(project.folder)  # its copy is what the run sees
+                call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
+                return in_api_wording(await _stoppable(*call))
+            script = access.path(script_path) if script_path else None
+            workdir = access.path(cwd) if cwd else (script.parent if script else None)
+            return in_api_wording(await _stoppable(_check, source, script, args or [], timeout_s, workdir))
 
     @server.tool()
     async def migrate_repo(
-        src: str,
-        dst: str | None = None,
-        validate_cmd: str | None = None,
-        verify_cmd: str | None = None,
-        unsafe_fixes: bool = False,
+        src: Annotated[str, Field(description="The tree to migrate, relative to the server's root.")],
+        dst: Annotated[
+            str | None,
+            Field(description="Where the migrated copy is written (a new or empty folder). Needed unless in_place."),
+        ] = None,
+        validate_cmd: Annotated[
+            str | None,
+            Field(
+                description="Validate the migrated tree with this command, run from its root, e.g. "
+                '"python train.py --steps 20" (execution check + generated tests). Default: no validation.'
+            ),
+        ] = None,
+        verify_cmd: Annotated[
+            str | None,
+            Field(
+                description="Grade the migration against a run of the original with this command (L0-L4); "
+                "the same command as validate_cmd runs the program once. Default: no verify."
+            ),
+        ] = None,
+        unsafe_fixes: UnsafeFixes = False,
         jobs: Jobs = None,
-        in_place: bool = False,
-        force: bool = False,
-        target: Target = DEFAULT_TARGET,
+        in_place: Annotated[
+            bool,
+            Field(
+                description="Rewrite the files of src itself (git-clean files, or with .xlaport.bak backups); "
+                "not written when validation or verify rejects the migration. Default false."
+            ),
+        ] = False,
+        force: Annotated[
+            bool,
+            Field(
+                description="Overwrite a non-empty dst, or rewrite files with uncommitted changes in place "
+                "(keeping backups). Default false."
+            ),
+        ] = False,
+        target: TargetArg = DEFAULT_TARGET,
     ) -> dict[str, Any]:
-        """Migrate a whole tree into `dst` (or in place): summary, validation and verify verdicts, report paths.
-        `validate_cmd` / `verify_cmd`: e.g. "python train.py --steps 20"; the same command runs the program once."""
+        """Migrate a whole tree into `dst` (or in place): summary (files changed, fixes applied, what is left for
+        a human with file:line in the original files), validation and verify verdicts, report paths."""
         access.need(write=True, tool="migrate_repo")
         source, destination = access.path(src), access.path(dst) if dst else None
         with _as_tool_errors():
@@ -195,17 +392,72 @@ def create_server(
             if access.execute and (validate_cmd or verify_cmd):
                 _refuse_hidden(source)
             # in a process of its own, as every long call: a cancelled or abandoned call stops writing
-            return await _stoppable(_migrate, source, destination, options, access.execute, write_root=access.root)
+            call = (_migrate, source, destination, options, access.execute)
+            return in_api_wording(await _stoppable(*call, write_root=access.root))
 
     @server.tool()
-    async def verify_migration(original_dir: str, migrated_dir: str, command: str) -> VerifyOutcome:
+    async def verify_migration(
+        original_dir: Annotated[str, Field(description="The original (CUDA) tree, relative to the server's root.")],
+        migrated_dir: Annotated[str, Field(description="The migrated tree, relative to the server's root.")],
+        command: Annotated[
+            str,
+            Field(
+                description="The training command run in both trees, as typed in cwd, e.g. "
+                '"python train.py --steps 40" (enough steps for a loss curve: 20 or more).'
+            ),
+        ],
+        cwd: Annotated[
+            str | None,
+            Field(
+                description="The folder of both trees the command is run from, relative to their roots. "
+                "Default: their roots."
+            ),
+        ] = None,
+        loss_pattern: Annotated[
+            str | None,
+            Field(
+                description="A regular expression with a `value` group that finds the loss in the program's "
+                'output, when verify reports that it found none (e.g. "Loss (?P<value>[0-9.]+)"). Default: the '
+                "common formats (loss: x, loss_train: x, train_loss=x, JSON lines ...), or the project's xlaport.toml."
+            ),
+        ] = None,
+        migrated_args: Annotated[
+            list[str] | None,
+            Field(
+                description='Arguments added to the migrated run only, e.g. ["--device", "xla"] where the '
+                "program takes its device from the command line (a finding says so). Default none."
+            ),
+        ] = None,
+    ) -> VerifyOutcome:
         """Grade a migrated tree against a reference run of the original (L0-L4: runs, numerics, on the XLA
-        device, the goal, speed), e.g. command "python train.py --steps 40"."""
+        device, the goal, speed): pass / fail / inconclusive, with reasons and what would decide."""
         access.need(execute=True, tool="verify_migration")
         original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
             _refuse_hidden(original, migrated)
-            return await _stoppable(_verify, original, migrated, command)
+            call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
+            return in_api_wording(await _stoppable(*call))
+
+    @server.tool()
+    async def optimize_migration(
+        migrated_dir: str,
+        validate_cmd: str | None = None,
+        verify_cmd: str | None = None,
+        original_dir: str | None = None,
+    ) -> dict[str, Any]:
+        """Performance rewrites of a migrated tree (per-step logging reads, GradScaler+float16, growing
+        generation, host input pipelines), each kept only when the check and verify show a cheaper step with the
+        same curve. Without a command (or without --exec) it only proposes; kept candidates are written only
+        with --write."""
+        migrated = access.path(migrated_dir)
+        original = access.path(original_dir) if original_dir else None
+        with _as_tool_errors():
+            if access.execute and (validate_cmd or verify_cmd):
+                _refuse_hidden(*[f for f in (migrated, original) if f is not None])
+            return await _stoppable(
+                _optimize, migrated, validate_cmd, verify_cmd, original, access.execute, access.write,
+                write_root=access.root if access.write else None,
+            )  # fmt: skip
 
     return server
 
@@ -240,20 +492,61 @@ def _refuse_hidden(*folders: Path) -> None:
             )
 
 
-def _check(source: str | None, path: Path | None, args: list[str], timeout_s: float) -> CheckOutcome:
-    return get_pipeline().check(source=source, path=path, args=args, timeout_s=timeout_s)
+def _check(
+    source: str | None, path: Path | None, args: list[str], timeout_s: float, workdir: Path | None
+) -> CheckOutcome:
+    return get_pipeline().check(source=source, path=path, args=args, timeout_s=timeout_s, workdir=workdir)
 
 
-def _verify(original: Path, migrated: Path, command: str) -> VerifyOutcome:
-    return get_pipeline().verify(original, migrated, command)
+def _optimize(
+    migrated: Path, validate_cmd: str | None, verify_cmd: str | None, original: Path | None, execute: bool, write: bool
+) -> dict[str, Any]:
+    return get_pipeline().optimize(migrated, validate_cmd, verify_cmd, original, may_execute=execute, write=write)
+
+
+def _check_in_project(
+    project: ProjectSource,
+    source: str | None,
+    path: str | None,
+    args: list[str],
+    cwd: str | None,
+    command: str | None,
+    timeout_s: float,
+) -> CheckOutcome:
+    return get_pipeline().check(
+        source=source, args=args, timeout_s=timeout_s, project=project, rel_path=path, cwd=cwd, command=command
+    )
+
+
+def _verify(
+    original: Path,
+    migrated: Path,
+    command: str,
+    cwd: str | None = None,
+    loss_pattern: str | None = None,
+    migrated_args: list[str] | None = None,
+) -> VerifyOutcome:
+    return get_pipeline().verify(
+        original, migrated, command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
+    )
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise ProjectError(f"no such file in the project: {path}")
+    return path.read_text(encoding="utf-8", errors="replace")
 
 
 def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:
     return get_pipeline().migrate(src, dst, options, may_execute=may_execute).summary()
 
 
-def _suggest_validated(source: str, path: str | None, options: SuggestOptions) -> Patch:
-    return get_pipeline().suggest(source, path, options, may_execute=True, fix_time_limit_s=FIX_TIME_LIMIT_S)
+def _suggest_validated(
+    source: str, path: str | None, options: SuggestOptions, project: ProjectSource | None = None
+) -> Patch:
+    return get_pipeline().suggest(
+        source, path, options, may_execute=True, fix_time_limit_s=FIX_TIME_LIMIT_S, project=project
+    )
 
 
 class BearerToken:

@@ -69,6 +69,7 @@ class TreeRun:
     verification: VerifyOutcome | None = None
     written: bool = True  # False when in place and the evidence rejected the migration
     copied: int = 0  # files that are not Python, written into the copy
+    optimization: dict | None = None  # the optimization stage's report (serve/optimize.py), with --optimize
     timer: PhaseTimer = field(default_factory=PhaseTimer)  # where the time goes (serve/phases.py)
 
     @property
@@ -242,6 +243,29 @@ def validate_tree(
     )
 
 
+def optimize_copy(run: TreeRun) -> None:
+    """The optimization stage on the migrated copy (serve/optimize.py), when asked and the copy was proven."""
+    options = run.options
+    if not options.optimize:
+        return
+    if run.dst is None or not run.may_execute or not (options.validate_cmd or options.verify_cmd):
+        run.notes.append("optimize not run: it needs a migrated copy (--out), a command and permission to run it")
+        return
+    from .optimize import optimize
+
+    run.timer.start("optimize")
+    report = optimize(
+        run.dst,
+        options.validate_cmd,
+        options.verify_cmd,
+        original=run.src,
+        timeout_s=options.timeout_s,
+        memory_mb=options.memory_mb,
+    )
+    run.optimization = report.to_dict()
+    run.notes.append(f"optimize: {report.status}: {report.reason}")
+
+
 # --- the result -------------------------------------------------------------------------------------------------
 def finish_migration(run: TreeRun) -> MigrationResult:
     """The result of the run, with its reports written and, when asked, its trace kept."""
@@ -261,6 +285,7 @@ def finish_migration(run: TreeRun) -> MigrationResult:
         files=outcomes,
         validation=run.validation,
         verification=run.verification,
+        optimization=run.optimization,
         notes=list(dict.fromkeys(run.notes)),
         report_dir=str(run.report_dir),
     )

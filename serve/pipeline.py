@@ -39,10 +39,12 @@ from xlaport.files import (
 )
 from xlaport.targets import DEFAULT_TARGET, evidence_note
 
-from .inputs import check_arguments, check_file_name
+from .inputs import check_arguments, check_file_name, parse_command
 from .isolated import FIX_WORKERS, fix_source_killable
-from .migration import TreeRun, finish_migration, library_pin_notes, plan_migration, write_and_prove
+from .lines import in_original_lines
+from .migration import TreeRun, finish_migration, library_pin_notes, optimize_copy, plan_migration, write_and_prove
 from .phases import PhaseListener, PhaseTimer
+from .project import ProjectSource
 from .results import (
     CheckOutcome,
     Evidence,
@@ -54,10 +56,10 @@ from .results import (
     Patch,
     SuggestOptions,
     VerifyOutcome,
-    with_verdict,
 )
 from .source import unified_diff
 from .tree import rewrite_tree
+from .validation import check_in_project, validate_in_project
 
 if TYPE_CHECKING:
     from xlaport.kb.retrieval import FixIndex
@@ -126,16 +128,22 @@ class Pipeline:
         *,
         may_execute: bool = True,
         fix_time_limit_s: float | None = None,
+        project: ProjectSource | None = None,
     ) -> Patch:
         """A patch for one file's text. Raises SourceError (unparsable) or ValueError (bad options).
 
         With `fix_time_limit_s` the fix step runs in a child process killed at that limit (AnalysisTimeout):
-        a service's timed-out request stops its work instead of holding a slot until it ends.
+        a service's timed-out request stops its work instead of holding a slot until it ends. `project`: the
+        project the file lives in at `path` (relative to its root), where validation runs it (serve/validation.py).
         """
         options = options or SuggestOptions()
         name = path or SNIPPET_NAME
         check_file_name(name)
         check_arguments(options.args)
+        if options.command:
+            parse_command(options.command)  # refused before any work
+        if project is not None and path is None:
+            raise ValueError("`path` is needed with a project: where the file lies in it, e.g. 'train.py'")
         source = source.removeprefix(BOM)  # a file's encoding mark, not its text (a BOM kept would not parse)
         rules = self.rules(options.select, options.ignore, options.target)
         try:
@@ -163,7 +171,7 @@ class Pipeline:
             elif not may_execute:
                 evidence.reason = "validation not allowed: running submitted code needs the server's token"
             else:
-                evidence = self.validate_file(source, text, name, options, evidence)
+                evidence = self.validate_file(source, text, name, options, evidence, project)
             return evidence
 
         evidence = evidence_of(migrated, manual, proposals)
@@ -183,7 +191,7 @@ class Pipeline:
             diff=unified_diff(source, migrated, name),
             migrated=migrated,
             applied=list(fixed.applied),
-            manual=manual,
+            manual=in_original_lines(manual, source, migrated),
             evidence=evidence,
             notes=notes,
         )
@@ -260,25 +268,16 @@ class Pipeline:
         return source, accepted, notes
 
     def validate_file(
-        self, original: str, migrated: str, name: str, options: SuggestOptions, evidence: Evidence
+        self,
+        original: str,
+        migrated: str,
+        name: str,
+        options: SuggestOptions,
+        evidence: Evidence,
+        project: ProjectSource | None = None,
     ) -> Evidence:
-        """Runs the checks on a temporary copy of both versions and fills in the verdict."""
-        from xlaport.eval.sandbox import readable_scratch
-
-        from .checks import run_generated_tests, run_xla_check
-
-        file_name = Path(name).name if name.endswith(".py") else SNIPPET_NAME
-        with readable_scratch("xlaport-validate-") as tmp:
-            original_path = Path(tmp, "original", file_name)
-            migrated_path = Path(tmp, "migrated", file_name)
-            for target, text in ((original_path, original), (migrated_path, migrated)):
-                target.parent.mkdir(parents=True)
-                target.write_text(text, encoding="utf-8")
-            checks = [
-                run_xla_check(migrated_path, options.args, options.timeout_s, options.memory_mb),
-                run_generated_tests(original_path, migrated_path, Path(tmp, "tests")),
-            ]
-        return with_verdict(evidence, checks)
+        """Runs the checks on copies of the project (or of the file alone) and fills in the verdict."""
+        return validate_in_project(project, original, migrated, name, options, evidence)
 
     # -- running code ------------------------------------------------------------------------------------
     def check(
@@ -288,19 +287,40 @@ class Pipeline:
         args: list[str] | None = None,
         timeout_s: float = 300.0,
         memory_mb: int = 4096,
+        *,
+        workdir: Path | None = None,
+        project: ProjectSource | None = None,
+        rel_path: str | None = None,
+        cwd: str | None = None,
+        command: str | None = None,
     ) -> CheckOutcome:
-        """The XLA execution check of a script given as text or as a path."""
+        """The XLA execution check of a script given as text or as a path (run from `workdir`, default a private
+        folder). With `project`: the script `rel_path` (its text `source`, else the project's) runs in a copy of
+        the project, from its folder `cwd`, or `command` does (serve/validation.py)."""
         from xlaport.eval.sandbox import readable_scratch
 
         from .checks import run_xla_check
 
+        check_arguments(args or [])
+        if command:
+            parse_command(command)
+        if project is not None:
+            if rel_path is None:
+                raise ValueError("`path` is needed with a project: the script's path in it, e.g. 'train.py'")
+            check_file_name(rel_path)
+            if source is not None:
+                parse(source.removeprefix(BOM))
+            text = None if source is None else source.removeprefix(BOM)
+            run = check_in_project(project, text, rel_path, args or [], cwd, command, timeout_s, memory_mb)
+            return CheckOutcome(script=rel_path, check=run)
         if (source is None) == (path is None):
             raise ValueError("give either the script's source or its path")
-        check_arguments(args or [])
         if path is not None:
             if not path.is_file():
                 raise ValueError(f"no such script: {path}")
-            return CheckOutcome(script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb))
+            return CheckOutcome(
+                script=str(path), check=run_xla_check(path, args or [], timeout_s, memory_mb, workdir, reveal=False)
+            )
         source = source.removeprefix(BOM)
         parse(source)  # refuse what is not Python before running it
         with readable_scratch("xlaport-check-") as tmp:
@@ -309,14 +329,28 @@ class Pipeline:
             return CheckOutcome(script="script.py", check=run_xla_check(script, args or [], timeout_s, memory_mb))
 
     # -- verify ------------------------------------------------------------------------------------------
-    def verify(self, original: Path, migrated: Path, command: str) -> VerifyOutcome:
-        """L0–L4 of the migrated tree against a reference run of the original (xlaport.eval.verify)."""
+    def verify(
+        self,
+        original: Path,
+        migrated: Path,
+        command: str,
+        cwd: str | None = None,
+        loss_pattern: str | None = None,
+        migrated_args: list[str] | None = None,
+    ) -> VerifyOutcome:
+        """L0–L4 of the migrated tree against a reference run of the original (xlaport.eval.verify), the command
+        run in their folder `cwd` (default: their roots); `loss_pattern` finds the loss in a log format of its own;
+        `migrated_args` are given to the migrated run alone (`--device xla`)."""
         from .checks import run_verify, verify_outcome
 
         for folder in (original, migrated):
             if not Path(folder).is_dir():
                 raise ValueError(f"not a directory: {folder}")
-        return verify_outcome(run_verify(Path(original), Path(migrated), command), command)
+        check_arguments(migrated_args or [])
+        report = run_verify(
+            Path(original), Path(migrated), command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
+        )
+        return verify_outcome(report, command)
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
@@ -334,6 +368,45 @@ class Pipeline:
                 Path(tmp, folder).mkdir()
                 Path(tmp, folder, name).write_text(text, encoding="utf-8")
             return self.verify(Path(tmp, "original"), Path(tmp, "migrated"), shlex.join(["python", name, *args]))
+
+    # -- optimize ----------------------------------------------------------------------------------------
+    def optimize(
+        self,
+        tree: Path,
+        validate_cmd: str | None = None,
+        verify_cmd: str | None = None,
+        original: Path | None = None,
+        *,
+        may_execute: bool = True,
+        write: bool = True,
+    ) -> dict:
+        """The optimization stage on a migrated tree (serve/optimize.py); without permission to run code, or
+        without a command, it only proposes."""
+        from .optimize import optimize
+
+        if not may_execute:
+            validate_cmd = verify_cmd = None
+        return optimize(Path(tree), validate_cmd, verify_cmd, original, write=write).to_dict()
+
+    def optimize_sources(
+        self, original: str, migrated: str, args: list[str], name: str = "train.py", *, run: bool = True
+    ) -> dict:
+        """`optimize` of a one-file program given as two texts (the HTTP service's form); `run=False` proposes."""
+        from xlaport.eval.sandbox import readable_scratch
+
+        check_file_name(name)
+        if not name.endswith(".py") or Path(name).name != name:
+            raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
+        check_arguments(args)
+        original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
+        parse(original)
+        parse(migrated)
+        with readable_scratch("xlaport-optimize-") as tmp:
+            for folder, text in (("original", original), ("migrated", migrated)):
+                Path(tmp, folder).mkdir()
+                Path(tmp, folder, name).write_text(text, encoding="utf-8")
+            command = shlex.join(["python", name, *args]) if run else None
+            return self.optimize(Path(tmp, "migrated"), command, command, Path(tmp, "original"), write=False)
 
     # -- a whole tree ------------------------------------------------------------------------------------
     def migrate(
@@ -361,6 +434,7 @@ class Pipeline:
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
         write_and_prove(run)
+        optimize_copy(run)
         return finish_migration(run)
 
     def finish_tree(self, run: TreeRun) -> None:
@@ -389,7 +463,7 @@ class Pipeline:
                 status="changed" if text != result.source else "unchanged",
                 diff=unified_diff(result.source, text, rel),
                 codes_applied=[f.code for f in result.applied],
-                manual=manual,
+                manual=in_original_lines(manual, result.source, text),
                 rewritten_functions=[p.function_name for p in proposals],
                 model=proposals[0].model if proposals else None,
                 notes=[n for n in notes if n != RULES_ONLY],

@@ -35,6 +35,9 @@ class ManualItem(BaseModel):
     finding: Finding  # kb's dataclass: pydantic validates and serializes it as it is
     function: str = Field(description="Qualified name of the enclosing function, or <module>.")
     retrieved: list[FixHit]
+    migrated_line: int | None = Field(
+        None, description="The finding's line in the migrated text (`finding.line` is in the original file's)."
+    )
 
 
 class CheckRun(BaseModel):
@@ -57,6 +60,7 @@ class Evidence(BaseModel):
     validated: bool = False
     status: Status = "unvalidated"
     reason: str | None = Field(None, description="Why the patch is rejected or unvalidated.")
+    ran: str | None = Field(None, description="What validation ran: the command and its folder, or the tests alone.")
 
 
 class Patch(BaseModel):
@@ -79,9 +83,18 @@ class SuggestOptions(BaseModel):
     ignore: list[str] | None = Field(None, description="Codes, prefixes or categories to skip.")
     k: WholeInt = Field(3, ge=0, le=20, description="Fixes retrieved per finding left for a human.")
     validate_patch: bool = Field(False, description="Run the XLA execution check and generated tests.")
-    args: list[str] = Field([], description="Arguments of the script for the execution check.")
-    timeout_s: float = Field(300.0, gt=0, le=3600)
-    memory_mb: WholeInt = Field(4096, ge=256, le=65536)
+    args: list[str] = Field([], description="Arguments of the file's own entry point when validation runs it.")
+    command: str | None = Field(
+        None,
+        description='The command validation runs, as typed in `cwd`, e.g. "python train.py --epochs 1" (its script '
+        "may be another file of the project that uses this one). Default: the file's own entry point with `args`; "
+        "a module without one is validated by generated tests of its functions and classes.",
+    )
+    cwd: str | None = Field(
+        None, description='The folder of the project the command is typed in, relative to its root. Default: ".".'
+    )
+    timeout_s: float = Field(300.0, gt=0, le=3600, description="Seconds each validation run may take.")
+    memory_mb: WholeInt = Field(4096, ge=256, le=65536, description="Memory limit of each validation run, in MiB.")
 
 
 class MigrateOptions(BaseModel):
@@ -99,6 +112,11 @@ class MigrateOptions(BaseModel):
     )
     in_place: bool = False
     force: bool = False
+    optimize: bool = Field(
+        False,
+        description="After validation/verify, try performance rewrites one at a time and keep those the evidence "
+        "supports (xlaport optimize); needs validate_cmd or verify_cmd.",
+    )
     keep_trace: bool = Field(
         False,
         description="Keep the migration trace (every changed file's and function's source, before and after) "
@@ -172,6 +190,7 @@ class MigrationResult(BaseModel):
     files: list[FileOutcome]
     validation: Validation
     verification: VerifyOutcome | None = None
+    optimization: dict[str, Any] | None = None  # serve/optimize.py's report, with --optimize
     notes: list[str] = []
     report_dir: str
     reports: dict[str, str] = {}
@@ -199,7 +218,14 @@ class MigrationResult(BaseModel):
             },
             "verification": None
             if self.verification is None
-            else {"status": self.verification.status, "level": self.verification.level},
+            else {
+                "status": self.verification.status,
+                "level": self.verification.level,
+                "reasons": self.verification.reasons,  # what failed, or what would decide: a caller acts on them
+            },
+            "optimization": None
+            if self.optimization is None
+            else {"status": self.optimization["status"], "reason": self.optimization["reason"]},
             "notes": self.notes,
             "reports": self.reports,
             "wall_s": self.wall_s,

@@ -68,7 +68,11 @@ KNOWN_LOCAL: frozenset[tuple[str, str]] = frozenset(
     {
         ("xlaport.serve.pipeline", "xlaport.serve.checks"),
         ("xlaport.serve.migration", "xlaport.serve.checks"),
+        ("xlaport.serve.pipeline", "xlaport.serve.optimize"),  # the optimization stage runs evidence too
+        ("xlaport.serve.migration", "xlaport.serve.optimize"),
         ("xlaport.serve.pipeline", "xlaport.eval.sandbox"),
+        ("xlaport.serve.validation", "xlaport.serve.checks"),  # as the pipeline: evaluation code only when it runs
+        ("xlaport.serve.validation", "xlaport.eval.sandbox"),
         ("xlaport.serve.report", "xlaport.eval.check"),  # the check's findings, rendered only when it ran
         ("xlaport.serve.pipeline", "xlaport.kb.retrieval"),  # numpy and the embedding model: the [search] extra
         ("xlaport.kb.retrieval", "xlaport.kb.registry"),

@@ -54,6 +54,7 @@ POSTS = {
     "/v1/search": {"text": "cuda", "k": "VALUE"},
     "/v1/check": {"source": "print(1)\n", "timeout_s": "VALUE"},
     "/v1/verify": {"original": "x = 1\n", "migrated": "x = 1\n", "timeout_s": "VALUE"},
+    "/v1/optimize": {"original": "x = 1\n", "migrated": "x = 1\n", "timeout_s": "VALUE"},
 }
 
 

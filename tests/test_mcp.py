@@ -19,7 +19,15 @@ from xlaport.serve.mcp import create_server
 from xlaport.serve.pipeline import Pipeline
 
 PROJECT = Path(__file__).resolve().parent / "fixtures" / "serve_project"
-TOOLS = {"suggest_patch", "search_fixes", "check_xla", "explain_fix", "migrate_repo", "verify_migration"}
+TOOLS = {
+    "suggest_patch",
+    "search_fixes",
+    "check_xla",
+    "explain_fix",
+    "migrate_repo",
+    "verify_migration",
+    "optimize_migration",
+}
 
 
 def call(server, name: str, arguments: dict):
@@ -38,7 +46,8 @@ def test_tools_are_listed_with_typed_arguments():
     tools = {t.name: t for t in asyncio.run(go()).tools}
     assert set(tools) == TOOLS
     suggest = tools["suggest_patch"].input_schema
-    assert suggest["required"] == ["source"]
+    assert "required" not in suggest  # the text, or project_root and path to read it there
+    assert suggest["properties"]["source"]["description"]
     assert suggest["properties"]["unsafe_fixes"]["type"] == "boolean"
     assert tools["search_fixes"].input_schema["properties"]["k"]["type"] == "integer"
     assert tools["suggest_patch"].output_schema is not None  # structured Patch

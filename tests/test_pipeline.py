@@ -120,7 +120,7 @@ def test_a_proposal_that_fixes_findings_is_applied_and_recorded():
 def test_a_proposal_that_fails_validation_gives_way_to_the_rules_patch(monkeypatch):
     from xlaport.serve.results import with_verdict
 
-    def validate_file(self, original, migrated, name, options, evidence):
+    def validate_file(self, original, migrated, name, options, evidence, project=None):
         ok = "return 0" not in migrated  # only the model's rewrite fails its checks
         check = CheckRun(name="generated_tests", passed=ok, reasons=[] if ok else ["peak: 0 != 7"])
         return with_verdict(evidence, [check])

@@ -93,7 +93,7 @@ def _add_training(app: typer.Typer) -> None:
 AREAS: dict[Callable[[typer.Typer], None], tuple[str, ...]] = {
     _add_kb: ("lint", "fix", "kb"),
     _add_eval: ("check", "testgen", "verify"),
-    _add_serve: ("migrate", "suggest", "serve", "mcp"),
+    _add_serve: ("migrate", "optimize", "suggest", "serve", "mcp"),
     _add_training: ("train",),
 }
 

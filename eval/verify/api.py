@@ -29,9 +29,11 @@ def verify(
     command: list[str],
     config: VerifyConfig | None = None,
     on_step: Callable[[str], None] | None = None,
+    subdir: str | None = None,
 ) -> VerifyReport:
     """Runs the migrated and (unless fail-fast stops first) the reference command and grades the migration.
-    `on_step` is told when each run, and the grading, starts (a progress display; the migration's timings)."""
+    `on_step` is told when each run, and the grading, starts (a progress display; the migration's timings).
+    `subdir`: the folder of both trees the command runs in (default: the caller's, when it stands in a tree)."""
     on_step = on_step or (lambda name: None)
     started = time.perf_counter()
     config = (config or VerifyConfig()).validate()
@@ -40,7 +42,11 @@ def verify(
         if not folder.is_dir():
             raise VerifyUsageError(f"not a directory: {folder}")
     script, args = split_command(list(command))
-    subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
+    if subdir is None:
+        subdir = working_folder(original, migrated)  # the caller's folder when it stands in a tree, else the root
+    elif Path(subdir).is_absolute() or ".." in Path(subdir).parts:
+        raise VerifyUsageError(f"the working folder must be relative to the trees and inside them: {subdir}")
+    subdir = "" if subdir in (".", "") else str(Path(subdir))
     for folder in (original, migrated):
         if not (folder / subdir / script).is_file():
             raise VerifyUsageError(f"{script} not found in {folder / subdir}")
@@ -211,6 +217,7 @@ def verify_tree(
     command: list[str],
     config: VerifyConfig | None = None,
     on_step: Callable[[str], None] | None = None,
+    subdir: str | None = None,
 ) -> VerifyReport:
     """For `xlaport migrate --verify`: the settings come from the project's config (migrated tree first, then the
     original), with `config`'s non-default fields on top."""
@@ -218,7 +225,7 @@ def verify_tree(
     if config is not None:
         defaults = asdict(VerifyConfig())
         found = found.with_overrides(**{k: v for k, v in asdict(config).items() if v != defaults[k]})
-    report = verify(original_dir, migrated_dir, command, found, on_step)
+    report = verify(original_dir, migrated_dir, command, found, on_step, subdir)
     report.config_file = path
     return report
 

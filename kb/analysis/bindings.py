@@ -196,8 +196,9 @@ class TopLevelBindings:
     # only deleted or annotated without a value in the module's own scope: the slow path
     module_unsure: frozenset[str]
     # each function definition (in source order): its name, what it binds in its own scope (parameters,
-    # assignments, nested definitions, imports) and the names whose binding libcst may see otherwise
-    functions: tuple[tuple[str, frozenset[str], frozenset[str]], ...]
+    # assignments, nested definitions, imports), the names whose binding libcst may see otherwise, and the names
+    # it declares `global` (bound in the module's scope, whatever the function does with them)
+    functions: tuple[tuple[str, frozenset[str], frozenset[str], frozenset[str]], ...]
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -255,12 +256,16 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
     return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), own)
 
 
-def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+def _own_bindings(
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """(what `func` binds in its own scope; names whose binding there libcst may see otherwise: declared
-    `global` or `nonlocal`, bound in a comprehension, only deleted, augmented or annotated)."""
+    `global` or `nonlocal`, bound in a comprehension, only deleted, augmented or annotated; names declared
+    `global`)."""
     args = func.args
     names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
     unsure: set[str] = set()
+    declared_global: set[str] = set()
     stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in func.body]  # (node, inside a comprehension)
     while stack:
         node, in_comprehension = stack.pop()
@@ -277,10 +282,14 @@ def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozens
         elif kind is ast.Name and type(node.ctx) is ast.Del:
             unsure.add(node.id)
         elif kind is ast.AugAssign or kind is ast.AnnAssign and node.value is None:
-            unsure.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
-            children = [c for c in ast.iter_child_nodes(node) if c is not node.target]
+            # `x += 1` binds x; `self.n += 1` and `a[i] += 1` bind nothing (their names are read)
+            if type(node.target) is ast.Name:
+                unsure.add(node.target.id)
+            children = [c for c in ast.iter_child_nodes(node) if c is not node.target or type(c) is not ast.Name]
         elif kind is ast.Global or kind is ast.Nonlocal:
             unsure.update(node.names)
+            if kind is ast.Global:
+                declared_global.update(node.names)
         elif kind is ast.Import or kind is ast.ImportFrom:
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
@@ -289,4 +298,4 @@ def _own_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[frozens
             names.add(node.rest)
         inner = in_comprehension or kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
         stack.extend((child, inner) for child in (children if children is not None else ast.iter_child_nodes(node)))
-    return frozenset(names), frozenset(unsure)
+    return frozenset(names), frozenset(unsure), frozenset(declared_global)

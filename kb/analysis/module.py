@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
 
-from ..cst_walk import module_walk, node_depths, parent_map
+from ..cst_walk import _walk
 from .names import ImportNames
 from .positions import Positions
 
@@ -128,6 +128,9 @@ class ModuleAnalysis:
     # keeping the node makes a reused id (a node a rule built and dropped) a miss.
     _qualified: dict[int, tuple[cst.CSTNode, frozenset[str]]] = field(default_factory=dict)
     _names: ImportNames | None = None
+    # every node in syntax order and its depth (module_walk, node_depths), kept with the analysis: a tree's
+    # modules are walked for its summary and walked again for their lint, long after the shared cache let go
+    walked: tuple[list[cst.CSTNode], list[int]] = ((), ())
 
     @classmethod
     def of(
@@ -140,10 +143,10 @@ class ModuleAnalysis:
         """`wrapper`: the MetadataWrapper of `module` (made here when not given); `tree`: its CPython AST;
         `source`: its text."""
         wrapper = wrapper or MetadataWrapper(module, unsafe_skip_copy=True)
-        parents = parent_map(module)
+        _, walk_nodes, parents, depths = _walk(module)
         nodes = Nodes()
         nodes.add_all(parents)
-        return cls(module, nodes, parents, wrapper, tree=tree, source=source)
+        return cls(module, nodes, parents, wrapper, tree=tree, source=source, walked=(walk_nodes, depths))
 
     def next_pass(self) -> None:
         """Ready for another pass over the same module, maybe with another tree summary (kb/batch.py's summary
@@ -172,7 +175,7 @@ class ModuleAnalysis:
         """(first, last): the indexes of `node` and of its last descendant in the module's syntax-order walk.
         Comparing them orders nodes as their source positions do, without generating code to place them."""
         if self._spans is None:
-            nodes, depths = module_walk(self.module)[0], node_depths(self.module)
+            nodes, depths = self.walked
             spans: dict[int, tuple[int, int]] = {}
             open_nodes: list[int] = []  # indexes of the nodes whose subtree the walk is still in
             for index, depth in enumerate([*depths, -1]):  # the -1 closes every subtree at the end
@@ -187,7 +190,7 @@ class ModuleAnalysis:
         """The module's alias table (built on first use)."""
         if self._names is None:
             tree = self.tree if self.tree is not None else ast.parse(self.module.code)
-            functions = [n for n in module_walk(self.module)[0] if type(n) is cst.FunctionDef]
+            functions = [n for n in self.walked[0] if type(n) is cst.FunctionDef]
             # functions of the wrapper and the positions, not bound methods of this analysis: the table is kept
             # here, and a method of ours in it would make the analysis a reference cycle that only the cyclic
             # garbage collector frees (~20k objects, ~20 ms, after every lint and fix)

@@ -92,9 +92,11 @@ class ImportNames:
         return top_level_bindings(self.tree)
 
     @cached_property
-    def function_bindings(self) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str]]] | None:
-        """libcst's function definitions -> (what each binds in its own scope, what it binds unsurely), paired in
-        source order with CPython's (by name); None when they do not pair."""
+    def function_bindings(
+        self,
+    ) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str], frozenset[str]]] | None:
+        """libcst's function definitions -> (what each binds in its own scope, what it binds unsurely, what it
+        declares `global`), paired in source order with CPython's (by name); None when they do not pair."""
         ast_functions = self.top_level.functions
         if len(self.functions) != len(ast_functions):
             return None

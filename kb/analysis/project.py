@@ -74,10 +74,15 @@ def _binding_scope(rule: StepView, node: cst.CSTNode, head: str, bindings: TopLe
     for anc in rule.ancestors(node):
         kind = type(anc)
         if kind is cst.FunctionDef:
-            if child is not anc.body or functions is None or head in functions[anc][1]:
+            if child is not anc.body or functions is None:
                 return None
-            if head in functions[anc][0]:
-                return "function"
+            own, unsure, declared_global = functions[anc]
+            if head in declared_global:
+                return "module"  # declared `global` here: the module's binding, read or written
+            if head in own:
+                return "function"  # a local (or a `nonlocal`'s): whatever else the function does with it
+            if head in unsure:
+                return None
             in_function = True
         elif kind is cst.ClassDef:
             if not in_function:

@@ -4,6 +4,7 @@ tree (`ProjectSteps`), which the analysis of every module holds. Plain data: pro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import PurePath
 
 UNKNOWN = "?"  # an argument that is not an instance of one known class of the tree
@@ -78,10 +79,22 @@ class ProjectSteps:
             module = ".".join(parts[:cut])
             if module in self.modules:
                 return name
-            matches = [m for m in self.modules if m.endswith("." + module)]
+            matches = _by_suffix(self.modules).get(module, ())
             if len(matches) == 1:
                 return ".".join([matches[0], *parts[cut:]])
         return None
 
     def class_of_param(self, function: str, param: str) -> str | None:
         return next((k for f, p, k in self.param_classes if f == function and p == param), None)
+
+
+@lru_cache(maxsize=8)
+def _by_suffix(modules: frozenset[str]) -> dict[str, list[str]]:
+    """Dotted suffix -> the modules whose name ends with it after a dot (`util.misc` -> [`pkg.util.misc`]): a
+    name is resolved once per call of every module, so no scan of the tree's modules each time."""
+    index: dict[str, list[str]] = {}
+    for name in modules:
+        parts = name.split(".")
+        for cut in range(1, len(parts)):
+            index.setdefault(".".join(parts[cut:]), []).append(name)
+    return index

@@ -38,7 +38,11 @@ class CudaMethod(Rule):
     )
     before = "x = x.cuda()\nmodel.cuda(0)\n"
     after = "import torch_xla\n\nx = x.to(torch_xla.device())\nmodel.to(torch_xla.device())\n"
-    symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
+    # the CUDA build of torch, and the CPU build (TPU images often install it)
+    symptoms = (
+        "RuntimeError: Found no NVIDIA driver on your system",
+        "AssertionError: Torch not compiled with CUDA enabled",
+    )
     references = ("pytorch/xla docs: migration-to-xla-on-tpus.md",)
     message = "`.cuda()` targets a GPU; move to `torch_xla.device()`"
     valid = ("import torch\nx = torch.cuda.is_initialized\n", "cuda = make()\ncuda.to(dev)\n")
@@ -422,7 +426,13 @@ class CudaTypeCheck(Rule):
     )
     before = "def step(x):\n    if x.is_cuda:\n        return fast(x)\n    return slow(x)\n"
     message = "CUDA device-type check is False for XLA tensors: this takes the non-GPU branch on TPU"
-    symptoms = ("is_cuda=False on XLA tensor", "type()=='torch.xla.FloatTensor'")
+    # a branch that allocates on the CPU meets the XLA tensors (torch_xla 2.9: `Expected XLA tensor. Got: ...`)
+    symptoms = (
+        "is_cuda=False on XLA tensor",
+        "type()=='torch.xla.FloatTensor'",
+        "RuntimeError: Expected XLA tensor. Got: torch.FloatTensor",
+        "Expected all tensors to be on the same device",
+    )
     references = ("lucidrains/reformer-pytorch #105",)
     valid = (
         "def f(x):\n    return x.device.type == 'xla'\n",

@@ -45,6 +45,11 @@ def _libcst_names(names, node, source: QualifiedNameSource) -> set[str]:
     return {q.name for q in _value(names.get(node, set())) if q.source is source}
 
 
+class _Everything:
+    def __contains__(self, _: object) -> bool:
+        return True
+
+
 def libcst_reference(source: str) -> list[tuple]:
     module = parse(source)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -56,7 +61,12 @@ def libcst_reference(source: str) -> list[tuple]:
     analysis.imported_names = lambda node: frozenset(_libcst_names(names, node, QualifiedNameSource.IMPORT))
     builtins = {node: _libcst_names(names, node, QualifiedNameSource.BUILTIN) for node in analysis.parents}
     analysis.names = lambda: type(
-        "Builtins", (), {"builtin": lambda _, node: min(builtins.get(node, ()), default=None)}
+        "Builtins",
+        (),
+        {
+            "builtin": lambda _, node: min(builtins.get(node, ()), default=None),
+            "imported_heads": _Everything(),  # every name is asked of libcst
+        },
     )()
     visitors = [rule() for rule in all_rules()]
     for visitor in visitors:

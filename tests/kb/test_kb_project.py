@@ -235,6 +235,56 @@ walrus = [(Trainer := x) for x in range(2)]
 
 def inside(n):
     return [train_step(Trainer(i)) for i in range(n)], (lambda: train_step(n))(), {Trainer: 1 for Trainer in "ab"}
+
+
+class Counter:
+    def bump(self, counter):
+        self.total += 1
+        self.seen[counter] += 1
+        self.run(counter)
+
+def annotated():
+    model: Trainer
+    model = Trainer()
+    model.run(1)
+
+def reads_global():
+    global squares, model
+    squares(1)
+    model.run(2)
+
+def outer():
+    state = train_step(0)
+    def inner():
+        nonlocal state
+        state = state(1)
+    return inner
+"""
+
+# What needs no scope analysis of the whole module (it costs about three parses of it): attributes of a method's
+# parameters that the method also updates (`self.total += 1`), locals annotated before their assignment, names a
+# function declares `global`.
+PLAIN_SCOPES = """def train_step(model, batch):
+    return model(batch)
+
+counter = train_step(0)
+
+class Loop:
+    def run(self, batch):
+        self.steps += 1
+        self.losses[batch] += 1
+        self.log(batch)
+        train_step(self, batch)
+
+def annotated(batch):
+    total: int
+    total = train_step(None, batch)
+    total.backward()
+
+def reset():
+    global counter
+    counter = train_step(1)
+    counter.step()
 """
 
 
@@ -257,6 +307,20 @@ def test_absolute_names_agree_with_libcsts_scope_analysis():
             elif q.source is QualifiedNameSource.LOCAL and "<locals>" not in q.name:
                 expected.add(f"pkg.train.{q.name}")
         assert absolute_names(rule, node) == expected, code_of(node)
+
+
+def test_methods_updating_attributes_annotations_and_globals_need_no_scope_analysis():
+    from libcst.metadata import ScopeProvider
+
+    module, tree = parse_both(PLAIN_SCOPES)
+    rule = _Names()
+    run_rules(module, [rule], None, None, tree)
+    rule.analysis.module_name = "pkg.loop"
+    found = {code_of(call.func): absolute_names(rule, call.func) for call in rule.analysis.nodes.calls}
+    assert ScopeProvider not in rule.analysis.wrapper._metadata  # answered by the module's own tables
+    assert found["self.log"] == found["total.backward"] == set()
+    assert found["counter.step"] == {"pkg.loop.counter.step"}
+    assert found["train_step"] == {"pkg.loop.train_step"}
 
 
 def test_star_imports_export_what_python_binds():

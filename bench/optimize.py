@@ -1,0 +1,219 @@
+"""Measurement: the optimization stage (`xlaport optimize`) on real training programs and on our own.
+
+    PJRT_DEVICE=CPU .venv/bin/python bench/optimize.py [--only NAME ...] [--json out.json]
+
+Each program is copied from its snapshot (corpus/OWNER__NAME, see bench/unseen.py; ours from tests/programs/),
+given synthetic data (bench/unseen_data.py) and, where a script hard-codes a long run in constants, smaller
+constants (the same in the original and the migrated copy). It is migrated with the default (safe) fixes, then
+optimized with the same command for --validate and --verify: the baseline (the migrated program) and every
+candidate run in this one process, one after the other, against one reference run of the original. Prints a
+table (per program: host reads per step, compiles, median step time with its spread, verify, candidates kept /
+rejected / not tried) and the JSON of every report. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import unseen_data  # noqa: E402
+
+CORPUS = Path("/work/corpus")
+# enwik8 scripts of one template (lucidrains): constants at the top, a model of 512 dims and 8 layers
+ENWIK8_SMALL = {
+    r"^NUM_BATCHES = .*$": "NUM_BATCHES = 12",
+    r"^BATCH_SIZE = .*$": "BATCH_SIZE = 2",
+    r"^GRADIENT_ACCUMULATE_EVERY = .*$": "GRADIENT_ACCUMULATE_EVERY = 1",
+    r"^VALIDATE_EVERY\s*= .*$": "VALIDATE_EVERY = 1000",
+    r"^GENERATE_EVERY\s*= .*$": "GENERATE_EVERY = 1000",
+    r"^GENERATE_LENGTH = .*$": "GENERATE_LENGTH = 1",
+    r"^SEQ_LEN = .*$": "SEQ_LEN = 32",
+    r"^    dim = 512,$": "    dim = 32,",
+    r"^    depth = 8,$": "    depth = 2,",
+    r"^    depth = \(4, 2, 4\),$": "    depth = (1, 1, 1),",
+    r"^    heads = 8$": "    heads = 2",
+}
+
+
+@dataclass
+class Program:
+    name: str
+    source: Path  # the tree to copy
+    command: str
+    cwd: str = ""  # the folder of the tree the command runs in
+    data: str | None = None  # unseen_data spec
+    patch: dict[str, str] = field(default_factory=dict)  # regex -> line, applied to the script (both trees)
+    script: str = "train.py"
+    expect_same_output: str | None = None  # a printed line that must stay the same (greedy generation)
+
+
+PROGRAMS = [
+    Program(
+        "nanoGPT (log_interval=1)",
+        CORPUS / "karpathy__nanoGPT",
+        "python train.py --dataset=shakespeare_char --batch_size=2 --block_size=16 --n_layer=1 --n_head=2 "
+        "--n_embd=32 --max_iters=10 --lr_decay_iters=10 --eval_interval=1000 --eval_iters=1 --log_interval=1 "
+        "--compile=False --dropout=0.0 --dtype=float32",
+        data="shakespeare_char:data/shakespeare_char",
+    ),
+    Program(
+        "TCN adding problem",
+        CORPUS / "locuslab__TCN",
+        "python add_test.py --epochs 1 --batch_size 2500 --seq_len 20 --levels 2 --nhid 8 --ksize 3 --log-interval 5",
+        cwd="TCN/adding_problem",
+        script="add_test.py",
+    ),
+    Program(
+        "g-mlp enwik8",
+        CORPUS / "lucidrains__g-mlp-pytorch",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch=ENWIK8_SMALL,
+    ),
+    Program(
+        "hourglass enwik8",
+        CORPUS / "lucidrains__hourglass-transformer-pytorch",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch=ENWIK8_SMALL,
+    ),
+    Program("ours: GradScaler + float16", ROOT / "tests" / "programs" / "optimize", "python train.py --steps 12 --amp"),
+    Program(
+        "ours: growing generation",
+        ROOT / "tests" / "programs" / "optimize",
+        "python train.py --steps 4 --generate 12",
+        expect_same_output="generated:",
+    ),
+]
+
+
+def prepare(program: Program, work: Path) -> tuple[Path, Path]:
+    """The original (copied, data made, constants patched) and its default migration."""
+    from xlaport.serve.pipeline import MigrateOptions, get_pipeline
+
+    original, migrated = work / "original", work / "migrated"
+    shutil.copytree(program.source, original, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    if program.data:
+        unseen_data.make(program.data, original)
+    script = original / program.cwd / program.script
+    text = script.read_text(encoding="utf-8")
+    for pattern, line in program.patch.items():
+        text = re.sub(pattern, line, text, flags=re.M)
+    script.write_text(text, encoding="utf-8")
+    get_pipeline().migrate(original, migrated, MigrateOptions(k=0))
+    return original, migrated
+
+
+def measure(program: Program, work: Path, timeout_s: float) -> dict:
+    from xlaport.serve.optimize import optimize
+
+    started = time.perf_counter()
+    original, migrated = prepare(program, work)
+    report = optimize(
+        migrated, program.command, program.command, original, timeout_s=timeout_s, subdir=program.cwd
+    ).to_dict()
+    row = {"program": program.name, "command": program.command, "wall_s": round(time.perf_counter() - started, 1)}
+    row["status"], row["reason"] = report["status"], report["reason"]
+    for key in ("baseline", "final"):
+        summary = report.get(key) or {}
+        row[key] = {k: summary.get(k) for k in ("level", "step_ms", "step_ms_spread", "host_reads_per_step",
+                                                  "host_wait_ms_per_step", "compiles", "compiles_after_warmup")}  # fmt: skip
+        row[key]["verify"] = (summary.get("verify") or {}).get("level"), (summary.get("verify") or {}).get("status")
+    row["candidates"] = [(c["candidate"]["id"], c["status"], c["reason"]) for c in report["candidates"]]
+    if program.expect_same_output:
+        row["same_output"] = _printed(report.get("baseline"), program.expect_same_output) == _printed(
+            report.get("final"), program.expect_same_output
+        )
+        row["output_before"] = _printed(report.get("baseline"), program.expect_same_output)
+        row["output_after"] = _printed(report.get("final"), program.expect_same_output)
+    row["report"] = report if program.source.is_relative_to(ROOT) else without_their_code(report)
+    return row
+
+
+def without_their_code(report: dict) -> dict:
+    """The report without the diffs and printed lines of a third-party program (results are committed, their
+    code never is)."""
+    slim = json.loads(json.dumps(report))
+    for verdict in slim["candidates"]:
+        verdict["candidate"].pop("diff", None)
+        verdict["output_tail"] = None
+    for key in ("baseline", "final"):
+        if slim.get(key):
+            slim[key]["output_tail"] = None
+    return slim
+
+
+def _printed(summary: dict | None, prefix: str) -> str | None:
+    lines = [line for line in ((summary or {}).get("output_tail") or "").splitlines() if line.startswith(prefix)]
+    return lines[-1] if lines else None
+
+
+def table(rows: list[dict]) -> str:
+    out = [
+        f"{'program':28} {'reads/step':>10} {'compiles(after wu)':>18} {'step ms (IQR)':>22} {'verify':>16}  kept/rejected/not tried"
+    ]
+    for row in rows:
+        b, f = row["baseline"], row["final"]
+        if not f.get("level"):
+            out.append(f"{row['program']:28} {row['status']}: {row['reason'][:120]}")
+            continue
+
+        def ms(s):
+            return "-" if s["step_ms"] is None else f"{s['step_ms']:.0f}±{s['step_ms_spread']:.0f}"
+
+        counts = [sum(1 for c in row["candidates"] if c[1] == k) for k in ("kept", "rejected", "not tried")]
+        out.append(
+            f"{row['program']:28} {b['host_reads_per_step']:>4g} -> {f['host_reads_per_step']:<4g}"
+            f" {b['compiles']:>3}({b['compiles_after_warmup']}) -> {f['compiles']}({f['compiles_after_warmup']})"
+            f"     {ms(b):>9} -> {ms(f):<9}  {b['verify'][0]}->{f['verify'][0]} {f['verify'][1]:>5}  "
+            + "/".join(map(str, counts))
+        )
+        for cid, status, reason in row["candidates"]:
+            out.append(f"    {status:9} {cid}: {reason[:160]}")
+        if "same_output" in row:
+            out.append(f"    greedy output identical: {row['same_output']} ({row['output_after']})")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="names (substrings) of the programs to run")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--timeout", type=float, default=1800)
+    args = parser.parse_args()
+    rows = []
+    for program in PROGRAMS:
+        if args.only and not any(o.lower() in program.name.lower() for o in args.only):
+            continue
+        if not program.source.is_dir():
+            rows.append({"program": program.name, "status": "skipped", "reason": f"no snapshot at {program.source}",
+                         "baseline": {}, "final": {}, "candidates": []})  # fmt: skip
+            continue
+        with tempfile.TemporaryDirectory(prefix="xlaport-bench-optimize-") as tmp:
+            try:
+                rows.append(measure(program, Path(tmp), args.timeout))
+            except Exception as exc:  # one program's failure must not lose the others' numbers
+                rows.append({"program": program.name, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                             "baseline": {}, "final": {}, "candidates": []})  # fmt: skip
+        print(table(rows[-1:]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    print()
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

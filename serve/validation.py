@@ -1,0 +1,284 @@
+"""Validation of one file's patch inside its project, as the user would run it.
+
+The project (sent, or a local folder; else the file alone) is copied twice into a scratch folder, the original
+and the migrated text written at the file's path in each. Then:
+
+- the program runs under the XLA execution check from the working folder `cwd`: the user's `command` when given,
+  else the file's own entry point (an `if __name__ == "__main__":` block, or statements at module level);
+- differential tests are generated for the changed file's functions and classes (original on the CPU, migrated
+  on the XLA device), with inputs recorded from that run when there is one;
+- a module without an entry point is validated by those tests alone: nothing to run is no reason to reject it.
+
+A run that fails because its context is missing (a module that was not sent, a data file, the network) is no
+evidence against the patch: the patch stays unvalidated and says what to send. Light at import.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import shlex
+from pathlib import Path, PurePosixPath
+
+from .inputs import parse_command
+from .project import ProjectError, ProjectSource
+from .results import CheckRun, Evidence, SuggestOptions, verdict
+from .tree import GENERATED_TESTS_DIR
+
+PROJECT = "project"  # the copies' folder name (the original's and the migrated's, side by side)
+SEND_PROJECT = "send the project with the file (HTTP: `project`; MCP: `project_root`)"
+
+
+def has_entry_point(source: str) -> bool:
+    """True when running the file does something: an `if __name__ == "__main__":` block, or a call, loop or
+    `with` at module level (a script). A module of definitions, imports and constants has none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test):
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await)):
+            return True
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            return True
+    return False
+
+
+def relative_folder(cwd: str | None) -> str:
+    """The working folder as a clean relative path ("." for the project root); ProjectError otherwise."""
+    pure = PurePosixPath((cwd or ".").replace("\\", "/"))
+    if pure.is_absolute() or ".." in pure.parts:
+        raise ProjectError(f"`cwd` must be a folder inside the project, relative to its root: {cwd!r}")
+    return str(pure)
+
+
+def validate_in_project(
+    project: ProjectSource | None,
+    original: str,
+    migrated: str,
+    rel_path: str,
+    options: SuggestOptions,
+    evidence: Evidence,
+) -> Evidence:
+    """The checks of a patch to `rel_path` run inside its project; the evidence with its verdict."""
+    from xlaport.eval.sandbox import readable_scratch
+
+    from .checks import run_generated_tests, run_xla_check
+
+    cwd = relative_folder(options.cwd)
+    if project is None:  # the file alone: it is its own project
+        rel_path = Path(rel_path).name if rel_path.endswith(".py") else "snippet.py"
+    with readable_scratch("xlaport-validate-") as tmp:
+        roots = {side: Path(tmp, side, PROJECT) for side in ("original", "migrated")}
+        for side, text in (("original", original), ("migrated", migrated)):
+            if project is not None:
+                project.write_to(roots[side])
+            target = roots[side] / rel_path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        if not (roots["migrated"] / cwd).is_dir():
+            raise ProjectError(f"`cwd` {cwd!r} is not a folder of the project")
+        script, args, how = _what_to_run(roots["migrated"], rel_path, cwd, migrated, options)
+        checks: list[CheckRun] = []
+        if script is not None:
+            workdir = roots["migrated"] / cwd
+            run = run_xla_check(
+                workdir / script, args, options.timeout_s, options.memory_mb, workdir, project=roots["migrated"]
+            )
+            checks.append(_context_failure(run, project is not None, cwd) or run)
+        # the tests' trees: the working folder when the file lies in it (the recorded run starts there), else the root
+        inside = cwd == "." or PurePosixPath(rel_path).is_relative_to(cwd)
+        tree = cwd if inside else "."
+        # inputs are synthesized from the signatures (probed on the original), not recorded from the command:
+        # replayed in this scratch layout, the sandboxed sides could not read the recorded inputs (measured on
+        # siamese-triplet's trainer.fit: 'ORIGINAL raised FileNotFoundError ... testgen_inputs/trainer.fit.pt')
+        record = None
+        # the tests live in the migrated copy, as migrate keeps them: the sandboxed sides read their recorded
+        # inputs there (a folder of the scratch beside the trees is not shown to them)
+        checks.append(
+            run_generated_tests(
+                roots["original"] / tree,
+                roots["migrated"] / tree,
+                roots["migrated"] / tree / GENERATED_TESTS_DIR,
+                record=record,
+                timeout_s=options.timeout_s,
+            )
+        )
+    tests = checks[-1]
+    if checks[0].name == "xla_check" and (own := _original_fails_alike(checks[0], tests)) is not None:
+        checks[0] = own
+    if tests.passed is None and any(c.name == "xla_check" and c.passed for c in checks):
+        # nothing drivable changed but the entry point, and the program's run went through it: the run decides
+        tests = tests.model_copy(
+            update={
+                "report": {**tests.report, "not_applicable": True},
+                "reasons": [*tests.reasons, "the program's run above exercised the change"],
+            }
+        )
+        checks[-1] = tests
+    deciding = [c for c in checks if not c.report.get("not_applicable")]
+    status, reason, level = verdict(deciding)
+    if status == "unvalidated" and script is None and all(c.passed is None for c in deciding):
+        reason = (
+            f"{rel_path} has no entry point and no test could be generated for its functions and classes "
+            f'({reason}); send `command`, the program that uses it (e.g. "python train.py --epochs 1"), '
+            "with its project"
+        )
+    return evidence.model_copy(
+        update={
+            "checks": checks,
+            "status": status,
+            "reason": reason,
+            "level": level,
+            "validated": status == "validated",
+            "ran": how,
+        }
+    )
+
+
+def _what_to_run(
+    root: Path, rel_path: str, cwd: str, migrated: str, options: SuggestOptions
+) -> tuple[str | None, list[str], str]:
+    """(script relative to cwd, its arguments, what validation runs) — script None: nothing to run."""
+    if options.command:
+        script, args = parse_command(options.command)
+        if not (root / cwd / script).is_file():
+            raise ProjectError(
+                f"the command's script {script!r} is not in the project's folder {cwd!r}: send the project with "
+                "it, or give the `cwd` the command is typed in"
+            )
+        return script, args, f"`{options.command}` in {cwd}, then generated tests of {rel_path}"
+    if has_entry_point(migrated):
+        script = os.path.relpath(rel_path, cwd)
+        line = shlex.join(["python", script, *options.args])
+        return script, list(options.args), f"the file's own entry point (`{line}` in {cwd}), then generated tests"
+    return (
+        None,
+        [],
+        (
+            f"generated tests of {rel_path}'s functions and classes (it has no entry point; send `command` to also run "
+            "the program that uses it)"
+        ),
+    )
+
+
+# A failure of the run that says the program's surroundings are missing, not that the migration is wrong
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+_MISSING_FILE = re.compile(r"(?:FileNotFoundError|No such file or directory)[^']*'([^']+)'")
+_NO_NETWORK = re.compile(
+    r"Dataset not found|download=True|URLError|Name or service not known|Temporary failure in name resolution|"
+    r"Network is unreachable|Connection refused|Max retries exceeded"
+)
+
+
+def _original_fails_alike(run: CheckRun, tests: CheckRun) -> CheckRun | None:
+    """The failed run as 'could not judge' when the original program, run for the tests' recording (CUDA mapped to
+    the CPU), failed with the same error: the program or its environment fails here, not the patch."""
+    if run.passed is not False:
+        return None
+    error = (run.report.get("error") or "").strip()
+    last = error.splitlines()[-1].strip() if error else ""
+    notes = " ".join(tests.report.get("generated", {}).get("notes", []))
+    if len(last) < 12 or "recorded run did not finish cleanly" not in notes or last not in notes:
+        return None
+    why = (
+        f"could not judge the patch: the original program fails the same way here ({last[:300]}), so the failure "
+        "is the program's or its environment's; make the original run first (its data, its dependencies)"
+    )
+    return run.model_copy(update={"passed": None, "reasons": [why]})
+
+
+def _context_failure(run: CheckRun, project_sent: bool, cwd: str) -> CheckRun | None:
+    """The run as 'could not run' (passed None, what to send) when its failure is missing context, or when it
+    ended cleanly without a training step (nothing for the execution check to judge); else None."""
+    report = run.report
+    if run.passed is None or not report:
+        return None
+    if report.get("exit_code") == 0 and not report.get("torch_xla_imported"):
+        why = (
+            "the program ran to its end without importing torch_xla: the device is chosen in files of the project "
+            "that are not migrated yet; migrate them too (migrate_repo, or suggest each and send the project with "
+            "the migrated files)"
+        )
+        return run.model_copy(update={"passed": None, "reasons": [f"could not judge the patch: {why}"]})
+    if report.get("exit_code") == 0 and not report.get("steps") and not report.get("optimizer_steps"):
+        return run.model_copy(
+            update={
+                "passed": None,
+                "report": {**report, "not_applicable": True},
+                "reasons": [
+                    "the program ran to its end without a training step, so the execution check had nothing to "
+                    "judge; the generated tests are the evidence (send `command` for a run that trains)"
+                ],
+            }
+        )
+    if run.passed:
+        return None
+    error = report.get("error") or ""
+    last = error.strip().splitlines()[-1] if error.strip() else ""
+    why = None
+    if module := _MISSING_MODULE.search(last):
+        name = module.group(1)
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            why = (
+                f"the program imports `{name}`, which is neither "
+                + ("in the project sent" if project_sent else "sent (only the file was)")
+                + " nor installed on this server: "
+                + ("add it to the project" if project_sent else SEND_PROJECT)
+                + "; if it is a third-party package, it must be installed where the server runs"
+            )
+    elif _NO_NETWORK.search(last):
+        why = (
+            "the program fetches data over the network, and validation runs without network: send the data set "
+            "in the project, where the program looks for it"
+        )
+    elif missing := _MISSING_FILE.search(last):
+        why = f"the program reads `{missing.group(1)}` (relative to its working folder `{cwd}`), which " + (
+            "is not in the project sent: add it, or give the `cwd` the program is run from"
+            if project_sent
+            else f"was not sent: {SEND_PROJECT}, and the `cwd` it is run from"
+        )
+    if why is None:
+        return None
+    return run.model_copy(update={"passed": None, "reasons": [f"could not run: {why} ({last.strip()[:300]})"]})
+
+
+def check_in_project(
+    project: ProjectSource,
+    source: str | None,
+    rel_path: str,
+    args: list[str],
+    cwd: str | None,
+    command: str | None,
+    timeout_s: float,
+    memory_mb: int,
+) -> CheckRun:
+    """The execution check of `rel_path` (its text `source`, else the project's file) run inside a copy of its
+    project from `cwd`; `command` (as typed in `cwd`) runs another script of the project instead."""
+    from xlaport.eval.sandbox import readable_scratch
+
+    from .checks import run_xla_check
+
+    folder = relative_folder(cwd)
+    with readable_scratch("xlaport-check-") as tmp:
+        root = Path(tmp, PROJECT)
+        project.write_to(root)
+        if source is not None:
+            (root / rel_path).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel_path).write_text(source, encoding="utf-8")
+        elif not (root / rel_path).is_file():
+            raise ProjectError(f"{rel_path!r} is not a file of the project")
+        if not (root / folder).is_dir():
+            raise ProjectError(f"`cwd` {folder!r} is not a folder of the project")
+        if command:
+            script, args = parse_command(command)
+        else:
+            script = os.path.relpath(rel_path, folder)
+        if not (root / folder / script).is_file():
+            raise ProjectError(f"the script {script!r} is not in the project's folder {folder!r}")
+        run = run_xla_check(root / folder / script, args, timeout_s, memory_mb, root / folder, project=root)
+        return _context_failure(run, True, folder) or run
