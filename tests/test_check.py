@@ -579,3 +579,21 @@ def test_every_file_of_the_child_side_is_a_child_file():
 
     child_side = {str(path) for path in RUNNER.parent.glob("probe*.py")} | {str(RUNNER)}
     assert child_side <= set(CHILD_FILES) and len(child_side) == 6
+
+
+def test_new_graphs_of_a_first_epoch_end_settle_and_are_not_repeated_compilation():
+    """A short epoch ending in a partial batch and an epoch-end metric compiles new graphs in a few steps of the
+    first epoch, then the cache holds them (an unseen autoencoder script was refused L0 for it). Shapes that keep
+    changing compile to the end of the run."""
+    from types import SimpleNamespace
+
+    from xlaport.eval.check.grade import compiles_keep_coming
+
+    def report(compiling: set[int], steps: int = 28) -> SimpleNamespace:
+        per_step = [SimpleNamespace(index=i, compiles=int(i in compiling)) for i in range(steps)]
+        return SimpleNamespace(per_step=per_step, steps_warmup=2)
+
+    assert not compiles_keep_coming(report({0, 1, 4, 5, 6}))  # the first epoch's end, then cached
+    assert compiles_keep_coming(report({0, 1, 4, 9, 14, 19, 24}))  # a new shape every few steps
+    assert compiles_keep_coming(report(set(range(28))))
+    assert not compiles_keep_coming(report({0, 1, 20, 27}))  # two late new graphs (evaluation): a cost, once each

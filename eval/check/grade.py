@@ -254,6 +254,16 @@ def _without_runner_frames(traceback_lines: list[str]) -> list[str]:
 REPEATED_COMPILE_STEPS = 3
 
 
+def compiles_keep_coming(report: CheckReport) -> bool:
+    """Repeated compilation: post-warm-up steps compiled REPEATED_COMPILE_STEPS times or more, and still in the
+    second half of those steps. New graphs of a first epoch's end (a partial last batch, an epoch-end metric)
+    compile a few times early and are then cached: that settles, and is a performance finding, not a reason to
+    refuse L2; a shape that changes from step to step keeps compiling to the end."""
+    after = report.per_step[report.steps_warmup :]
+    compiled = [i for i, s in enumerate(after) if s.compiles]
+    return len(compiled) >= REPEATED_COMPILE_STEPS and compiled[-1] >= len(after) // 2
+
+
 def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, list[str]]:
     """The level and, when it is not L2, the reasons in plain sentences."""
     where = f"last phase: {report.phase}; peak memory {report.peak_rss_mb:.0f} MB"
@@ -301,7 +311,7 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
     steps_with = [s.index for s in report.per_step[report.steps_warmup :] if s.compiles]
     # a new graph that appears once and is then cached (DDP's bucket rebuild, the first evaluation) costs one
     # compile, a performance finding; recompilation is a compile that keeps coming back
-    if len(steps_with) >= REPEATED_COMPILE_STEPS:
+    if compiles_keep_coming(report):
         after = len(report.per_step) - report.steps_warmup
         where = report.recompile_sources[0].location if report.recompile_sources else None
         reasons.append(
@@ -431,10 +441,10 @@ def _event_steps(steps: list[int], after_last_step: bool) -> str:
 
 
 def _compile_findings(report: CheckReport) -> list[PerformanceFinding]:
-    """New graphs after warm-up that were then cached (fewer than REPEATED_COMPILE_STEPS steps compiled): what
-    they cost. Repeated compilation is graded instead (a reason to refuse L2)."""
+    """New graphs after warm-up that were then cached (`compiles_keep_coming` is False): what they cost.
+    Repeated compilation is graded instead (a reason to refuse L2)."""
     compiled = [s for s in report.per_step[report.steps_warmup :] if s.compiles]
-    if not compiled or len(compiled) >= REPEATED_COMPILE_STEPS:
+    if not compiled or compiles_keep_coming(report):
         return []
     where = report.recompile_sources[0].location if report.recompile_sources else compiled[0].sync_site
     cost = sum(s.compile_s for s in compiled)
