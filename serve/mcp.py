@@ -440,15 +440,33 @@ def create_server(
 
     @server.tool()
     async def optimize_migration(
-        migrated_dir: str,
-        validate_cmd: str | None = None,
-        verify_cmd: str | None = None,
-        original_dir: str | None = None,
+        migrated_dir: Annotated[
+            str, Field(description="The migrated tree to optimize (its check must reach L2), inside the server's root.")
+        ],
+        validate_cmd: Annotated[
+            str | None,
+            Field(
+                description='The command each candidate is checked with, as typed in the tree, e.g. "python '
+                'train.py --steps 20". Default none: candidates are only proposed (a diff each).'
+            ),
+        ] = None,
+        verify_cmd: Annotated[
+            str | None,
+            Field(
+                description="The command verify runs to hold each candidate's curve against the original's (one "
+                "reference run; it also stands for validate_cmd when that is not given). Default none: no curve "
+                "is compared."
+            ),
+        ] = None,
+        original_dir: Annotated[
+            str | None,
+            Field(description="The original (CUDA) tree verify compares with. Default: the one the migration names."),
+        ] = None,
     ) -> dict[str, Any]:
         """Performance rewrites of a migrated tree (per-step logging reads, GradScaler+float16, growing
         generation, host input pipelines), each kept only when the check and verify show a cheaper step with the
-        same curve. Without a command (or without --exec) it only proposes; kept candidates are written only
-        with --write."""
+        same curve. Without a command (or when this server may not run code) it only proposes; kept candidates are
+        written only when it may write files."""
         migrated = access.path(migrated_dir)
         original = access.path(original_dir) if original_dir else None
         with _as_tool_errors():

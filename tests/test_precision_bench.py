@@ -113,7 +113,8 @@ def test_evaluate_repo_reads_anchors_and_keeps_notes_apart(tmp_path):
         {"path": "train.py", "line": 5, "code": "XLA402", "message": "m"},  # no label
     ]
     fake = tmp_path / "fake_xlaport.py"
-    fake.write_text(f"import sys\nprint({json.dumps(reported)!r})\nsys.exit(1)\n")
+    lint_json = {"schema_version": 2, "findings": reported, "errors": []}  # lint's JSON object (schema 2)
+    fake.write_text(f"import sys\nprint({json.dumps(lint_json)!r})\nsys.exit(1)\n")
     labels = [label(2, "a = x.item()"), label(4, "b = y.item()", truth=False), label(7, "gone = w.item()")]
     result = precision.evaluate_repo("o/r", labels, tree, [sys.executable, str(fake)])
     assert [(m.label.line, m.finding.line, m.how) for m in result.matches] == [(2, 3, "anchor")]

@@ -186,10 +186,14 @@ class CudaGradScaler(_AmpRule):
     )
     message = (
         "GradScaler: kept by default (dropping loss scaling changes the numbers); on XLA it works but reads its "
-        "inf check on the host every step, so the run is not L2; `--unsafe-fixes` removes it with XLA501 "
-        "(bfloat16 autocast needs no loss scaling)"
+        "inf check on the host every step (a cost in time, not in correctness); `--unsafe-fixes` removes it with "
+        "XLA501 (bfloat16 autocast needs no loss scaling)"
     )
-    symptoms = ("aten::_local_scalar_dense", "pt-xla-profiler: TransferFromDeviceTime too frequent")
+    symptoms = (
+        "UserWarning: torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
+        "aten::_local_scalar_dense",
+        "pt-xla-profiler: TransferFromDeviceTime too frequent",
+    )
     references = ("pytorch/xla docs: perf/amp.md (best practices)", "huggingface/accelerate PR #1926")
     valid = (
         "import torch\nloss.backward()\noptimizer.step()\n",
