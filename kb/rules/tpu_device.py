@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.devices import DeviceAnalysis, analyse
+from ..analysis.devices import DeviceAnalysis
 from ..cst_helpers import (
     code_of,
     drop_args,
@@ -23,6 +23,7 @@ from ..cst_helpers import (
     string_value,
 )
 from ..rule import IMPORT_TORCH, Rule
+from .c2_device_flow import DeviceFlowRule
 
 TPU = ("torch_tpu",)
 
@@ -329,16 +330,10 @@ def _tpu_origin(node: cst.BaseExpression) -> cst.BaseExpression:
     return cst.SimpleString('"tpu"')
 
 
-class DeviceFlowRuleForTpu(Rule):
-    """TorchTPU rules that read the module's device analysis (kb/analysis/devices.py), as XLA226/229/230 do."""
+class DeviceFlowRuleForTpu(DeviceFlowRule):
+    """TorchTPU rules that read the module's device analysis, as XLA226/229/230 do."""
 
     targets = TPU
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.check(analyse(node))
-
-    def check(self, analysis: DeviceAnalysis) -> None:
-        raise NotImplementedError
 
 
 class CudaDeviceOriginForTpu(DeviceFlowRuleForTpu):
