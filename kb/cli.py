@@ -89,7 +89,7 @@ def _processes(jobs: int, files: int) -> int:
 JobsOption = Annotated[
     int,
     typer.Option(
-        "--jobs", "-j", min=0, max=256, help="Worker processes [default: 0, one per core for 8+ files; 1: none]."
+        "--jobs", "-j", min=0, max=256, help="Worker processes \\[default: 0, one per core for 8+ files; 1: none]."
     ),
 ]
 

@@ -60,7 +60,7 @@ def migrate(
     jobs: Annotated[
         int | None,
         typer.Option(
-            "--jobs", "-j", min=1, max=64, help="Files rewritten in parallel [default: one per core for 8+ files]."
+            "--jobs", "-j", min=1, max=64, help="Files rewritten in parallel \\[default: one per core for 8+ files]."
         ),
     ] = None,
     in_place: Annotated[
@@ -77,7 +77,7 @@ def migrate(
             min=0,
             max=20,
             help="Related kb fixes to search for each finding left for a human (loads the search model: seconds "
-            "and ~1 GB) [default: 0, none].",
+            "and ~1 GB) \\[default: 0, none].",
         ),
     ] = 0,
     optimize: Annotated[
@@ -167,11 +167,11 @@ def optimize(
     original: Annotated[
         Path | None,
         typer.Option(
-            "--original", help="The original tree verify compares with [default: the src of TREE's migrate report]."
+            "--original", help="The original tree verify compares with \\[default: the src of TREE's migrate report]."
         ),
     ] = None,
     family: Annotated[
-        list[str] | None, typer.Option("--family", help="Only these families (repeatable) [default: all].")
+        list[str] | None, typer.Option("--family", help="Only these families (repeatable) \\[default: all].")
     ] = None,
     workdir: Annotated[
         str, typer.Option("--workdir", help="The folder of the trees the commands run in, relative to TREE.")
@@ -393,7 +393,7 @@ def mcp(
     ] = None,
     root: Annotated[
         Path | None,
-        typer.Option("--root", help="The only folder tools may read or write in [default: the current folder]."),
+        typer.Option("--root", help="The only folder tools may read or write in \\[default: the current folder]."),
     ] = None,
     unauthenticated_read_only: Annotated[
         bool,
