@@ -371,7 +371,7 @@ def kb_docs(
     target: TargetOption = "torch_xla",
 ) -> None:
     """Write one HTML page per rule (what, why, before/after, fix safety) and an index.html into OUT; SARIF's
-    helpUri points at these pages where they are published (XLAPORT_DOCS_URL)."""
+    helpUri points at these pages where they are published (XLAPORT_DOCS_URL), else at a copy in the cache."""
     from .docs import write_docs
 
     rules = _rules(None, None, target)
