@@ -18,7 +18,10 @@ from typing import Annotated
 import typer
 
 from xlaport.cliutil import (
+    ConfigOption,
+    ConfiguredUnsafeOption,
     IgnoreOption,
+    IsolatedOption,
     LintFormat,
     OutputFormat,
     SelectOption,
@@ -104,24 +107,8 @@ def _report_errors(results) -> int:
 ExtendSelectOption = Annotated[
     list[str] | None, typer.Option("--extend-select", help="Codes, prefixes or categories to add to the selection.")
 ]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        help="The configuration file (pyproject.toml with a tool.xlaport table, or xlaport.toml); default: the nearest above the paths.",
-    ),
-]
-IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Read no configuration file.")]
 ForceExcludeOption = Annotated[
     bool, typer.Option("--force-exclude", help="Apply the configured exclude to files named on the command line too.")
-]
-# tri-state: None leaves the choice to the configuration's `unsafe-fixes`
-ConfiguredUnsafeOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--unsafe-fixes/--no-unsafe-fixes",
-        help="Also apply fixes that may change behaviour (default: the configuration's unsafe-fixes, else no).",
-    ),
 ]
 
 

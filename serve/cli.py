@@ -18,7 +18,10 @@ import typer
 
 from xlaport.cliutil import (
     EXIT_FAILED,
+    ConfigOption,
+    ConfiguredUnsafeOption,
     IgnoreOption,
+    IsolatedOption,
     OutputFormat,
     SelectOption,
     TargetOption,
@@ -38,7 +41,7 @@ def migrate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Where the migrated copy (and the reports) are written.")
     ] = None,
-    unsafe_fixes: UnsafeFixesOption = False,
+    unsafe_fixes: ConfiguredUnsafeOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a non-empty destination; with --in-place: rewrite dirty files.")
     ] = False,
@@ -69,6 +72,8 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
     target: TargetOption = "torch_xla",
     related: Annotated[
         int,
@@ -99,6 +104,9 @@ def migrate(
 ) -> None:
     """Migrate a whole tree: rewritten copy and reports (JSON, Markdown, HTML) in --out.
 
+    Reads the lint configuration as `xlaport lint SRC` does ([tool.xlaport]: select, ignore, exclude,
+    per-file-ignores, unsafe-fixes); --select/--ignore/--unsafe-fixes are a layer on top. Excluded files are copied.
+
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
 
@@ -123,6 +131,8 @@ def migrate(
         k=related,
         keep_trace=keep_trace,
         optimize=optimize,
+        config=str(config) if config else None,
+        isolated=isolated,
     )
     try:
         with ProgressBar() as progress:

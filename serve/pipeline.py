@@ -425,11 +425,11 @@ class Pipeline:
         the result records what each took (serve/phases.py).
         """
         options = options or MigrateOptions()
-        run = plan_migration(src, dst, options, may_execute)  # refuses before any work
-        run.rules = self.rules(options.select, options.ignore, options.target)
+        # refuses before any work; the rules are those [tool.xlaport] and the options select
+        run = plan_migration(src, dst, options, may_execute)
         run.timer = PhaseTimer(progress)
         run.timer.start("rewrite")
-        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, run.timer.files)
+        rewrite_tree(run.src, run.files, run.rules, run.options.unsafe_fixes, options.jobs, run.timer.files)
         run.timer.start("related fixes" if options.k or self.proposer is not None else "findings left")
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
@@ -449,7 +449,8 @@ class Pipeline:
                 record.outcome = FileOutcome(path=rel, status="error", error=result.error)
                 continue
             if record.kind == "python":
-                text, manual, proposals, notes = self.finish_file(result.fixed, rel, result.findings, run.rules, k)
+                rules = [r for r in run.rules if r.code not in record.ignored]  # per-file-ignores
+                text, manual, proposals, notes = self.finish_file(result.fixed, rel, result.findings, rules, k)
             else:  # config files: rules only, no model
                 text, manual, proposals, notes = (
                     result.fixed,
