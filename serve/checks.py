@@ -102,7 +102,8 @@ def run_generated_tests(
     """Differential tests generated from the original, run against the migration; `step` is told when the
     generation (which records the original's run) and the run of the tests start.
 
-    `passed` is None when no test could be generated (nothing drivable changed): no evidence either way.
+    `passed` is None when no test could be generated (nothing drivable changed), or when the tests ran out of time
+    before any failed (a slow or loaded machine is no evidence against the migration): no evidence either way.
     """
     step = step or (lambda name: None)
     step("the original's run (recording inputs for the tests)" if record else "generating the tests")
@@ -123,7 +124,9 @@ def run_generated_tests(
     run = testgen.run_generated_tests(out, timeout_s=timeout_s, trees=[original, migrated])
     reasons = [f"{f.test}: {_first_lines(f.message)}" for f in run.failures]
     if run.timed_out:
-        reasons.append(f"the generated tests timed out after {run.wall_s:.0f} s")
+        reasons.append(
+            f"the generated tests timed out after {run.wall_s:.0f} s" + ("" if run.failures else ", none failed")
+        )
     elif not run.ok and not reasons:
         reasons.append(f"pytest exited with code {run.returncode}")
     reasons = reasons[:10] + [
@@ -132,7 +135,7 @@ def run_generated_tests(
     ]
     return CheckRun(
         name="generated_tests",
-        passed=run.ok,
+        passed=None if run.timed_out and not run.failures else run.ok,
         level=None,
         reasons=reasons,
         report={"generated": generated.to_dict(), "run": run.to_dict()},
