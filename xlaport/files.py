@@ -102,6 +102,32 @@ def read_source(path: Path) -> str:
     return text.removeprefix(BOM)
 
 
+class NotInside(ValueError):
+    """A file read for a caller that is a link, not a regular file, or not really inside the folder it was checked in."""
+
+
+def read_bytes_inside(path: Path, folder: Path) -> bytes:
+    """The bytes of `path` as it is opened: never through a link at its end (O_NOFOLLOW), only a regular file, and
+    only when the file opened really lies inside `folder`. Judged on the open descriptor, so a file (or a folder
+    above it) swapped for a link between a caller's check and this read is refused, never followed out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise NotInside(f"{path}: a link or not a regular file; only regular files are read") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        try:
+            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # no /proc: the path's real file must be the one opened
+            same = os.stat(os.path.realpath(path))
+            real = Path(os.path.realpath(path)) if (same.st_dev, same.st_ino) == (info.st_dev, info.st_ino) else None
+        if not stat.S_ISREG(info.st_mode) or real is None or not real.is_relative_to(os.path.realpath(folder)):
+            raise NotInside(f"{path}: not a regular file inside {folder}; not read")
+        return handle.read()
+
+
 class WriteFailed(OSError):
     """A file could not be written; the old file is unchanged and nothing half-written is left."""
 

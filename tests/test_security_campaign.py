@@ -1,0 +1,162 @@
+"""Issue 25, the campaign rerun: variants of the listed repros that an attacker or an unlucky user would try
+(paths that leave a project's copy, a file swapped for a link between a check and the read), each through the
+front that exposed it (MCP tools through the SDK's client, HTTP through the ASGI app)."""
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import mcp
+import pytest
+from fastapi.testclient import TestClient
+from xlaport.serve.http import create_app
+from xlaport.serve.mcp import create_server
+from xlaport.serve.pipeline import Pipeline
+
+TOKEN = "campaign-s3cret"
+CUDA = "import torch\n\nx = torch.zeros(2).cuda()\nprint(x)\n"
+
+
+def call(server, name: str, arguments: dict):
+    async def go():
+        async with mcp.Client(server) as client:
+            return await client.call_tool(name, arguments)
+
+    return asyncio.run(go())
+
+
+def error_of(result) -> dict:
+    assert result.is_error, result.content
+    text = result.content[0].text
+    return json.loads(text[text.index("{") :])
+
+
+def project_and_outside(tmp_path: Path) -> tuple[Path, Path]:
+    """A server root holding a project with a link to a folder outside the root, and that outside folder."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "proj").mkdir(parents=True)
+    outside.mkdir()
+    (root / "proj" / "train.py").write_text("print('hi')\n")
+    (root / "proj" / "data").symlink_to(outside)  # e.g. a dataset folder linked in
+    return root, outside
+
+
+ESCAPES = ["{outside}/planted.py", "../../../../../../../../{outside}/planted.py", "data/planted.py"]
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+def test_check_xla_never_writes_the_script_outside_the_projects_copy(tmp_path, escape):
+    """check_xla with project_root wrote `source` at `path` in the copy: an absolute path, `..` or a link the project
+    holds put it anywhere the server (root) may write, with execution allowed and writes not."""
+    root, outside = project_and_outside(tmp_path)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=False, root=root)
+    path = escape.format(outside=outside)
+    result = call(server, "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": path, "timeout_s": 60})
+    assert error_of(result)["code"] == "bad_project", path
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+def test_suggest_patch_validation_never_writes_outside_the_projects_copy(tmp_path, escape):
+    root, outside = project_and_outside(tmp_path)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=False, root=root)
+    path = escape.format(outside=outside)
+    arguments = {"source": CUDA, "project_root": "proj", "path": path, "validate": True, "timeout_s": 60, "k": 0}
+    result = call(server, "suggest_patch", arguments)
+    assert error_of(result)["code"] == "bad_project", path
+    assert list(outside.iterdir()) == []
+
+
+def test_http_check_and_suggest_never_write_outside_the_projects_copy(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    project = {"files": {"train.py": "print('hi')\n"}}
+    with TestClient(create_app(Pipeline(), token=TOKEN, warm_up=False)) as client:
+        for path in (f"{outside}/planted.py", f"../../../../../../../{outside}/planted.py"):
+            check = {"source": "print(1)\n", "project": project, "path": path, "timeout_s": 60}
+            response = client.post("/v1/check", json=check, headers=auth)
+            assert response.status_code == 422, (path, response.text)
+            options = {"validate_patch": True, "k": 0, "timeout_s": 60}
+            suggest = {"source": CUDA, "project": project, "path": path, "options": options}
+            response = client.post("/v1/suggest", json=suggest, headers=auth)
+            assert response.status_code == 422, (path, response.text)
+    assert list(outside.iterdir()) == []
+
+
+def secret_outside(tmp_path: Path) -> Path:
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$not-for-you:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    return secret
+
+
+def test_a_file_swapped_for_a_link_after_the_check_is_not_read(tmp_path):
+    from xlaport.files import NotInside, read_bytes_inside
+
+    secret = secret_outside(tmp_path)
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "train.py").write_text("print('mine')\n")
+    assert read_bytes_inside(root / "sub" / "train.py", root) == b"print('mine')\n"
+    (root / "sub" / "train.py").unlink()
+    (root / "sub" / "train.py").symlink_to(secret)  # the file itself swapped
+    with pytest.raises(NotInside):
+        read_bytes_inside(root / "sub" / "train.py", root)
+    (root / "sub").rename(root / "old")
+    (root / "sub").symlink_to(tmp_path)  # a folder above it swapped
+    (tmp_path / "train.py").write_text("print('theirs')\n")
+    with pytest.raises(NotInside):
+        read_bytes_inside(root / "sub" / "train.py", root)
+
+
+def test_suggest_patch_reads_the_file_it_checked_not_a_link_swapped_in(tmp_path, monkeypatch):
+    """TOCTOU: suggest_patch checked project_root/path inside the root, then read whatever the path was then."""
+    from xlaport.serve import mcp as mcp_front
+
+    secret = secret_outside(tmp_path)
+    root = tmp_path / "root"
+    (root / "proj").mkdir(parents=True)
+    script = root / "proj" / "train.py"
+    script.write_text(CUDA)
+    checked = mcp_front.Access.path
+
+    def check_then_swap(self, given):
+        resolved = checked(self, given)
+        if resolved == script:  # the user swaps the file for a link once the server has checked it
+            script.unlink()
+            script.symlink_to(secret)
+        return resolved
+
+    monkeypatch.setattr(mcp_front.Access, "path", check_then_swap)
+    server = create_server(Pipeline(), allow_execution=False, allow_writes=False, root=root)
+    result = call(server, "suggest_patch", {"project_root": "proj", "path": "train.py", "k": 0})
+    assert error_of(result)["code"] == "bad_project"
+    assert "not-for-you" not in result.content[0].text
+
+
+def test_a_projects_copy_never_follows_a_file_swapped_for_a_link(tmp_path, monkeypatch):
+    """The copy a run sees (readable to the sandbox user) checked each entry for a link, then copied by path: a
+    file swapped for a link in between was copied from the link's target, a root-only file included."""
+    from xlaport.serve.project import ProjectError, local_project
+
+    secret = secret_outside(tmp_path)
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").symlink_to(secret)
+    monkeypatch.setattr(Path, "is_symlink", lambda self: False)  # what the check saw, before the swap
+    with pytest.raises(ProjectError):
+        local_project(project).write_to(tmp_path / "copy")
+    monkeypatch.undo()
+    copied = tmp_path / "copy" / "train.py"
+    assert not copied.exists() or "not-for-you" not in copied.read_text()
+
+
+def test_a_project_path_with_a_nul_or_a_long_name_is_refused(tmp_path):
+    root, outside = project_and_outside(tmp_path)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=False, root=root)
+    for path in ("a\0b.py", "x" * 300 + ".py"):
+        result = call(server, "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": path})
+        assert error_of(result)["code"] in ("bad_input", "bad_project"), path
+    assert os.listdir(outside) == []
