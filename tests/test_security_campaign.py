@@ -160,3 +160,41 @@ def test_a_project_path_with_a_nul_or_a_long_name_is_refused(tmp_path):
         result = call(server, "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": path})
         assert error_of(result)["code"] in ("bad_input", "bad_project"), path
     assert os.listdir(outside) == []
+
+
+LOGGING_LOOP = (
+    "import torch\nimport torch_xla\n\nw = torch.zeros(2, device=torch_xla.device())\n"
+    "for step in range(3):\n    loss = (w + 1).sum()\n    print('loss', loss.item())\n    torch_xla.sync()\n"
+)
+
+
+def test_optimize_reports_are_no_more_readable_than_the_sources_they_quote(tmp_path):
+    """N6 for the optimization report: xlaport-optimize.json/.md quote each candidate's diff and were written 0644
+    beside a 0600 source."""
+    from xlaport.serve.optimize import REPORT_JSON, REPORT_MD, optimize
+
+    tree = tmp_path / "migrated"
+    tree.mkdir()
+    (tree / "train.py").write_text(LOGGING_LOOP)
+    (tree / "train.py").chmod(0o600)
+    report = optimize(tree, None, write=True)
+    assert report.candidates, "the fixture should give the report a diff to quote"
+    for name in (REPORT_JSON, REPORT_MD):
+        assert (tree / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_optimize_never_overwrites_an_edit_made_while_it_ran(tmp_path):
+    """N4 for the optimization: a kept candidate was written over whatever the file held by then (its runs take
+    minutes), so an edit made meanwhile was lost; now the file is left as it is and the report says so."""
+    from xlaport.serve.optimize import OptimizeReport, Session, _write
+
+    tree = tmp_path / "migrated"
+    tree.mkdir()
+    (tree / "train.py").write_text(LOGGING_LOOP)
+    session = Session(tree, None, scratch=tmp_path / "scratch")
+    session.texts["train.py"] = LOGGING_LOOP.replace("print('loss', loss.item())", "pass")  # a kept candidate
+    (tree / "train.py").write_text(LOGGING_LOOP + "# the user's edit, made during the runs\n")
+    report = OptimizeReport(str(tree), None, None, None, "optimized")
+    _write(session, report)
+    assert (tree / "train.py").read_text().endswith("# the user's edit, made during the runs\n")
+    assert report.written == [] and any("changed while" in note for note in report.notes)
