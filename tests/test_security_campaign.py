@@ -85,9 +85,12 @@ def test_http_check_and_suggest_never_write_outside_the_projects_copy(tmp_path):
     assert list(outside.iterdir()) == []
 
 
+SECRET_TEXT = "root:$6$not-for-you:19000:0:99999:7:::\n"
+
+
 def secret_outside(tmp_path: Path) -> Path:
     secret = tmp_path / "shadow"
-    secret.write_text("root:$6$not-for-you:19000:0:99999:7:::\n")
+    secret.write_text(SECRET_TEXT)
     secret.chmod(0o600)
     return secret
 
@@ -198,3 +201,22 @@ def test_optimize_never_overwrites_an_edit_made_while_it_ran(tmp_path):
     _write(session, report)
     assert (tree / "train.py").read_text().endswith("# the user's edit, made during the runs\n")
     assert report.written == [] and any("changed while" in note for note in report.notes)
+
+
+def test_a_confined_migration_reads_no_source_outside_its_root(tmp_path):
+    """migrate_repo lists the tree (links are copied as links, never read), then reads each file by its path: a file
+    swapped for a link to a root-only file in between was read, migrated and written into the root. Within a
+    confined call, a source is read only when the file opened lies inside the root."""
+    from xlaport.files import UnreadableSource, read_source, writes_confined_to
+
+    secret = secret_outside(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "train.py").write_text(CUDA)
+    with writes_confined_to(root):
+        assert read_source(root / "train.py") == CUDA
+        (root / "train.py").unlink()
+        (root / "train.py").symlink_to(secret)  # swapped after the listing
+        with pytest.raises(UnreadableSource, match="outside the allowed folder"):
+            read_source(root / "train.py")
+    assert read_source(root / "train.py") == SECRET_TEXT  # unconfined (the CLI on the user's own files): followed

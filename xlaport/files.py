@@ -92,6 +92,8 @@ def read_source(path: Path) -> str:
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnreadableSource(f"{path}: not a regular file; skipped")
+        if not _opened_inside_roots(fd):  # judged on what was opened: a file swapped for a link is not read
+            raise UnreadableSource(f"{path}: outside the allowed folder; not read")
         data = handle.read()
     if b"\0" in data[:8192]:
         raise UnreadableSource(f"{path}: binary file (contains NUL bytes)")
@@ -141,7 +143,7 @@ _WRITE_ROOTS: ContextVar[tuple[Path, ...] | None] = ContextVar("xlaport_write_ro
 @contextmanager
 def writes_confined_to(root: Path) -> Iterator[None]:
     """Within this block, `atomic_write`, `keep_backup` and `copy_file` refuse (WriteFailed) any file whose real
-    path (links resolved) is not inside `root`."""
+    path (links resolved) is not inside `root`, and `read_source` (UnreadableSource) any file it opened there."""
     token = _WRITE_ROOTS.set((Path(os.path.realpath(root)),))
     try:
         yield
@@ -167,6 +169,18 @@ def check_writable(path: Path) -> None:
         real = Path(os.path.realpath(path))
         if not any(real.is_relative_to(root) for root in roots):
             raise WriteFailed(f"refusing to write {path}: it is outside the allowed folder {roots[0]}")
+
+
+def _opened_inside_roots(fd: int) -> bool:
+    """Is the file open as `fd` inside the confined roots (True when reads are not confined)?"""
+    roots = _WRITE_ROOTS.get()
+    if roots is None:
+        return True
+    try:
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return False  # cannot tell: not read
+    return any(real.is_relative_to(root) for root in roots)
 
 
 def _has_bom(path: Path) -> bool:
