@@ -549,20 +549,21 @@ def campaign(base: Path, quick: bool) -> None:
     # --- the sandbox ---------------------------------------------------------------------------------------------
     if not quick:
 
-        @case("N3", "check of a script under a 0700 folder: refused with the reason, not run as root")
+        @case("N3", "CLI check of the user's script under a 0700 folder: run as nobody through a view, never root")
         def _():
             private = tree(work / "n3-private" / "proj", {"t.py": "import os\nprint('uid', os.getuid())\n"})
             (work / "n3-private").chmod(0o700)
             out = cli("check", str(private / "t.py"), "--format", "json", timeout=300)
-            text = out.stdout + out.stderr
-            return "uid 0" not in text and ("nobody" in text or "allow-unsandboxed" in text), text.strip()[-160:]
+            ran_as = json.loads(out.stdout).get("stdout_tail", "") if out.stdout.startswith("{") else out.stderr
+            return ran_as.strip() == "uid 65534" or "allow-unsandboxed" in ran_as, ran_as.strip()[-160:]
 
-        @case("N3", "MCP stdio check_xla of a root-only 0600 file: refused, no token of it in the error")
+        @case("N3", "MCP stdio check_xla of a root-only 0600 file: not run (the reason), no token of it in the answer")
         def _():
             script = tree(root / "n3", {"priv.py": "hunter2_secret_token = 1\n"}) / "priv.py"
             script.chmod(0o600)
             (result,) = mcp_calls(mcp_stdio(root), [("check_xla", {"script_path": "n3/priv.py", "timeout_s": 120})])
-            return refused(result) and "hunter2" not in str(result), str(result)[:160]
+            text = str(result)
+            return "not run" in text and "cannot read" in text and "hunter2" not in text, text[-260:]
 
     @case("N16", "no user namespace can be made inside the sandbox")
     def _():
