@@ -30,7 +30,7 @@ from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.config import VerifyConfig, level_at_least
 from xlaport.kb.optimize import families
 
-from xlaport.files import SKIP_DIRS, ChangedMeanwhile, atomic_write, quoting_mode
+from xlaport.files import SKIP_DIRS, ChangedMeanwhile, atomic_write, copier_inside, quoting_mode
 
 from .inputs import parse_command
 from .source import unified_diff
@@ -248,7 +248,8 @@ class Session:
         """Writes `texts` over a scratch copy of the tree and runs the check (and verify) there."""
         self.runs += 1
         work = self.scratch / f"run-{self.runs}"
-        shutil.copytree(self.tree, work, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS, "tests_xla"))
+        ignore = shutil.ignore_patterns(*SKIP_DIRS, "tests_xla")  # each file as opened, never through a new link
+        shutil.copytree(self.tree, work, symlinks=True, ignore=ignore, copy_function=copier_inside(self.tree))
         for rel, text in texts.items():
             (work / rel).write_text(text, encoding="utf-8")
         verify = None

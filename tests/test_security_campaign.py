@@ -220,3 +220,32 @@ def test_a_confined_migration_reads_no_source_outside_its_root(tmp_path):
         with pytest.raises(UnreadableSource, match="outside the allowed folder"):
             read_source(root / "train.py")
     assert read_source(root / "train.py") == SECRET_TEXT  # unconfined (the CLI on the user's own files): followed
+
+
+def test_copies_handed_to_the_sandbox_user_never_follow_a_file_swapped_for_a_link(tmp_path):
+    """verify's, optimize's and testgen's copies of a tree (handed to the sandbox user, chown included) were made with
+    copytree + copy2: a file swapped for a link after copytree listed it was copied from the link's target, so a
+    root-only file became the sandbox user's. Each file is now copied as it is opened."""
+    from xlaport.eval.verify.runs import copy_tree
+
+    from xlaport.files import NotInside, copier_inside
+
+    secret = secret_outside(tmp_path)
+    top = tmp_path / "tree"
+    (top / "sub").mkdir(parents=True)
+    (top / "train.py").symlink_to(secret)  # what the listing saw as a file, swapped before the copy
+    (tmp_path / "copy").mkdir()
+    copier_inside(top)(str(top / "train.py"), str(tmp_path / "copy" / "train.py"))
+    assert (tmp_path / "copy" / "train.py").is_symlink()  # copied as the link it is, its target not read
+    (top / "sub").rmdir()
+    (top / "sub").symlink_to(secret.parent)  # a folder swapped for a link out of the tree
+    with pytest.raises(NotInside):
+        copier_inside(top)(str(top / "sub" / "shadow"), str(tmp_path / "copy" / "shadow"))
+    assert not (tmp_path / "copy" / "shadow").exists()
+    (top / "train.py").unlink()
+    (top / "train.py").write_text(CUDA)
+    (top / "train.py").chmod(0o640)
+    copy_tree(top, tmp_path / "work")  # the ordinary copy still keeps bytes, mode and links
+    assert (tmp_path / "work" / "train.py").read_text() == CUDA
+    assert (tmp_path / "work" / "train.py").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "work" / "sub").is_symlink()

@@ -9,7 +9,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -128,6 +128,35 @@ def read_bytes_inside(path: Path, folder: Path) -> bytes:
         if not stat.S_ISREG(info.st_mode) or real is None or not real.is_relative_to(os.path.realpath(folder)):
             raise NotInside(f"{path}: not a regular file inside {folder}; not read")
         return handle.read()
+
+
+def copier_inside(top: Path) -> Callable[[str, str], str]:
+    """A `copy_function` for `shutil.copytree(top, ..., symlinks=True)` that copies each file as it is opened: one
+    swapped for a link after copytree listed it is copied as that link (as copytree copies links), never followed,
+    and one reached through a folder swapped for a link out of `top` is refused (NotInside). Mode and times kept."""
+    real_top = Path(os.path.realpath(top))
+
+    def copy(source: str, target: str) -> str:
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            os.symlink(os.readlink(source), target)
+            return target
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise shutil.SpecialFileError(f"{source}: not a regular file")
+            if not Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(real_top):
+                raise NotInside(f"{source}: reached through a link out of {top}; not copied")
+            with open(target, "wb") as out:
+                shutil.copyfileobj(handle, out, 2**20)
+        os.chmod(target, stat.S_IMODE(info.st_mode))
+        os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+        return target
+
+    return copy
 
 
 class WriteFailed(OSError):
