@@ -425,6 +425,15 @@ def campaign(base: Path, quick: bool) -> None:
         quoting = {k: v for k, v in modes.items() if k != "xlaport-rules.html"}
         return all(int(v, 8) & 0o077 == 0 for v in quoting.values()) and len(quoting) >= 4, str(modes)
 
+    @case("N6+", "optimize's report (it quotes each candidate's diff) is no more readable than a 0600 source")
+    def _():
+        loop = "import torch\nimport torch_xla\n\nw = torch.zeros(2, device=torch_xla.device())\nfor step in range(3):\n    loss = (w + 1).sum()\n    print('loss', loss.item())\n    torch_xla.sync()\n"  # fmt: skip
+        folder = tree(work / "n6-optimize", {"train.py": loop})
+        (folder / "train.py").chmod(0o600)
+        out = cli("optimize", str(folder))
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.glob("xlaport-optimize.*")}
+        return len(modes) == 2 and all(int(m, 8) & 0o077 == 0 for m in modes.values()), f"{modes} {out.stderr[-100:]}"
+
     @case("F10", "the backup of another user's 0600 file is theirs, 0600")
     def _():
         folder = tree(work / "f10", {"train.py": CUDA})
