@@ -641,4 +641,4 @@ def run_server(
     import uvicorn
 
     app = server.streamable_http_app(host=host) if token is None else http_app(server, token, host)
-    uvicorn.run(app, host=host, port=port)
+    uvicorn.run(app, host=host, port=port, proxy_headers=False)  # a local process cannot pose as another host

@@ -249,3 +249,64 @@ def test_copies_handed_to_the_sandbox_user_never_follow_a_file_swapped_for_a_lin
     assert (tmp_path / "work" / "train.py").read_text() == CUDA
     assert (tmp_path / "work" / "train.py").stat().st_mode & 0o777 == 0o640
     assert (tmp_path / "work" / "sub").is_symlink()
+
+
+class SlowSuggest(Pipeline):
+    """A pipeline whose suggest waits until released: each request holds a heavy slot."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.release = threading.Event()
+        self.waiting = threading.Semaphore(0)
+
+    def suggest(self, source, path=None, options=None, **kwargs):
+        self.waiting.release()
+        self.release.wait(60)
+        return super().suggest(source, path, options, **kwargs)
+
+
+def hold_slots_with_forged_addresses(url: str, pipeline: SlowSuggest) -> int:
+    """Three slow requests from this process, each naming another address: the third's status (429 when the
+    per-client share held, 200 when it got a slot)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    body = {"source": CUDA, "options": {"k": 0}}
+
+    def post(i: int) -> httpx.Response:
+        return httpx.post(f"{url}/v1/suggest", json=body, headers={"X-Forwarded-For": f"10.0.0.{i}"}, timeout=60)
+
+    with ThreadPoolExecutor(3) as pool:
+        slow = [pool.submit(post, i) for i in (1, 2)]
+        for _ in slow:
+            assert pipeline.waiting.acquire(timeout=30)
+        third = pool.submit(post, 3)
+        pipeline.waiting.acquire(timeout=3)  # taken when the third got a slot; a 429 comes back at once
+        pipeline.release.set()
+        return third.result().status_code
+
+
+def test_a_local_client_cannot_pose_as_many_clients_with_forwarded_headers(monkeypatch):
+    """F5 variant: uvicorn trusts X-Forwarded-For from 127.0.0.1 by default, so one local process named a new
+    address in each request and held every heavy slot. Both HTTP fronts serve with proxy headers off."""
+    import uvicorn
+    from live_server import running
+    from typer.testing import CliRunner
+    from xlaport.serve.mcp import run_server
+
+    from xlaport.cli import app
+
+    served: list[dict] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: served.append(kwargs))
+    monkeypatch.setenv("XLAPORT_TOKEN", TOKEN)
+    assert CliRunner().invoke(app, ["serve", "--port", "0"]).exit_code == 0
+    run_server("http", port=0)
+    assert [kwargs.get("proxy_headers") for kwargs in served] == [False, False]
+    monkeypatch.undo()
+    # what that setting keeps: forged addresses are one client (this process), refused its third slot
+    pipeline = SlowSuggest()
+    with running(create_app(pipeline, token=None, warm_up=False, max_concurrency=4), proxy_headers=False) as url:
+        assert hold_slots_with_forged_addresses(url, pipeline) == 429
