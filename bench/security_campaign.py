@@ -383,6 +383,28 @@ def campaign(base: Path, quick: bool) -> None:
                 out = json.dumps(response.json())
                 return response.status_code == 200 and TOKEN not in out and "XLAPORT_TOKEN" not in out, out[:150]
 
+        @case("F5", "one local process naming a new X-Forwarded-For per request gets no more than its share")
+        def _():
+            from concurrent.futures import ThreadPoolExecutor
+
+            big = {"source": "import torch\n" + "x = torch.zeros(2).cuda()\n" * 10_000, "options": {"k": 0}}
+
+            def slow(i: int) -> httpx.Response:
+                return httpx.post(
+                    url + "/v1/suggest", json=big, headers={"X-Forwarded-For": f"10.9.9.{i}"}, timeout=600
+                )
+
+            with ThreadPoolExecutor(2) as pool:
+                held = [pool.submit(slow, i) for i in (1, 2)]
+                time.sleep(1.5)  # both hold a heavy slot (each takes seconds to fix)
+                third = httpx.post(url + "/v1/suggest", json={"source": CUDA, "options": {"k": 0}}, headers={"X-Forwarded-For": "10.9.9.3"}, timeout=600)  # fmt: skip
+                busy = all(not f.done() for f in held)
+                [f.result() for f in held]
+            return (
+                third.status_code == 429 or not busy,
+                f"third: HTTP {third.status_code} (the two still running: {busy})",
+            )
+
         @case("F5", "HTTP healthz states per-client slots")
         def _():
             health = httpx.get(url + "/healthz").json()
