@@ -310,3 +310,50 @@ def test_a_local_client_cannot_pose_as_many_clients_with_forwarded_headers(monke
     pipeline = SlowSuggest()
     with running(create_app(pipeline, token=None, warm_up=False, max_concurrency=4), proxy_headers=False) as url:
         assert hold_slots_with_forged_addresses(url, pipeline) == 429
+
+
+def descendants_of(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat_line = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat_line.rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(entry))
+                    todo.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_migrate_pool_workers_die_with_a_killed_parent(tmp_path):
+    """N14: a `migrate -j 2` killed with SIGKILL left its worker processes alive (8, 40 min later)."""
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(120):
+        (src / f"m{i}.py").write_text(CUDA * 40)
+    exe = Path(sys.executable).with_name("xlaport")
+    proc = subprocess.Popen(
+        [str(exe), "migrate", str(src), "--out", str(tmp_path / "out"), "-j", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(children := descendants_of(proc.pid)) < 4:  # resource tracker, fork server, two workers
+            assert time.monotonic() < deadline and proc.poll() is None, children
+            time.sleep(0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 30  # a worker busy importing notices its parent's death when it is done
+    while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
