@@ -321,6 +321,38 @@ def campaign(base: Path, quick: bool) -> None:
         lambda: (refused(results[10], "not_found"), str(results[10])[:120])
     )
 
+    @case("N12", "MCP stdio: a client closing stdin mid-check stops the server and the program it ran")
+    def _():
+        marker = f"--campaign-{os.urandom(6).hex()}"
+        server = subprocess.Popen([str(BIN), "mcp", "--root", str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+
+        def send(message: dict) -> None:
+            server.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+            server.stdin.flush()
+
+        def running() -> bool:
+            return any(marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes() for p in os.listdir("/proc") if p.isdigit() and Path(f"/proc/{p}/cmdline").exists())  # fmt: skip
+
+        info = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "campaign", "version": "1"}}
+        send({"id": 1, "method": "initialize", "params": info})
+        server.stdout.readline()
+        send({"method": "notifications/initialized"})
+        sleeper = {"source": "import time\ntime.sleep(600)\n", "timeout_s": 900, "args": [marker]}
+        send({"id": 2, "method": "tools/call", "params": {"name": "check_xla", "arguments": sleeper}})
+        deadline = time.monotonic() + 180
+        while not running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        started = running()
+        server.stdin.close()
+        code = server.wait(60)
+        deadline = time.monotonic() + 15
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return (
+            started and not running(),
+            f"program started {started}, server exit {code}, program alive after {running()}",
+        )
+
     # --- HTTP service -------------------------------------------------------------------------------------------
     served = Served(["serve"], {"XLAPORT_TOKEN": TOKEN}, "/healthz")
     try:
