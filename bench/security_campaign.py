@@ -331,7 +331,13 @@ def campaign(base: Path, quick: bool) -> None:
             server.stdin.flush()
 
         def running() -> bool:
-            return any(marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes() for p in os.listdir("/proc") if p.isdigit() and Path(f"/proc/{p}/cmdline").exists())  # fmt: skip
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        return True
+                except OSError:
+                    continue
+            return False
 
         info = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "campaign", "version": "1"}}
         send({"id": 1, "method": "initialize", "params": info})
