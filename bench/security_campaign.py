@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -186,6 +187,11 @@ def campaign(base: Path, quick: bool) -> None:
     (root / "door").symlink_to(victim)
     (root / "alias.py").symlink_to(secret)
 
+    def planted_by(arguments: dict) -> list[str]:
+        """The file this call's arguments aimed outside the root, if it was written (each call names its own)."""
+        names = re.findall(r"planted-\d+\.py", json.dumps(arguments))
+        return [name for name in names if (outside / name).exists()]
+
     def victim_untouched() -> bool:
         return (
             sorted(p.name for p in victim.iterdir()) == ["config.txt"]
@@ -261,20 +267,20 @@ def campaign(base: Path, quick: bool) -> None:
         calls += [
             ("check_xla script_path link to a root-only file", "check_xla", {"script_path": "alias.py"}),
             ("suggest_patch path link to a root-only file", "suggest_patch", {"project_root": ".", "path": "alias.py"}),
-            ("check_xla project path absolute", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": f"{outside}/planted.py"}),
-            ("check_xla project path ..", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": f"../../../../../..{outside}/planted.py"}),
-            ("check_xla project path through the project's link", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": "data/planted.py"}),
-            ("suggest_patch validated, path through the project's link", "suggest_patch", {"source": CUDA, "project_root": "proj", "path": "data/planted.py", "validate": True, "k": 0}),
-            ("suggest_patch validated, absolute path", "suggest_patch", {"source": CUDA, "project_root": "proj", "path": f"{outside}/planted.py", "validate": True, "k": 0}),
+            ("check_xla project path absolute", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": f"{outside}/planted-1.py"}),
+            ("check_xla project path ..", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": f"../../../../../..{outside}/planted-2.py"}),
+            ("check_xla project path through the project's link", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": "data/planted-3.py"}),
+            ("suggest_patch validated, path through the project's link", "suggest_patch", {"source": CUDA, "project_root": "proj", "path": "data/planted-4.py", "validate": True, "k": 0}),
+            ("suggest_patch validated, absolute path", "suggest_patch", {"source": CUDA, "project_root": "proj", "path": f"{outside}/planted-5.py", "validate": True, "k": 0}),
             ("check_xla project cwd ..", "check_xla", {"source": "print(1)\n", "project_root": "proj", "path": "t.py", "cwd": "../.."}),
             ("verify_migration cwd ..", "verify_migration", {"original_dir": "proj", "migrated_dir": "proj", "command": "python train.py", "cwd": "../../.."}),
         ]  # fmt: skip
         results = mcp_calls(mcp_http(writer.url, TOKEN), [(name, args) for _, name, args in calls])
-        for (what, _, _), result in zip(calls, results, strict=True):
+        for (what, _, what_args), result in zip(calls, results, strict=True):
             leaked = not isinstance(result, Exception) and "campaign-secret" in result[1]
             case("N1+", f"MCP HTTP {what}: refused")(
-                lambda result=result, leaked=leaked: (
-                    refused(result) and not leaked and victim_untouched() and not list(outside.glob("planted*")),
+                lambda result=result, leaked=leaked, what_args=what_args: (
+                    refused(result) and not leaked and victim_untouched() and not planted_by(what_args),
                     str(result)[:160],
                 )
             )
@@ -377,10 +383,10 @@ def campaign(base: Path, quick: bool) -> None:
             ("N9", "/v1/suggest NUL in options.args", "/v1/suggest", {"source": CUDA, "options": {"k": 0, "args": ["\0"]}}, 422),
             ("F17", "/v1/search k 3.0 accepted", "/v1/search", {"text": "cuda", "k": 3.0}, 200),
             ("F17", "/v1/search k 3.5 refused", "/v1/search", {"text": "cuda", "k": 3.5}, 422),
-            ("paths", "/v1/check project path absolute", "/v1/check", {"source": "x=1\n", "project": {"files": {"t.py": "x=1\n"}}, "path": f"{outside}/planted.py"}, 422),
-            ("paths", "/v1/check project path ..", "/v1/check", {"source": "x=1\n", "project": {"files": {"t.py": "x=1\n"}}, "path": f"../../../../../..{outside}/planted.py"}, 422),
+            ("paths", "/v1/check project path absolute", "/v1/check", {"source": "x=1\n", "project": {"files": {"t.py": "x=1\n"}}, "path": f"{outside}/planted-6.py"}, 422),
+            ("paths", "/v1/check project path ..", "/v1/check", {"source": "x=1\n", "project": {"files": {"t.py": "x=1\n"}}, "path": f"../../../../../..{outside}/planted-7.py"}, 422),
             ("paths", "/v1/suggest project file ..", "/v1/suggest", {"source": CUDA, "project": {"files": {"../x.py": "x=1\n"}}, "path": "t.py", "options": {"k": 0, "validate_patch": True}}, 422),
-            ("paths", "/v1/suggest validated, path absolute", "/v1/suggest", {"source": CUDA, "project": {"files": {"t.py": "x=1\n"}}, "path": f"{outside}/planted.py", "options": {"k": 0, "validate_patch": True}}, 422),
+            ("paths", "/v1/suggest validated, path absolute", "/v1/suggest", {"source": CUDA, "project": {"files": {"t.py": "x=1\n"}}, "path": f"{outside}/planted-8.py", "options": {"k": 0, "validate_patch": True}}, 422),
             ("paths", "/v1/check project cwd ..", "/v1/check", {"source": "x=1\n", "project": {"files": {"t.py": "x=1\n"}}, "path": "t.py", "cwd": "../../.."}, 422),
             ("huge", "/v1/suggest source of 400k characters", "/v1/suggest", {"source": "x = 1\n" * 70_000, "options": {"k": 0}}, 422),
             ("unicode", "/v1/suggest unicode path", "/v1/suggest", {"source": CUDA, "path": "données/模型 ☃.py", "options": {"k": 0}}, 200),
@@ -392,7 +398,7 @@ def campaign(base: Path, quick: bool) -> None:
                 response = post(route, body, auth)
                 detail = response.json().get("detail") if response.status_code == 422 else None
                 shape = detail is None or isinstance(detail, list)
-                planted = list(outside.glob("planted*"))
+                planted = planted_by(body)
                 return response.status_code == expected and shape and not planted, f"HTTP {response.status_code} {response.text[:120]}"  # fmt: skip
 
         @case("F12", "HTTP body starting with a BOM")
