@@ -382,7 +382,8 @@ def serve(
             "note: XLAPORT_TOKEN is not set: /v1/check and /v1/verify are disabled and suggestions are not validated",
             err=True,
         )
-    uvicorn.run(create_app(), host=host, port=port)
+    # the peer's address, never X-Forwarded-For (uvicorn trusts it from 127.0.0.1): it tells clients' slots apart
+    uvicorn.run(create_app(), host=host, port=port, proxy_headers=False)
 
 
 def mcp(

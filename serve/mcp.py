@@ -32,7 +32,7 @@ from pydantic import Field
 from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
 from xlaport.kb.hits import FixHit
 
-from xlaport.files import DirtyTree
+from xlaport.files import DirtyTree, NotInside, read_bytes_inside
 from xlaport.targets import DEFAULT_TARGET, Target
 
 from .project import ProjectError, ProjectSource, ProjectTooLarge, local_project
@@ -237,7 +237,7 @@ def create_server(
                         "no source: give the file's text as source, or project_root and path to read it there",
                         "call again with source, or with project_root and path",
                     )
-                source = _read_text(access.path(str(Path(project_root) / path)))
+                source = _read_text(access.path(str(Path(project_root) / path)), access.root)
             options = SuggestOptions(
                 unsafe_fixes=unsafe_fixes,
                 validate_patch=validate,
@@ -549,10 +549,14 @@ def _verify(
     )
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, root: Path) -> str:
+    """The file `Access.path` checked, as it is when read: one swapped for a link since is refused, not followed."""
     if not path.is_file():
         raise ProjectError(f"no such file in the project: {path}")
-    return path.read_text(encoding="utf-8", errors="replace")
+    try:
+        return read_bytes_inside(path, root).decode("utf-8", errors="replace")
+    except NotInside as exc:
+        raise ProjectError(str(exc)) from None
 
 
 def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:
@@ -637,4 +641,4 @@ def run_server(
     import uvicorn
 
     app = server.streamable_http_app(host=host) if token is None else http_app(server, token, host)
-    uvicorn.run(app, host=host, port=port)
+    uvicorn.run(app, host=host, port=port, proxy_headers=False)  # a local process cannot pose as another host

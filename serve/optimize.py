@@ -30,7 +30,7 @@ from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.config import VerifyConfig, level_at_least
 from xlaport.kb.optimize import families
 
-from xlaport.files import SKIP_DIRS, atomic_write
+from xlaport.files import SKIP_DIRS, ChangedMeanwhile, atomic_write, copier_inside, quoting_mode
 
 from .inputs import parse_command
 from .source import unified_diff
@@ -240,6 +240,7 @@ class Session:
         self.reference_cache = self.scratch / "reference-cache"
         self.subdir = subdir
         self.texts = {rel: (self.tree / rel).read_text(encoding="utf-8") for rel in python_files(self.tree)}
+        self.started = dict(self.texts)  # what the tree held: a file edited during the runs is never overwritten
         self.runs = 0
 
     # -- evidence --------------------------------------------------------------------------------------
@@ -247,7 +248,8 @@ class Session:
         """Writes `texts` over a scratch copy of the tree and runs the check (and verify) there."""
         self.runs += 1
         work = self.scratch / f"run-{self.runs}"
-        shutil.copytree(self.tree, work, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS, "tests_xla"))
+        ignore = shutil.ignore_patterns(*SKIP_DIRS, "tests_xla")  # each file as opened, never through a new link
+        shutil.copytree(self.tree, work, symlinks=True, ignore=ignore, copy_function=copier_inside(self.tree))
         for rel, text in texts.items():
             (work / rel).write_text(text, encoding="utf-8")
         verify = None
@@ -563,15 +565,18 @@ def _optimize(session: Session, report: OptimizeReport, wanted: list[str], extra
 
 
 def _write(session: Session, report: OptimizeReport) -> None:
-    originals = {rel: (session.tree / rel).read_text(encoding="utf-8") for rel in session.texts}
     for rel, text in session.texts.items():
-        if text != originals[rel]:
-            atomic_write(session.tree / rel, text)
-            report.written.append(rel)
+        if text != session.started[rel]:
+            try:  # the text the candidates were judged on, else the user's edit made meanwhile stays
+                atomic_write(session.tree / rel, text, expected=session.started[rel])
+                report.written.append(rel)
+            except ChangedMeanwhile as exc:
+                report.notes.append(str(exc))
     json_path, md_path = session.tree / REPORT_JSON, session.tree / REPORT_MD
     report.reports = {"json": str(json_path), "markdown": str(md_path)}
-    atomic_write(json_path, json.dumps(report.to_dict(), indent=2) + "\n")
-    atomic_write(md_path, render_markdown(report))
+    mode = quoting_mode(session.tree / rel for rel in session.texts)  # the diffs quote them: no more readable
+    atomic_write(json_path, json.dumps(report.to_dict(), indent=2) + "\n", mode=mode)
+    atomic_write(md_path, render_markdown(report), mode=mode)
 
 
 def render_text(report: OptimizeReport) -> str:

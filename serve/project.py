@@ -12,7 +12,6 @@ import base64
 import binascii
 import io
 import os
-import shutil
 import stat
 import tarfile
 import zipfile
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from xlaport.files import NotInside, read_bytes_inside
 
 from .inputs import check_file_name
 
@@ -89,7 +90,7 @@ def sent_project(project: ProjectFiles) -> ProjectSource:
     if project.files is not None:
         if len(project.files) > MAX_PROJECT_FILES:
             raise ProjectTooLarge(f"the project has {len(project.files):,} files; at most {MAX_PROJECT_FILES:,}")
-        files = {_relative(path): text.encode("utf-8", "surrogatepass") for path, text in project.files.items()}
+        files = {project_path(path): text.encode("utf-8", "surrogatepass") for path, text in project.files.items()}
     else:
         files = _unpack(project.archive or "")
     total = sum(len(data) for data in files.values())
@@ -102,7 +103,7 @@ def sent_project(project: ProjectFiles) -> ProjectSource:
     return ProjectSource(files=files)
 
 
-def _relative(path: str) -> str:
+def project_path(path: str) -> str:
     """A sent path as a clean relative POSIX path; ProjectError for an absolute one, `..`, or an empty one."""
     check_file_name(path)
     pure = PurePosixPath(path.replace("\\", "/"))
@@ -143,7 +144,7 @@ def _unpack_zip(data: bytes) -> dict[str, bytes]:
                 content = member.read(entry.file_size + 1)
             if len(content) != entry.file_size:
                 raise ProjectError(f"the archive's entry {entry.filename!r} is not the size it declares")
-            files[_relative(entry.filename)] = content
+            files[project_path(entry.filename)] = content
     return files
 
 
@@ -161,7 +162,7 @@ def _unpack_tar(archive: tarfile.TarFile) -> dict[str, bytes]:
         if total > MAX_PROJECT_BYTES:
             raise ProjectTooLarge(f"the archive unpacks to more than {MAX_PROJECT_BYTES:,} bytes")
         extracted = archive.extractfile(member)
-        files[_relative(member.name)] = extracted.read() if extracted else b""
+        files[project_path(member.name)] = extracted.read() if extracted else b""
     return files
 
 
@@ -195,5 +196,28 @@ def _copy_folder(source: Path, destination: Path) -> int:
                     f"{source} holds more than {MAX_PROJECT_BYTES:,} bytes: give the folder of the program "
                     "(`project_root`), not one above it, and keep large data outside it"
                 )
-            shutil.copyfile(path, target / name)
+            try:  # the file itself, as checked: one swapped for a link meanwhile is not followed out of source
+                (target / name).write_bytes(read_bytes_inside(path, source))
+            except NotInside as exc:
+                raise ProjectError(f"{exc} (changed while the project was copied?)") from None
     return count
+
+
+def write_in_copy(root: Path, rel_path: str, text: str) -> Path:
+    """Writes `text` at `rel_path` in `root`, a project's copy: ProjectError for a path that would leave it (absolute,
+    `..`, or through a link the project holds, which the copy keeps as a link). The file written."""
+    parts = PurePosixPath(project_path(rel_path)).parts
+    folder = root
+    for part in parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            raise ProjectError(f"{rel_path!r} goes through a link of the project ({part}): give the file's own path")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / parts[-1]
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise ProjectError(f"{rel_path!r} cannot be written in the project's copy: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return target

@@ -23,7 +23,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 
 from .inputs import parse_command
-from .project import ProjectError, ProjectSource
+from .project import ProjectError, ProjectSource, project_path, write_in_copy
 from .results import CheckRun, Evidence, SuggestOptions, verdict
 from .tree import GENERATED_TESTS_DIR
 
@@ -77,9 +77,7 @@ def validate_in_project(
         for side, text in (("original", original), ("migrated", migrated)):
             if project is not None:
                 project.write_to(roots[side])
-            target = roots[side] / rel_path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            write_in_copy(roots[side], rel_path, text)  # never outside the copy (absolute, `..`, a link)
         if not (roots["migrated"] / cwd).is_dir():
             raise ProjectError(f"`cwd` {cwd!r} is not a folder of the project")
         script, args, how = _what_to_run(roots["migrated"], rel_path, cwd, migrated, options)
@@ -264,12 +262,12 @@ def check_in_project(
     from .checks import run_xla_check
 
     folder = relative_folder(cwd)
+    rel_path = project_path(rel_path)  # a path of the project: never absolute, never `..`
     with readable_scratch("xlaport-check-") as tmp:
         root = Path(tmp, PROJECT)
         project.write_to(root)
         if source is not None:
-            (root / rel_path).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel_path).write_text(source, encoding="utf-8")
+            write_in_copy(root, rel_path, source)  # never outside the copy (absolute, `..`, a link)
         elif not (root / rel_path).is_file():
             raise ProjectError(f"{rel_path!r} is not a file of the project")
         if not (root / folder).is_dir():

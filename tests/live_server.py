@@ -12,9 +12,11 @@ import uvicorn
 
 
 @contextmanager
-def running(app) -> Iterator[str]:
-    """Serves `app` until the block ends; yields its base URL, e.g. "http://127.0.0.1:41234"."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+def running(app, **options) -> Iterator[str]:
+    """Serves `app` until the block ends (`options`: more uvicorn.Config settings); yields its base URL, e.g.
+    "http://127.0.0.1:41234"."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", **options)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

@@ -546,3 +546,67 @@ def test_where_overlayfs_or_namespaces_are_refused_the_view_is_a_copy(tmp_path, 
     assert (cwd == str(project)) == (kind == "bind")  # a copy without a mount namespace runs at its own path
     assert (project / "a.txt").read_text() == "alpha\n" and not (project / "b.txt").exists()
     assert result.outputs == [str(project / "a.txt"), str(project / "b.txt")]
+
+
+@pytest.fixture
+def fresh_cgroup2(tmp_path):
+    """A cgroup2 hierarchy mounted for the test (root only; this machine mounts cgroup v1, whose memory and pids
+    controllers then stay out of it). Unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting cgroup2 needs root")
+    mount = tmp_path / "cg2"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount cgroup2 here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_cgroup_v2_driver_on_a_fresh_mount_tracks_and_kills_a_runs_detached_descendants(fresh_cgroup2, monkeypatch):
+    """The run's v2 path for real where the kernel allows it: the probe reads the real hierarchy's files, and a
+    run through CgroupsV2 (no namespaces, so only the group holds its descendants) ends with its setsid
+    daemons killed through cgroup.kill and the group removed. Memory and task limits need the memory and pids
+    controllers, which cgroup v1 holds on this machine (`cat cgroup.controllers`: what is free for v2): the driver
+    writes them from the same code, tested on their files above."""
+    from xlaport.eval.sandbox import run
+    from xlaport.eval.sandbox.cgroups import CgroupsV2, own_v2, run_group_name
+
+    controllers = (fresh_cgroup2 / "cgroup.controllers").read_text().split()
+    if "0::/" not in Path("/proc/self/cgroup").read_text().splitlines():
+        pytest.skip("this process is not at the top of the v2 hierarchy")
+    if {"memory", "pids"} <= set(controllers):
+        pytest.skip("a pure v2 host: the sandbox's own probe runs every test through v2 there")
+    folder, why = own_v2(fresh_cgroup2)  # the real kernel's answer
+    missing = ", ".join(c for c in ("memory", "pids") if c not in controllers)
+    assert folder is None and why == f"cgroup v2: controllers {missing} not delegated to {fresh_cgroup2}"
+
+    made: list[CgroupsV2] = []
+
+    def make_without_limits(parent: str, memory_mb: int, max_tasks: int) -> CgroupsV2:
+        group = CgroupsV2(Path(parent, run_group_name()))
+        group.folder.mkdir()
+        made.append(group)
+        return group
+
+    monkeypatch.setattr(run.CgroupsV2, "make", staticmethod(make_without_limits))
+    # no namespaces and no user switch (the interpreter may sit below a 0700 /root): the group alone holds them
+    v2 = Mechanisms(str(fresh_cgroup2), str(fresh_cgroup2), False, None, ("no user (test)",), 2)
+    monkeypatch.setattr(run, "sandbox_status", lambda: v2)
+    marker = f"3600.{uuid.uuid4().int % 10**9}"
+    code = (
+        "import os, subprocess\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    os.execvp('sleep', ['sleep', '{marker}'])\n"
+        "print(open('/proc/self/cgroup').read().splitlines()[-1])\n"
+    )
+    result = python(code, timeout_s=60, allow_unsandboxed=True)
+    assert result.returncode == 0, result.stderr
+    assert made and result.stdout.strip() == f"0::/{made[0].folder.name}"  # the command ran in its v2 group
+    assert result.survivors == [] and alive_with(marker) == []
+    assert not made[0].folder.exists()
+    assert any("cgroup v2" in g for g in result.guarantees)

@@ -9,7 +9,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -92,6 +92,8 @@ def read_source(path: Path) -> str:
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnreadableSource(f"{path}: not a regular file; skipped")
+        if not _opened_inside_roots(fd):  # judged on what was opened: a file swapped for a link is not read
+            raise UnreadableSource(f"{path}: outside the allowed folder; not read")
         data = handle.read()
     if b"\0" in data[:8192]:
         raise UnreadableSource(f"{path}: binary file (contains NUL bytes)")
@@ -100,6 +102,61 @@ def read_source(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise UnreadableSource(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return text.removeprefix(BOM)
+
+
+class NotInside(ValueError):
+    """A file read for a caller that is a link, not a regular file, or not really inside the folder it was checked in."""
+
+
+def read_bytes_inside(path: Path, folder: Path) -> bytes:
+    """The bytes of `path` as it is opened: never through a link at its end (O_NOFOLLOW), only a regular file, and
+    only when the file opened really lies inside `folder`. Judged on the open descriptor, so a file (or a folder
+    above it) swapped for a link between a caller's check and this read is refused, never followed out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise NotInside(f"{path}: a link or not a regular file; only regular files are read") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        try:
+            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # no /proc: the path's real file must be the one opened
+            same = os.stat(os.path.realpath(path))
+            real = Path(os.path.realpath(path)) if (same.st_dev, same.st_ino) == (info.st_dev, info.st_ino) else None
+        if not stat.S_ISREG(info.st_mode) or real is None or not real.is_relative_to(os.path.realpath(folder)):
+            raise NotInside(f"{path}: not a regular file inside {folder}; not read")
+        return handle.read()
+
+
+def copier_inside(top: Path) -> Callable[[str, str], str]:
+    """A `copy_function` for `shutil.copytree(top, ..., symlinks=True)` that copies each file as it is opened: one
+    swapped for a link after copytree listed it is copied as that link (as copytree copies links), never followed,
+    and one reached through a folder swapped for a link out of `top` is refused (NotInside). Mode and times kept."""
+    real_top = Path(os.path.realpath(top))
+
+    def copy(source: str, target: str) -> str:
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            os.symlink(os.readlink(source), target)
+            return target
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise shutil.SpecialFileError(f"{source}: not a regular file")
+            if not Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(real_top):
+                raise NotInside(f"{source}: reached through a link out of {top}; not copied")
+            with open(target, "wb") as out:
+                shutil.copyfileobj(handle, out, 2**20)
+        os.chmod(target, stat.S_IMODE(info.st_mode))
+        os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+        return target
+
+    return copy
 
 
 class WriteFailed(OSError):
@@ -115,7 +172,7 @@ _WRITE_ROOTS: ContextVar[tuple[Path, ...] | None] = ContextVar("xlaport_write_ro
 @contextmanager
 def writes_confined_to(root: Path) -> Iterator[None]:
     """Within this block, `atomic_write`, `keep_backup` and `copy_file` refuse (WriteFailed) any file whose real
-    path (links resolved) is not inside `root`."""
+    path (links resolved) is not inside `root`, and `read_source` (UnreadableSource) any file it opened there."""
     token = _WRITE_ROOTS.set((Path(os.path.realpath(root)),))
     try:
         yield
@@ -141,6 +198,18 @@ def check_writable(path: Path) -> None:
         real = Path(os.path.realpath(path))
         if not any(real.is_relative_to(root) for root in roots):
             raise WriteFailed(f"refusing to write {path}: it is outside the allowed folder {roots[0]}")
+
+
+def _opened_inside_roots(fd: int) -> bool:
+    """Is the file open as `fd` inside the confined roots (True when reads are not confined)?"""
+    roots = _WRITE_ROOTS.get()
+    if roots is None:
+        return True
+    try:
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return False  # cannot tell: not read
+    return any(real.is_relative_to(root) for root in roots)
 
 
 def _has_bom(path: Path) -> bool:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from xlaport.eval.sandbox import read_child_file, run_sandboxed
 
+from xlaport.files import copier_inside
+
 from .results import TestgenError
 from .sources import SourcePair, module_name
 from .targets import Target
@@ -93,11 +95,13 @@ def copy_tree(src: Path, parent: Path) -> Path:
     def ignore(directory: str, names: list[str]) -> list[str]:
         return [n for n in names if n in (".git", ".venv", "venv", "__pycache__", "node_modules")]
 
+    copy_as_opened = copier_inside(src)  # never through a link swapped in after the listing
+
     def copy(source: str, destination: str) -> None:
         if os.path.getsize(source) > COPY_LIMIT_BYTES:
             os.symlink(os.path.abspath(source), destination)
         else:
-            shutil.copy2(source, destination)
+            copy_as_opened(source, destination)
 
     parent.mkdir(parents=True, exist_ok=True)
     dst = parent / src.name

@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xlaport.files import SKIP_DIRS
+from xlaport.files import SKIP_DIRS, copier_inside
 
 from ..check import run_check
 from ..sandbox import read_child_file, run_sandboxed
@@ -70,7 +70,9 @@ def split_command(command: list[str]) -> tuple[str, list[str]]:
 
 def copy_tree(src: Path, dst: Path) -> None:
     """A working copy the run may scribble in (VCS folders, caches and virtual environments are left out)."""
-    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS, "*.egg-info"))
+    # each file as opened (never through a link swapped in meanwhile): the copy is handed to the sandbox user
+    ignore = shutil.ignore_patterns(*SKIP_DIRS, "*.egg-info")
+    shutil.copytree(src, dst, symlinks=True, ignore=ignore, copy_function=copier_inside(src))
 
 
 def _files_of(folder: Path) -> dict[str, float]:
