@@ -226,6 +226,7 @@ def _key(job: FileJob) -> tuple:
 
 # --- the tree summary -------------------------------------------------------------------------------------------
 CLASS_DEF = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+DEF = re.compile(r"\bdef[\s\\]+(\w+)")  # every function definition's name (and a few words of strings)
 WORD = re.compile(r"\w+")
 MAX_PROJECT_ROUNDS = 4  # a stepping helper calling another module's stepping helper: one round per link
 
@@ -249,7 +250,8 @@ def _plan(tree: Tree) -> _Plan:
     may_step = [text for text in texts.values() if "step" in text or "backward" in text]
     classes = frozenset(name for text in may_step for name in CLASS_DEF.findall(text))
     exports = star_exports({module_name(rel): text for rel, text in texts.items()})
-    start = ProjectSteps(modules=frozenset(module_name(rel) for rel in tree.rels), exports=exports)
+    defined = frozenset(name for text in texts.values() for name in DEF.findall(text))
+    start = ProjectSteps(modules=frozenset(module_name(rel) for rel in tree.rels), exports=exports, defined=defined)
     return _Plan(tree, texts, classes, start)
 
 
@@ -306,7 +308,12 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
         combined = ProjectSteps.combine(list(summaries.values()))
         bound = frozenset(b for b in combined.param_classes if b[0].rsplit(".", 1)[-1] not in unread)
         found_project = ProjectSteps(
-            project.modules, combined.steppers, bound, exports=plan.start.exports, per_step=combined.per_step
+            project.modules,
+            combined.steppers,
+            bound,
+            exports=plan.start.exports,
+            per_step=combined.per_step,
+            defined=plan.start.defined,
         )
         if found_project == project:
             break

@@ -29,6 +29,7 @@ from .imports import add_imports, mark_device_imports, remove_imports_made_unuse
 from .parsing import parse_both
 from .registry import all_rules
 from .rule import ImportSpec, Report, Rule
+from .splice import OriginalText, code_after
 from .text_edits import text_edits
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
@@ -259,18 +260,21 @@ def _finding(path: str, d: _Detection, edits: tuple[Edit, ...] = ()) -> Finding:
     )
 
 
-def _own_edits(module: cst.Module, d: _Detection) -> tuple[Edit, ...]:
+def _own_edits(module: cst.Module, d: _Detection, original: list[OriginalText]) -> tuple[Edit, ...]:
     """The text replacements of `d`'s own rewrite (with the imports it adds), alone: what an editor or a SARIF
     consumer applies for this one finding. `xlaport fix` applies the rewrites together, in passes, and then removes
-    the imports they left unused, so its result can differ from applying each finding's edits."""
+    the imports they left unused, so its result can differ from applying each finding's edits. `original`: the
+    module's statement texts (splice.py), recorded by the first finding that needs them."""
     if d.report.replacement is None or _applicability(d) == "manual":
         return ()
     try:
-        fixed = _apply(module, [d]).code
+        if not original:
+            original.append(OriginalText(module))
+        fixed = code_after(original[0], _apply(module, [d]))
         ast.parse(fixed)
     except Exception:  # noqa: BLE001  (a rewrite that only works with its rule's other edits: no edits, the finding stays)
         return ()
-    return text_edits(module.code, fixed)
+    return text_edits(original[0].code, fixed)
 
 
 def lint_source(
@@ -289,7 +293,8 @@ def lint_source(
     with without_cycle_collection():
         module, tree = (analysis.module, analysis.tree) if analysis is not None else parse_both(source)
         found = _detect(module, rules, source, project, path, tree, analysis)
-        return [_finding(path, d, _own_edits(module, d) if edits else ()) for d in found]
+        original: list[OriginalText] = []
+        return [_finding(path, d, _own_edits(module, d, original) if edits else ()) for d in found]
 
 
 @contextmanager

@@ -45,6 +45,8 @@ def _dotted_names(node: cst.BaseExpression) -> list[str]:
 
 
 _TARGETS = {cst.AssignTarget, cst.AnnAssign, cst.For}
+_UNPACKING = {cst.Element, cst.StarredElement, cst.Tuple, cst.List}  # between a target and the names it unpacks into
+_OTHER_TARGETS = {cst.AsName, cst.CompFor, cst.Del}
 
 
 class ImportNames:
@@ -191,7 +193,8 @@ class ImportNames:
             return None  # a dotted import (`import a.b`) decides: not handled here
         parent = self.parents.get(node)
         kind = type(parent)
-        if type(node) is cst.Name and kind in _TARGETS and parent.target is node:
+        unpacked = self._unpacked_into(node) if kind in _UNPACKING else None
+        if type(node) is cst.Name and (kind in _TARGETS and parent.target is node or unpacked):
             return [], True  # an assignment's own target: libcst names it by that assignment alone
         named = (kind is cst.Param or kind is cst.FunctionDef or kind is cst.ClassDef) and parent.name is node
         if type(node) is not cst.Name or named:
@@ -203,7 +206,7 @@ class ImportNames:
                 if imports or (number, head) in b.sites:
                     return imports, (number, head) in b.sites
             return [], False
-        if not is_read(node, parent):
+        if not (is_read(node, parent) or unpacked is False):
             return None
         own = own_scope(node, scopes[0], self.parents)
         if own is False:
@@ -233,6 +236,20 @@ class ImportNames:
                 return None  # the next scope is a class body's
             own = None  # nothing before the node: the scopes around answer with all their bindings
         return [], False
+
+    def _unpacked_into(self, name: cst.CSTNode) -> bool | None:
+        """For a name in a tuple or list: True when the tuple is a target it is unpacked into (`device, dtype =
+        ...`, `for a, b in`: libcst records the name as an assignment of its own, as a plain target), False when the
+        tuple is a value (`return device, dtype`: a read), None when neither is certain here."""
+        node, parent = name, self.parents.get(name)
+        while type(parent) in _UNPACKING:
+            node, parent = parent, self.parents.get(parent)
+        kind = type(parent)
+        if kind in _TARGETS:
+            return parent.target is node
+        if kind in _OTHER_TARGETS:  # `with ... as (a, b)`, a comprehension's `for a, b in`
+            return None
+        return False
 
     def _dotted(self, scope: cst.CSTNode) -> list[str]:
         return [name for name in self.tables.get(scope, {}) if "." in name]

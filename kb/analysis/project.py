@@ -242,7 +242,10 @@ def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
     if project is None:
         return ()
     found = []
+    defined, imported = project.defined, rule.analysis.names().imported_heads
     for call in rule.analysis.nodes.calls:
+        if defined is not None and not _may_name_function(call.func, defined, imported):
+            continue  # resolving its name (the cost of this summary) would find none of the tree's functions
         callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
         if not callees:
             continue
@@ -255,6 +258,17 @@ def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
             klass = next(iter(classes)) if len(classes) == 1 else UNKNOWN
             found += [(callee, where, klass) for callee in callees]
     return tuple(found)
+
+
+def _may_name_function(func: cst.CSTNode, defined: frozenset[str], imported: frozenset[str]) -> bool:
+    """Can `func` name a function whose name is one of `defined`? A name resolves to a name that ends as it
+    does (`x.step` -> `pkg.mod.step`), unless an import renames it (`from m import step as run`: `run`)."""
+    kind = type(func)
+    if kind is cst.Attribute:
+        return func.attr.value in defined
+    if kind is cst.Name:
+        return func.value in defined or func.value in imported
+    return True
 
 
 def _constructed(rule: StepView, value: cst.CSTNode) -> set[str]:

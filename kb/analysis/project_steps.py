@@ -47,6 +47,9 @@ class ProjectSteps:
     exports: frozenset[tuple[str, str]] = frozenset()
     # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
     per_step: frozenset[str] = frozenset()
+    # every name the tree's texts define with `def` (None: not known). `combine` keeps only what is passed to the
+    # tree's functions, so project.py `passes` resolves no call that cannot name one of them
+    defined: frozenset[str] | None = None
 
     def module_of(self, path: str) -> str:
         """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""

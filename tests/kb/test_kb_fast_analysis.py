@@ -117,3 +117,45 @@ def test_every_node_has_libcst_names(path: Path):
             assert {builtin} - {None} == _libcst_names(names, node, QualifiedNameSource.BUILTIN)
             checked += 1
     assert checked > 10
+
+
+UNPACKED = """from torch import device, dtype
+
+
+def to(*args):
+    device, dtype, *rest = parse(*args)
+    first, (second, dtype) = rest
+    return device, dtype, first, second
+
+
+def sizes(pairs):
+    for index, [size, device] in enumerate(pairs):
+        print(index, size)
+
+
+def keep(x, pair):
+    device, other = pair
+    return x.to(device), (device, other)
+"""
+
+
+def test_names_unpacked_into_need_no_scope_analysis(monkeypatch):
+    """A name an unpacking assignment or loop binds (`device, dtype = ...` where `device` is also imported) is
+    answered from the import tables as libcst answers it: an assignment of its own, no import."""
+    import ast
+
+    import xlaport.kb.analysis.module as module_analysis
+
+    fallbacks = []
+    scope_names = module_analysis._scope_names
+    monkeypatch.setattr(module_analysis, "_scope_names", lambda *a: fallbacks.append(a) or scope_names(*a))
+    module = parse(UNPACKED)
+    names = MetadataWrapper(module, unsafe_skip_copy=True).resolve(QualifiedNameProvider)
+    analysis = ModuleAnalysis.of(module, None, ast.parse(UNPACKED), UNPACKED)
+    targets = 0
+    for node in analysis.parents:
+        if isinstance(node, cst.Name) and node.value in ("device", "dtype"):
+            assert set(analysis.imported_names(node)) == _libcst_names(names, node, QualifiedNameSource.IMPORT)
+            assert analysis.has_qualified_names(node) == bool(_value(names.get(node, set())))
+            targets += type(analysis.parents[node]) is cst.Element
+    assert targets >= 5 and not fallbacks
