@@ -20,6 +20,7 @@ from .analysis.devices import analyse as analyse_devices
 from .analysis.devices import cpu_utility
 from .analysis.module import ModuleAnalysis
 from .analysis.project_steps import ProjectSteps
+from .codegen import ModuleTexts
 from .cst_walk import LAYOUT, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
 from .finding import Edit, Finding, FixResult
@@ -397,6 +398,7 @@ def _fix_source(
     original = tree
     text = source
     applied: list[Finding] = []
+    texts = ModuleTexts()  # the modules below share most statements: each one's code is generated once
     detections = _detect(module, rules, text, project, path, tree, analysis)
     imports_checked = True  # `text` was checked for imports the rewrites left unused (nothing to check before any)
     for _ in range(MAX_FIX_PASSES):
@@ -405,21 +407,21 @@ def _fix_source(
             break
         chosen = _non_overlapping(fixable)
         candidate = _apply(module, chosen)
-        candidate_text = candidate.code
+        candidate_text = texts.code(candidate)
         if candidate_text == text:
             break
         applied.extend(_finding(path, d) for d in chosen)
         tree = _checked_tree(candidate_text, path)
-        cleaned = remove_imports_made_unused(original, candidate, tree)
+        cleaned = remove_imports_made_unused(original, candidate, tree, texts.code)
         if cleaned is not candidate:
             # the final text, unless a rewrite is left: then its detections are what is left. If one is left, the
             # next pass works on the text with its imports (a rewrite that adds an import puts it after them), and
             # they are removed at the end.
-            final = cleaned.code
+            final = texts.code(cleaned)
             final_tree = _checked_tree(final, path)
             found = _detect(cleaned, rules, final, project, path, final_tree)
             if not _fixable(found, unsafe):
-                final = mark_device_imports(original, cleaned, final_tree).code
+                final = texts.code(mark_device_imports(original, cleaned, final_tree))
                 return FixResult(path, source, final, applied, [_finding(path, d) for d in found])
         # the rewritten tree itself, not a parse of its text (which CPython checked above): parsing it again was
         # ~15% of a 200-line fix, and gives the same fixes and findings on the corpus and kb fixture files (784
@@ -429,13 +431,13 @@ def _fix_source(
         detections = _detect(module, rules, text, project, path, tree)
     remaining = [_finding(path, d) for d in detections]
     if not imports_checked:
-        cleaned = remove_imports_made_unused(original, module, tree)
+        cleaned = remove_imports_made_unused(original, module, tree, texts.code)
         if cleaned is not module:
-            text = cleaned.code
+            text = texts.code(cleaned)
             remaining = lint_source(text, path, rules, project)
             module, tree = cleaned, ast.parse(text, path)
     if applied:  # a comment at a line's end: the findings' positions stay
-        text = mark_device_imports(original, module, tree).code
+        text = texts.code(mark_device_imports(original, module, tree))
     return FixResult(path=path, source=source, fixed=text, applied=applied, remaining=remaining)
 
 

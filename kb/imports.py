@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -125,9 +125,14 @@ def _names_in_string(text: str) -> list[str]:
     return [n.id for n in ast.walk(expression) if isinstance(n, ast.Name)]
 
 
-def remove_imports_made_unused(original: ast.Module, fixed: cst.Module, fixed_tree: ast.Module) -> cst.Module:
+def remove_imports_made_unused(
+    original: ast.Module,
+    fixed: cst.Module,
+    fixed_tree: ast.Module,
+    code_of: Callable[[cst.Module], str] = lambda module: module.code,
+) -> cst.Module:
     """`fixed` (CPython's AST `fixed_tree`) without the imports that `original` referenced and `fixed`
-    no longer does."""
+    no longer does. `code_of`: a module's code (kb/codegen.py's, which reuses what the caller generated before)."""
     before = import_references(original)
     dead = [key for key, uses in import_references(fixed_tree).items() if uses == 0 and before.get(key, 0) > 0]
     if not dead:
@@ -145,7 +150,7 @@ def remove_imports_made_unused(original: ast.Module, fixed: cst.Module, fixed_tr
     else:
         cleaned = replace_nodes(fixed, {line: without_imports(line, dead) for line in lines}, on_path)
     try:
-        compile(cleaned.code, "<cleaned>", "exec")
+        compile(code_of(cleaned), "<cleaned>", "exec")
     except SyntaxError:  # e.g. a `try:` whose only statement was the import: keep it
         return fixed
     return cleaned

@@ -185,6 +185,7 @@ class BM25:
         frequency = Counter(term for counts in self.counts for term in counts)
         n = len(documents)
         self.idf = {term: math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for term, df in frequency.items()}
+        self._tf: dict[str, np.ndarray] = {}
 
     def scores(self, terms: Sequence[str]) -> np.ndarray:
         """Each document's BM25 for the query's distinct terms."""
@@ -194,7 +195,9 @@ class BM25:
             idf = self.idf.get(term)
             if idf is None:
                 continue
-            tf = np.array([counts.get(term, 0) for counts in self.counts], dtype=np.float64)
+            tf = self._tf.get(term)
+            if tf is None:  # each term's counts per document, made once (a query's terms recur)
+                tf = self._tf[term] = np.array([counts.get(term, 0) for counts in self.counts], dtype=np.float64)
             total += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
         return total
 
@@ -220,6 +223,9 @@ class FixIndex:
             if kind == "entry" and self._summary_row[code_of_row[row]] < 0:
                 self._summary_row[code_of_row[row]] = row
         self._bm25 = BM25([lexical_terms(entry_text(self.entries[code])) for code in codes])
+        # (query text, k) -> its hits, most recent last: a service sees the same findings' queries on every request
+        # (a finding is searched by its title and message, kb/hits.py), and ranking one took ~1 ms (BM25, symptoms)
+        self._ranked: OrderedDict[tuple[str, int], list[FixHit]] = OrderedDict()
 
     @classmethod
     def load_or_build(
@@ -284,13 +290,21 @@ class FixIndex:
         """The `k` best entries for each query, best first; one encoder call for all queries."""
         if not texts or k <= 0 or not self.passages:
             return [[] for _ in texts]
-        parts = [query_parts(t) for t in texts]
-        flat = [p for ps in parts for p in ps]
-        similarity = self._encode(flat) @ self.vectors.T  # (query parts, passages) cosine similarities
-        results, offset = [], 0
-        for text, ps in zip(texts, parts, strict=True):
-            results.append(self._rank(text, similarity[offset : offset + len(ps)], k))
-            offset += len(ps)
+        new = [t for t in dict.fromkeys(texts) if (t, k) not in self._ranked]
+        if new:
+            parts = [query_parts(t) for t in new]
+            flat = [p for ps in parts for p in ps]
+            similarity = self._encode(flat) @ self.vectors.T  # (query parts, passages) cosine similarities
+            offset = 0
+            for text, ps in zip(new, parts, strict=True):
+                self._ranked[(text, k)] = self._rank(text, similarity[offset : offset + len(ps)], k)
+                offset += len(ps)
+        results = []
+        for text in texts:
+            self._ranked.move_to_end((text, k))
+            results.append([hit.model_copy() for hit in self._ranked[(text, k)]])  # the caller may change its copy
+        while len(self._ranked) > QUERY_CACHE_SIZE:
+            self._ranked.popitem(last=False)
         return results
 
     def _encode(self, texts: list[str]) -> np.ndarray:

@@ -262,6 +262,23 @@ def test_batched_search_equals_single_queries(index):
 
 
 @pytest.mark.slow
+def test_a_query_seen_before_is_answered_from_its_ranked_hits(cache, monkeypatch):
+    """A service searches the same findings' messages on every request: ranked once, the same hits after."""
+    index = FixIndex.load_or_build(directory=cache)  # its own, with nothing ranked yet
+    fresh = FixIndex.load_or_build(directory=cache)
+    ranked = []
+    rank = index._rank
+    monkeypatch.setattr(index, "_rank", lambda text, similarity, k: ranked.append(text) or rank(text, similarity, k))
+    queries = ["Unscaled float16 training. GradScaler needs CUDA", "xm.mark_step()", "xm.mark_step()"]
+    first = index.search_many(queries, 3)
+    first[0][0].score = -1.0  # a caller changing its hits changes no later answer
+    again = index.search_many(queries, 3)
+    assert ranked == queries[:2]  # each distinct query ranked once, over both calls
+    assert again == fresh.search_many(queries, 3)
+    assert again[0][0].score > 0 and again[1] == again[2]
+
+
+@pytest.mark.slow
 def test_kb_search_command(cache, monkeypatch):
     monkeypatch.setenv("XLAPORT_CACHE_DIR", str(cache))
     runner = CliRunner()

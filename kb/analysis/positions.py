@@ -14,7 +14,7 @@ import ast
 import re
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -22,6 +22,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # generating the statement of that block that holds it, not the whole compound statement (a finding in a long
 # loop generates one line of it).
 _BLOCK_STATEMENTS = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.With, cst.If, cst.Try, cst.TryStar)
+# The statements placed from their keyword to their block's end (Positions._place_block), and that keyword.
+_KEYWORDS = {cst.For: "for", cst.While: "while", cst.With: "with", cst.If: "if"}
 
 
 class _Computed:
@@ -88,12 +90,34 @@ class Positions:
                 indents.append(block.indent if block.indent is not None else self.module.default_indent)
                 body, ast_body, depth = block.body, ast_statements[0].body, depth + 2
                 continue
-            return self._generate(statement, ast_statements[0], indents)
+            return self._generate(
+                statement, ast_statements[0], indents, node, path[depth + 1] if depth + 1 < len(path) else None
+            )
 
-    def _generate(self, statement: cst.CSTNode, first: ast.stmt, indents: list[str]) -> bool:
+    def _generate(
+        self,
+        statement: cst.CSTNode,
+        first: ast.stmt,
+        indents: list[str],
+        asked: cst.CSTNode,
+        child: cst.CSTNode | None = None,
+    ) -> bool:
+        """`child`: the child of `statement` that is or holds `asked` (None when `asked` is `statement`)."""
+        if asked is statement and self._place_block(statement, first, indents):
+            return True
         decorators = getattr(first, "decorator_list", None)
         line = min(d.lineno for d in decorators) if decorators else first.lineno
         line -= len(getattr(statement, "leading_lines", ()))
+        block = getattr(statement, "body", None)
+        if (
+            asked is not statement
+            and type(statement) in _BLOCK_STATEMENTS
+            and type(block) is cst.IndentedBlock
+            and child is not block
+            and child is not getattr(statement, "orelse", None)
+            and type(statement) not in (cst.Try, cst.TryStar)
+        ):
+            return self._generate_header(statement, block, line, indents)
         state = PositionProvidingCodegenState(
             default_indent=self.module.default_indent,
             default_newline=self.module.default_newline,
@@ -106,6 +130,55 @@ class Positions:
         starts = self._starts()
         # on a mismatch the caller takes every position from PositionProvider, these included
         return 1 <= line <= len(starts) and self.source.startswith(text, starts[line - 1])
+
+    def _generate_header(self, statement: cst.CSTNode, block: cst.IndentedBlock, line: int, indents: list[str]) -> bool:
+        """A node in the header of a block statement (a loop's target or iterable, a `with` item, a function's
+        parameters) placed by generating the header alone: the statement with an empty block (which libcst writes
+        as one `pass` line, cut off before the text is checked against the source). The header's nodes are the
+        statement's own; the stand-in statement and block are new nodes that nothing asks for."""
+        header_only = statement.with_changes(body=block.with_changes(body=(), footer=()))
+        if getattr(statement, "orelse", None) is not None:
+            header_only = header_only.with_changes(orelse=None)
+        state = PositionProvidingCodegenState(
+            default_indent=self.module.default_indent,
+            default_newline=self.module.default_newline,
+            provider=self.known,  # type: ignore[arg-type]
+        )
+        state.indent_tokens = list(indents)
+        state.line = line
+        header_only._codegen(state)
+        text = "".join(state.tokens)
+        indent = block.indent if block.indent is not None else self.module.default_indent
+        stand_in = "".join(indents) + indent + "pass" + self.module.default_newline
+        if not text.endswith(stand_in):
+            return False
+        starts = self._starts()
+        return 1 <= line <= len(starts) and self.source.startswith(text[: -len(stand_in)], starts[line - 1])
+
+    def _place_block(self, statement: cst.CSTNode, first: ast.stmt, indents: list[str]) -> bool:
+        """A loop, `with` or `if` (no `else`) asked for itself, placed without generating its body: libcst's range of
+        it runs from its keyword to the end of its block's last statement, which is placed on its own. A finding on
+        a long training loop generated the whole loop (8 ms of a 200-line fix, with four such findings)."""
+        keyword = _KEYWORDS.get(type(statement))
+        block = getattr(statement, "body", None)
+        if keyword is None or getattr(statement, "orelse", None) is not None:
+            return False
+        if type(block) is not cst.IndentedBlock or not block.body:
+            return False
+        if getattr(statement, "asynchronous", None) is not None:
+            keyword = "async"
+        column, line, starts = len("".join(indents)), first.lineno, self._starts()
+        if first.col_offset != column or not 1 <= line <= len(starts):
+            return False
+        start = starts[line - 1]
+        text = self.source[start : start + column + len(keyword) + 1]
+        if text[:column].strip(" \t") or not re.fullmatch(keyword + r"\W", text[column:]):
+            return False
+        last = self.get(block.body[-1])
+        if last is None or self.whole is not None:  # the last statement was not placed: the caller takes libcst's map
+            return False
+        self.known._computed[statement] = CodeRange(CodePosition(line, column), last.end)
+        return True
 
     def _starts(self) -> list[int]:
         """The offset in the source where each line starts."""
