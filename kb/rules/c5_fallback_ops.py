@@ -10,6 +10,7 @@ from typing import ClassVar
 import libcst as cst
 
 from ..cst_helpers import keyword_arg, method_name, positional_args, string_value
+from ..analysis.sparse import SPARSE_MATMULS, SPARSE_METHODS, is_sparse
 from ..step_rule import StepContextRule
 
 
@@ -325,33 +326,32 @@ class ScaledMatmul(_FallbackOp):
     functions = {"torch._scaled_mm": "aten::_scaled_mm"}
 
 
-SPARSE_BUILDERS = frozenset(
-    {
-        "torch.sparse_coo_tensor",
-        "torch.sparse_csr_tensor",
-        "torch.sparse_csc_tensor",
-        "torch.sparse_bsr_tensor",
-        "torch.sparse.FloatTensor",
-    }
-)
-SPARSE_METHODS = frozenset({"to_sparse", "to_sparse_csr", "to_sparse_csc", "to_sparse_coo"})
 SPARSE_MESSAGE = (
     "sparse tensors have no XLA backend: moving one to the device raises `NotImplementedError: Could not run "
     "'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the 'SparseXLA' backend`"
 )
 
 
+SPARSE_MATMUL_MESSAGE = (
+    "a sparse matmul in device code: its sparse operand cannot be on the XLA device (no SparseXLA backend); "
+    "densify it where it is moved (`adj.to_dense().to(device)`): `torch.spmm` then runs as a dense matmul (measured, "
+    "no fallback); use `torch.mm` for `torch.sparse.mm` (on dense XLA tensors it falls back to the CPU)"
+)
+
+
 class SparseTensorOnDevice(StepContextRule):
     code = "XLA520"
-    needs = ("sparse",)
+    needs = ("sparse", "spmm", "smm")
     title = "Sparse tensors cannot live on the XLA device"
     category = "C5"
     fix = "unsafe"
     autofix = True
     detects = (
         "A sparse tensor (`torch.sparse_coo_tensor(...)`, `torch.sparse_csr_tensor(...)`, `t.to_sparse()`, or a "
-        "name assigned one) moved to a device with `.to(device)` / `.cuda()`; `.to_sparse()` in device code. "
-        "The fix densifies before the move: `s.to_dense().to(device)`."
+        "name assigned one, or the result of one of the module's functions that returns one) moved to a device with "
+        "`.to(device)` / `.cuda()`; `.to_sparse()` in device code; `torch.spmm` / `torch.sparse.mm` in device code "
+        "(the sparse operand of a graph convolution, moved in another module). The fix densifies before the move: "
+        "`s.to_dense().to(device)`."
     )
     why = (
         "torch_xla 2.9 has no SparseXLA kernels: `sparse.to('xla')` and `.to_sparse()` on an XLA tensor raise "
@@ -375,6 +375,10 @@ class SparseTensorOnDevice(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call_to(node, *SPARSE_MATMULS):
+            if self.in_device_context(node):
+                self.report(node, SPARSE_MATMUL_MESSAGE)
+            return
         method = method_name(node)
         if method in SPARSE_METHODS and not node.args:
             if self.in_device_context(node) and not self._moved_to_host(node):
@@ -383,7 +387,7 @@ class SparseTensorOnDevice(StepContextRule):
         if method not in ("to", "cuda") or not self._moves_to_device(node):
             return
         receiver = node.func.value
-        if self._is_sparse(receiver):
+        if is_sparse(self, receiver):
             dense = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("to_dense")))
             self.report(node, replacement=node.with_changes(func=node.func.with_changes(value=dense)))
 
@@ -396,18 +400,6 @@ class SparseTensorOnDevice(StepContextRule):
             return False
         return not self.qualified_startswith(target, "torch.float", "torch.bfloat16", "torch.half", "torch.int")
 
-    def _is_sparse(self, node: cst.CSTNode, depth: int = 0) -> bool:
-        if isinstance(node, cst.Call):
-            return bool(self.qualified_names(node.func) & SPARSE_BUILDERS) or method_name(node) in SPARSE_METHODS
-        if isinstance(node, cst.Name) and depth < 3:
-            values = self.assigned_values(node)
-            return (
-                bool(values)
-                and all(self._is_sparse(v, depth + 1) or _same_name(v, node) for v in values)
-                and any(self._is_sparse(v, depth + 1) for v in values)
-            )
-        return False
-
     def _moved_to_host(self, node: cst.Call) -> bool:
         """`x.cpu().to_sparse()`, `x.to("cpu").to_sparse()`: sparsified on the host."""
         receiver = node.func.value
@@ -419,9 +411,3 @@ class SparseTensorOnDevice(StepContextRule):
             return inner == "to" and bool(args) and string_value(args[0].value) == "cpu"
         return False
 
-
-def _same_name(value: cst.CSTNode, name: cst.Name) -> bool:
-    """`adj = adj.to(device)`: the name's own move, not another value."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        value = value.func.value
-    return isinstance(value, cst.Name) and value.value == name.value
