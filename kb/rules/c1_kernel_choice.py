@@ -169,14 +169,16 @@ class RuntimeCudaKernel(_FlagRule):
     )
     before = "from assoc_scan import AssocScan\n\nscan = AssocScan(use_accelerated=True)\n"
     after = "from assoc_scan import AssocScan\n\nscan = AssocScan(use_accelerated=False)\n"
-    message = "compiles a CUDA kernel at the first call; no CUDA on a TPU host"
+    message = (
+        "a kernel compiled for CUDA at the first call; no CUDA on a TPU host: turn off the flag that chose it "
+        "(`use_accelerated...=False`) or use a PyTorch implementation of the op"
+    )
     flag_message = (
         "chooses a kernel compiled for CUDA (or Triton) at the first call: the first step fails on a TPU host; "
         "turn it off to use the library's PyTorch path"
     )
     symptoms = (
-        "IndexError: list index out of range",
-        "_get_cuda_arch_flags",
+        "in _get_cuda_arch_flags",
         "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
     )
     references = ("torch/utils/cpp_extension.py load_inline", "pytorch/xla #9601 (Triton removed)")
