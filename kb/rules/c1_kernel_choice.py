@@ -23,7 +23,8 @@ FLEX_FUNCTIONS = frozenset(
     }
 )
 # `use_flex_attn`, `use_flex_sliding_window`, `USE_FLEX_ATTN`, `flex_attention=True`: names that choose flex attention
-FLEX_FLAG = re.compile(r"^(use_)?flex(_|$)|(^|_)flex_attn(_|$)|(^|_)flex_attention$", re.IGNORECASE)
+# (from their start: `disable_flex_attn=True` turns it off)
+FLEX_FLAG = re.compile(r"^use_flex(_|$)|^(use_)?flex_(attn|attention)(_|$)", re.IGNORECASE)
 # `use_accelerated_scan`, `use_accelerated`, `use_triton_fine_selection`, `use_cuda_kernel`: names that choose a kernel
 # built for CUDA at the first call
 KERNEL_FLAG = re.compile(r"^use_(accelerated|triton|cuda_kernel|fused_cuda)", re.IGNORECASE)
@@ -137,6 +138,7 @@ class FlexAttention(_FlagRule):
         "import torch.nn.functional as F\ny = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n",
         "from mylib import Transformer\nmodel = Transformer(dim=256, use_flex_attn=False)\n",
         "flexible = True\nlayout = make(flex=2)\n",
+        "out = attn(seq, disable_flex_attn=True)\n",
     )
     flag = FLEX_FLAG
 
