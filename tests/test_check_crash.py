@@ -8,9 +8,10 @@ import json
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.cli import app
 from xlaport.eval.check.crash import crash_reason, dependency_frame, error_line
 from xlaport.kb.symptoms import entries_for_error, explain_error
+
+from xlaport.cli import app
 
 SITE = "/opt/env/lib/python3.11/site-packages"
 TRACEBACK = f"""Traceback (most recent call last):
