@@ -14,6 +14,7 @@ from .rule import Rule
 from .rules import (
     c1_cuda_only,
     c1_env_vars,
+    c1_kernel_choice,
     c1_removed_apis,
     c2_compile_and_launch,
     c2_cuda_runtime,
@@ -49,6 +50,7 @@ from .rules import (
 RULE_MODULES: tuple[ModuleType, ...] = (
     c1_cuda_only,
     c1_env_vars,
+    c1_kernel_choice,
     c1_removed_apis,
     c2_compile_and_launch,
     c2_cuda_runtime,

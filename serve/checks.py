@@ -17,6 +17,7 @@ from xlaport.eval.sandbox import SandboxRefused
 from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.config import VerifyConfig
 from xlaport.eval.verify.report import VerifyReport
+from xlaport.kb.symptoms import explain_error
 
 from .inputs import parse_command
 from .phases import Step
@@ -41,7 +42,7 @@ def run_xla_check(
     found around `workdir` and nothing the sandbox user could not read is shown to it."""
     try:
         if workdir is None:
-            report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb)
+            report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb, explain=explain_error)
         else:
             root = Path(project or workdir).resolve() if project or reveal else None
             # a tree xlaport wrote itself (the migrated copy): the run may read all of it, as the copy it ran in did
@@ -53,6 +54,7 @@ def run_xla_check(
                 workdir=Path(workdir).resolve(),
                 project=root,
                 reveal=reveal,
+                explain=explain_error,
             )
     except SandboxRefused as refused:
         return CheckRun(name="xla_check", passed=None, reasons=[f"not run: {refused}"])

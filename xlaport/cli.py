@@ -74,7 +74,14 @@ def _add_kb(app: typer.Typer) -> None:
 def _add_eval(app: typer.Typer) -> None:
     from xlaport.eval.cli import register
 
-    register(app)
+    register(app, explain=_explain_error)
+
+
+def _explain_error(text: str) -> list[str]:
+    """The kb entries a crash of `check` matches (loads every rule: only when a run died of an error)."""
+    from xlaport.kb.symptoms import explain_error
+
+    return explain_error(text)
 
 
 def _add_serve(app: typer.Typer) -> None:

@@ -11,6 +11,11 @@ from typer.core import TyperCommand
 
 from xlaport.cliutil import EXIT_USAGE, OutputFormat, TargetOption, no_evidence_here
 
+from .crash import Explain
+
+# what names the kb entry behind a crash; the root app passes the kb's (eval never imports kb)
+_explain: Explain | None = None
+
 
 def check(
     script: Annotated[
@@ -116,6 +121,7 @@ def check(
             allow_unsandboxed=allow_unsandboxed,
             keep_outputs=keep_outputs.resolve() if keep_outputs else None,
             max_steps=max_steps,
+            explain=_explain,
         )
     except SandboxRefused as refused:
         typer.echo(f"error: refused: {refused}", err=True)
@@ -147,6 +153,8 @@ class _CheckCommand(TyperCommand):
                 formatter.write_text(line)
 
 
-def register(app: typer.Typer) -> None:
-    """Adds the command to the root app."""
+def register(app: typer.Typer, explain: Explain | None = None) -> None:
+    """Adds the command to the root app. `explain`: names the kb entries an error the run died of matches."""
+    global _explain
+    _explain = explain
     app.command("check", cls=_CheckCommand)(check)

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..sandbox import SandboxResult
+from .crash import Explain, crash_reason
 from .events import (
     CHILD_FILES,
     GRAD_SCALER_READ,
@@ -62,7 +63,9 @@ def build_report(
     launched_at: float,
     pjrt_device: str,
     memory_mb: int | None = None,
+    explain: Explain | None = None,
 ) -> CheckReport:
+    """The report of one run. `explain`: names the kb entries whose symptom an error matches (crash.py)."""
     process = pick_process(events)
     stopped = next((e for e in events if e["event"] == "stopped"), None)
     imported = next((e for e in events if e["event"] == "torch_xla_imported"), None)
@@ -177,6 +180,10 @@ def build_report(
     if not (result.timed_out or result.memory_exceeded or result.returncode == 0):
         report.notes += _crash_notes(result)
     report.level, report.reasons = grade(report, finished=finished, timeout_s=timeout_s)
+    if report.level == "none" and report.exit_code and report.reasons:
+        crash = crash_reason(report.error, explain)
+        if crash:
+            report.reasons[0] += f" ({crash})"
     return report
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..sandbox import SandboxResult, project_root, read_child_file, readable_scratch, run_sandboxed, scratch
+from .crash import Explain
 from .events import RUNNER, parse_compilation_analysis, read_events
 from .grade import build_report
 from .report import CheckReport
@@ -44,6 +45,7 @@ def run_check(
     allow_unsandboxed: bool = False,
     keep_outputs: Path | None = None,
     max_steps: int | None = None,
+    explain: Explain | None = None,
 ) -> CheckReport:
     """Runs `script` with `args` under torch_xla in a child process and grades what happened, as
     `cd WORKDIR && python SCRIPT ARGS` would run it: a relative `script` is found in `workdir`, which is the
@@ -55,7 +57,8 @@ def run_check(
     user, never a server's client); `allow_unsandboxed`: what the sandbox user cannot read is run as root
     instead of refused (SandboxRefused), said first in the notes. `writable`: the caller's scratch folders the
     child may write (handed over to the sandbox user, see eval/sandbox/). `max_steps`: the script is stopped
-    cleanly after that many steps (real scripts often loop for hours)."""
+    cleanly after that many steps (real scripts often loop for hours). `explain`: names the kb entries that
+    explain an error the run died of (crash.py; the kb's `explain_error`)."""
     script = Path(script)
     if not script.is_absolute() and workdir is not None:
         script = Path(workdir) / script
@@ -120,6 +123,7 @@ def run_check(
         launched_at=launched_at,
         pjrt_device=child_env["PJRT_DEVICE"],
         memory_mb=result.memory_limit_mb,  # the limit that applied (the sandbox may clamp it)
+        explain=explain,
     )
     if max_steps and report.steps >= max_steps:
         report.notes.append(

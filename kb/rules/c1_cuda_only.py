@@ -149,6 +149,7 @@ class CudaExtensionBuild(Rule):
     valid = (
         "from torch.utils.cpp_extension import load\nop = load(name='op', sources=['op.cpp'])\n",
         "from torch.utils.cpp_extension import CppExtension\next = CppExtension('op', ['op.cpp'])\n",
+        "from torch.utils.cpp_extension import load_inline\nop = load_inline('op', cpp_src, functions=['f'])\n",
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -156,8 +157,12 @@ class CudaExtensionBuild(Rule):
             self.report(node)
         elif self.is_call_to(node, "torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline"):
             with_cuda = keyword_arg(node, "with_cuda")
+            inline_cuda = self.is_call_to(node, "torch.utils.cpp_extension.load_inline") and (
+                len(positional_args(node)) > 2  # load_inline(name, cpp_sources, cuda_sources, ...)
+            )
             if (
-                keyword_arg(node, "cuda_sources") is not None
+                inline_cuda
+                or keyword_arg(node, "cuda_sources") is not None
                 or (with_cuda is not None and isinstance(with_cuda.value, cst.Name) and with_cuda.value.value == "True")
                 or has_cuda_source(node)
             ):

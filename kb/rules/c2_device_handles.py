@@ -8,6 +8,7 @@ from ..analysis.device_facts import is_cuda_value
 from ..analysis.devices import analyse as analyse_devices
 from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return
 from ..analysis.launch import world_size_move
+from ..analysis.sparse import is_sparse
 from ..cst_helpers import (
     code_of,
     expr,
@@ -21,17 +22,21 @@ from ..cst_helpers import (
     with_commas,
 )
 from ..rule import IMPORT_TORCH_XLA, IMPORT_XR, REMOVE, XLA_DEVICE, Rule
+from ..scoped_rule import ScopedRule
 from .c2_tensor_types import is_rewritten_use
 
 
-class CudaMethod(Rule):
+class CudaMethod(ScopedRule):
     code = "XLA201"
     needs = ("cuda",)
     title = "`.cuda()` moves to a GPU that a TPU host does not have"
     category = "C2"
     fix = "safe"
     autofix = True
-    detects = "Calls of the `.cuda()` method on tensors and modules, with or without a device index."
+    detects = (
+        "Calls of the `.cuda()` method on tensors and modules, with or without a device index. A sparse tensor's "
+        "`.cuda()` is left to XLA520: XLA has no sparse kernels, so moving it as it is would fail."
+    )
     why = (
         "A TPU VM has no NVIDIA driver: with the CUDA build of torch, `.cuda()` raises "
         "`RuntimeError: Found no NVIDIA driver on your system`. On XLA the device is `torch_xla.device()`."
@@ -45,13 +50,19 @@ class CudaMethod(Rule):
     )
     references = ("pytorch/xla docs: migration-to-xla-on-tpus.md",)
     message = "`.cuda()` targets a GPU; move to `torch_xla.device()`"
-    valid = ("import torch\nx = torch.cuda.is_initialized\n", "cuda = make()\ncuda.to(dev)\n")
+    valid = (
+        "import torch\nx = torch.cuda.is_initialized\n",
+        "cuda = make()\ncuda.to(dev)\n",
+        "import torch\nadj = torch.sparse_coo_tensor(i, v, (3, 3))\nadj = adj.cuda()\n",
+    )
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda"):
             return
         if "torch.cuda" in self.qualified_names(func):  # the module, not the method
+            return
+        if is_sparse(self, func.value):  # no SparseXLA kernels: XLA520 densifies it first
             return
         kept = [a for a in node.args if a.keyword is not None and a.keyword.value == "non_blocking"]
         args = [cst.Arg(expr(XLA_DEVICE)), *kept]

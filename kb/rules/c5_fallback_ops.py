@@ -9,7 +9,9 @@ from typing import ClassVar
 
 import libcst as cst
 
-from ..cst_helpers import keyword_arg, method_name, positional_args, string_value
+from ..analysis.sparse import SPARSE_MATMULS, SPARSE_METHODS, is_sparse
+from ..cst_helpers import is_literal, keyword_arg, method_name, positional_args, string_value
+from ..rule import Rule
 from ..step_rule import StepContextRule
 
 
@@ -325,33 +327,32 @@ class ScaledMatmul(_FallbackOp):
     functions = {"torch._scaled_mm": "aten::_scaled_mm"}
 
 
-SPARSE_BUILDERS = frozenset(
-    {
-        "torch.sparse_coo_tensor",
-        "torch.sparse_csr_tensor",
-        "torch.sparse_csc_tensor",
-        "torch.sparse_bsr_tensor",
-        "torch.sparse.FloatTensor",
-    }
-)
-SPARSE_METHODS = frozenset({"to_sparse", "to_sparse_csr", "to_sparse_csc", "to_sparse_coo"})
 SPARSE_MESSAGE = (
     "sparse tensors have no XLA backend: moving one to the device raises `NotImplementedError: Could not run "
     "'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the 'SparseXLA' backend`"
 )
 
 
+SPARSE_MATMUL_MESSAGE = (
+    "a sparse matmul in device code: its sparse operand cannot be on the XLA device (no SparseXLA backend); "
+    "densify it where it is moved (`adj.to_dense().to(device)`): `torch.spmm` then runs as a dense matmul (measured, "
+    "no fallback); use `torch.mm` for `torch.sparse.mm` (on dense XLA tensors it falls back to the CPU)"
+)
+
+
 class SparseTensorOnDevice(StepContextRule):
     code = "XLA520"
-    needs = ("sparse",)
+    needs = ("sparse", "spmm", "smm")
     title = "Sparse tensors cannot live on the XLA device"
     category = "C5"
     fix = "unsafe"
     autofix = True
     detects = (
         "A sparse tensor (`torch.sparse_coo_tensor(...)`, `torch.sparse_csr_tensor(...)`, `t.to_sparse()`, or a "
-        "name assigned one) moved to a device with `.to(device)` / `.cuda()`; `.to_sparse()` in device code. "
-        "The fix densifies before the move: `s.to_dense().to(device)`."
+        "name assigned one, or the result of one of the module's functions that returns one) moved to a device with "
+        "`.to(device)` / `.cuda()`; `.to_sparse()` in device code; `torch.spmm` / `torch.sparse.mm` in device code "
+        "(the sparse operand of a graph convolution, moved in another module). The fix densifies before the move: "
+        "`s.to_dense().to(device)`."
     )
     why = (
         "torch_xla 2.9 has no SparseXLA kernels: `sparse.to('xla')` and `.to_sparse()` on an XLA tensor raise "
@@ -375,6 +376,10 @@ class SparseTensorOnDevice(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self.is_call_to(node, *SPARSE_MATMULS):
+            if self.in_device_context(node):
+                self.report(node, SPARSE_MATMUL_MESSAGE)
+            return
         method = method_name(node)
         if method in SPARSE_METHODS and not node.args:
             if self.in_device_context(node) and not self._moved_to_host(node):
@@ -383,7 +388,7 @@ class SparseTensorOnDevice(StepContextRule):
         if method not in ("to", "cuda") or not self._moves_to_device(node):
             return
         receiver = node.func.value
-        if self._is_sparse(receiver):
+        if is_sparse(self, receiver):
             dense = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("to_dense")))
             self.report(node, replacement=node.with_changes(func=node.func.with_changes(value=dense)))
 
@@ -395,18 +400,6 @@ class SparseTensorOnDevice(StepContextRule):
         if target is None or string_value(target) == "cpu":
             return False
         return not self.qualified_startswith(target, "torch.float", "torch.bfloat16", "torch.half", "torch.int")
-
-    def _is_sparse(self, node: cst.CSTNode, depth: int = 0) -> bool:
-        if isinstance(node, cst.Call):
-            return bool(self.qualified_names(node.func) & SPARSE_BUILDERS) or method_name(node) in SPARSE_METHODS
-        if isinstance(node, cst.Name) and depth < 3:
-            values = self.assigned_values(node)
-            return (
-                bool(values)
-                and all(self._is_sparse(v, depth + 1) or _same_name(v, node) for v in values)
-                and any(self._is_sparse(v, depth + 1) for v in values)
-            )
-        return False
 
     def _moved_to_host(self, node: cst.Call) -> bool:
         """`x.cpu().to_sparse()`, `x.to("cpu").to_sparse()`: sparsified on the host."""
@@ -420,8 +413,60 @@ class SparseTensorOnDevice(StepContextRule):
         return False
 
 
-def _same_name(value: cst.CSTNode, name: cst.Name) -> bool:
-    """`adj = adj.to(device)`: the name's own move, not another value."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        value = value.func.value
-    return isinstance(value, cst.Name) and value.value == name.value
+WEIGHT_NORM_FIX = (
+    "register the same reparametrization without the fused kernel: `class WeightNormXla(nn.Module)` with "
+    "`forward(self, g, v): return v * (g / torch.norm_except_dim(v, 2, self.dim))` and `right_inverse(self, w): "
+    "return torch.norm_except_dim(w, 2, self.dim), w`, then `parametrize.register_parametrization(module, 'weight', "
+    "WeightNormXla(dim), unsafe=True)`"
+)
+
+
+class WeightNorm(Rule):
+    code = "XLA523"
+    needs = ("weight_norm",)
+    title = "`weight_norm` runs on the CPU (its fused kernel has no XLA lowering)"
+    category = "C5"
+    fix = "manual"
+    detects = (
+        "`torch.nn.utils.weight_norm(module)` and `torch.nn.utils.parametrizations.weight_norm(module)` "
+        "(TCNs, WaveNet-style vocoders, GAN discriminators). `dim=None` (one norm for the whole tensor) is fine."
+    )
+    why = (
+        "Both APIs compute the weight with `torch._weight_norm`, which for `dim=0` (the default) or the last "
+        "dimension calls the fused `aten::_weight_norm_interface`: torch_xla 2.9 has no lowering for it nor for its "
+        "backward, so every forward and backward of every such layer copies the weight to the host and back "
+        "(measured: 2 CPU fallbacks per layer per step; a TCN had 84 per step). The same formula written with "
+        "lowered ops, `v * (g / torch.norm_except_dim(v, 2, dim))`, runs on the device with no fallback and the same "
+        "losses to float rounding (measured, 3 SGD steps). Checkpoints: `weight_norm` saves `weight_g`/`weight_v`; "
+        "a parametrization saves `parametrizations.weight.original0`/`original1` (`original0` is g), so old "
+        "checkpoints need their keys renamed (torch's own `parametrizations.weight_norm` renames them on load, but "
+        "it falls back the same way)."
+    )
+    before = (
+        "import torch.nn as nn\nfrom torch.nn.utils import weight_norm\n\n"
+        "class TemporalBlock(nn.Module):\n"
+        "    def __init__(self, n_in, n_out, k):\n"
+        "        super().__init__()\n"
+        "        self.conv = weight_norm(nn.Conv1d(n_in, n_out, k))\n"
+    )
+    message = (
+        "`weight_norm` falls back to the CPU on XLA every forward and backward [aten::_weight_norm_interface]; "
+        f"{WEIGHT_NORM_FIX} (checkpoint keys change: weight_g/weight_v -> parametrizations.weight.original0/1)"
+    )
+    symptoms = (
+        "aten::_weight_norm_interface",
+        "aten::_weight_norm_interface_backward",
+        "pt-xla-profiler: Op(s) not lowered: aten::_weight_norm_interface",
+    )
+    references = ("pytorch/xla troubleshoot.md: Get A Metrics Report", "aten/src/ATen/native/WeightNorm.cpp")
+    valid = (
+        "import torch.nn as nn\nfrom torch.nn.utils import weight_norm\nconv = weight_norm(nn.Conv1d(2, 2, 3), dim=None)\n",
+        "import torch.nn as nn\nfrom torch.nn.utils import spectral_norm\nconv = spectral_norm(nn.Conv1d(2, 2, 3))\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(
+            node, "torch.nn.utils.weight_norm", "torch.nn.utils.parametrizations.weight_norm"
+        ) or is_literal(getattr(keyword_arg(node, "dim"), "value", None), "None"):
+            return
+        self.report(node)

@@ -195,3 +195,81 @@ def test_xla522_max_reduces_where_amax_does_not_with_the_same_value_and_gradient
     assert out["xla_amax_shape"] == [2, 2]  # torch_xla 2.9's defect the fix answers (a later release may fix it)
     assert out["fixed"] == out["cpu_amax"] == 3.0
     assert out["fixed_grad"] == out["cpu_amax_grad"] == [[0.0, 0.5], [0.5, 0.0]]
+
+
+WEIGHT_NORM_SCRIPT = """
+import json
+import sys
+import torch
+import torch.nn as nn
+import torch_xla
+import torch_xla.debug.metrics as met
+from torch.nn.utils import parametrize
+
+
+class WeightNormXla(nn.Module):  # XLA523's fix, as its message spells it
+    def __init__(self, dim=0):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, g, v):
+        return v * (g / torch.norm_except_dim(v, 2, self.dim))
+
+    def right_inverse(self, w):
+        return torch.norm_except_dim(w, 2, self.dim), w
+
+
+def build(kind):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv1d(4, 8, 3), nn.ReLU(), nn.Linear(14, 5))
+    for layer in (net[0], net[2]):
+        if kind == "weight_norm":
+            nn.utils.weight_norm(layer)
+        elif kind == "parametrizations":
+            nn.utils.parametrizations.weight_norm(layer)
+        else:
+            parametrize.register_parametrization(layer, "weight", WeightNormXla(0), unsafe=True)
+    return net
+
+
+def losses(net, device):
+    x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(1)).to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    out = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = net(x).square().sum()
+        loss.backward()
+        opt.step()
+        torch_xla.sync()
+        out.append(loss)
+    return [float(v) for v in out]
+
+
+device = torch_xla.device()
+result = {"cpu": losses(build("weight_norm"), "cpu")}
+for kind in ("weight_norm", "parametrizations", "fix"):
+    net = build(kind)
+    result[kind + "_keys"] = sorted(net.state_dict())
+    met.clear_all()
+    result[kind] = losses(net.to(device), device)
+    result[kind + "_fallbacks"] = sorted(op for op in met.executed_fallback_ops() if "weight_norm" in op)
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+def test_xla523_weight_norm_falls_back_and_the_parametrization_does_not_with_the_same_losses(tmp_path):
+    script = tmp_path / "weight_norm.py"
+    script.write_text(WEIGHT_NORM_SCRIPT)
+    result = run_sandboxed([sys.executable, str(script)], env={"PJRT_DEVICE": "CPU"}, timeout_s=300, reveal=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    fused = ["aten::_weight_norm_interface", "aten::_weight_norm_interface_backward"]
+    assert out["weight_norm_fallbacks"] == out["parametrizations_fallbacks"] == fused  # both torch APIs
+    assert out["fix_fallbacks"] == []
+    assert out["fix"] == pytest.approx(out["cpu"], rel=1e-5)
+    assert out["weight_norm"] == pytest.approx(out["cpu"], rel=1e-5)
+    # the checkpoint keys the message warns about
+    assert "0.weight_g" in out["weight_norm_keys"]
+    assert "0.parametrizations.weight.original0" in out["fix_keys"] == out["parametrizations_keys"]

@@ -1,0 +1,74 @@
+"""Where a run died when it died inside a dependency (an installed package), and what explains the error.
+
+A migration changes the program's own files; a crash raised by an installed package's code (`site-packages`)
+needs the workaround applied there (a patch, a pinned version, an option of the package). `dependency_frame`
+finds that frame in the traceback: the innermost frame outside torch and torch_xla (whose frames only say
+where the framework noticed the problem). `Explain` is what a caller above the check passes in to name the kb
+entry whose symptom the error matches (the kb sits beside eval, so eval never imports it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# an error line -> the sentences of the kb entries whose symptom it matches ("XLA522: ...")
+Explain = Callable[[str], list[str]]
+
+FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
+INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+# the framework: its frames say where it noticed a problem, not whose call caused it
+FRAMEWORK = frozenset({"torch", "torch_xla", "functorch", "torchgen"})
+
+
+@dataclass(frozen=True)
+class DependencyFrame:
+    package: str  # the installed package's top-level name
+    path: str
+    line: int
+    function: str
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}, in {self.function}"
+
+
+def dependency_frame(traceback_text: str | None) -> DependencyFrame | None:
+    """The innermost non-framework frame of the traceback when it is an installed package's; None when the
+    program's own code (or no traceback) is there."""
+    frames = [m for m in map(FRAME.match, (traceback_text or "").splitlines()) if m]
+    for frame in reversed(frames):
+        path = frame["path"]
+        installed = INSTALLED.split(path, maxsplit=1)
+        if len(installed) == 2:
+            package = re.split(r"[/\\]", installed[1])[0].removesuffix(".py")
+            if package in FRAMEWORK:
+                continue
+            return DependencyFrame(package, path, int(frame["line"]), frame["function"].strip())
+        if path.startswith("<") or "/lib/python3" in path:  # `<frozen ...>`, the standard library
+            continue
+        return None  # the program's own file
+    return None
+
+
+def error_line(traceback_text: str | None) -> str:
+    """The exception's own line: the last line of the traceback that is not indented."""
+    lines = [line for line in (traceback_text or "").splitlines() if line.strip() and not line.startswith(" ")]
+    return lines[-1] if lines else ""
+
+
+def crash_reason(traceback_text: str | None, explain: Explain | None) -> str:
+    """What to add to the reason of a run that exited with an error: the dependency it was raised in (package,
+    file:line) and the kb entries that explain the error, with their workaround; "" when there is neither."""
+    frame = dependency_frame(traceback_text)
+    entries = explain(error_line(traceback_text)) if explain is not None and traceback_text else []
+    parts = []
+    if frame is not None:
+        parts.append(
+            f"raised inside the dependency `{frame.package}` ({frame.where()}), which a migration of the program "
+            "does not change"
+        )
+    if entries:
+        where = f" in `{frame.package}`" if frame is not None else ""
+        parts.append(f"explained by {'; '.join(entries)} (apply the workaround{where})")
+    return "; ".join(parts)
