@@ -444,3 +444,42 @@ def test_a_legacy_type_alias_bound_twice_is_reported_not_silent():
     source = "import torch\nfrom torch import Tensor\nTensor = torch.cuda.FloatTensor\nx = Tensor(3)\n"
     findings = [(f.line, f.code, f.fix) for f in lint_source(source)]
     assert (3, "XLA232", "manual") in findings
+
+
+# --- XLA203: a "needs a GPU" stop (issue #24: a --cuda flag's check raised on every TPU host) ------------------
+def test_a_stop_for_hosts_without_cuda_goes_like_the_assert():
+    src = textwrap.dedent(
+        """\
+        import sys
+        import torch
+        if flags.gpu and not torch.cuda.is_available():
+            raise RuntimeError("asked for --gpu but there is none")
+        if not torch.cuda.is_available():
+            print("this trainer needs an accelerator")
+            sys.exit(2)
+        torch.manual_seed(0)
+        """
+    )
+    assert lines(src, "XLA203") == [3, 5]
+    out = fixed(src, "XLA203")
+    assert "is_available" not in out and "raise" not in out and "exit" not in out
+    assert out.rstrip().endswith("torch.manual_seed(0)")
+
+
+def test_a_cuda_check_that_does_more_than_stop_stays_for_a_human():
+    src = textwrap.dedent(
+        """\
+        import torch
+        if not torch.cuda.is_available() or flags.strict:
+            raise RuntimeError("no GPU")
+        if not torch.cuda.is_available():
+            batch = 8
+            raise RuntimeError("no GPU")
+        if not torch.cuda.is_available():
+            raise RuntimeError("no GPU")
+        else:
+            batch = 64
+        """
+    )
+    assert lines(src, "XLA203") == [2, 4, 7]
+    assert fixed(src, "XLA203") == src
