@@ -23,7 +23,7 @@ torch.manual_seed(0)
 device = torch_xla.device()
 model = CheckedStack().to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(8):
+for _ in range(8):
     x = torch.randn(4, 8, device=device)
     loss = model(x).pow(2).mean()
     optimizer.zero_grad()
