@@ -134,6 +134,112 @@ def image_classes(root: Path, classes: int = 2, per_class: int = 12, size: int =
             Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
 
 
+SYNTHETIC_MARK = ".xlaport-synthetic"  # bench/unseen.py's torchvision hook trusts files in a folder holding this
+
+
+def _mark(folder: Path) -> None:
+    """torchvision's CIFAR loaders check each file's md5 against the real data set (and download on a mismatch):
+    a folder carrying this mark is trusted by the bench environment's hook instead (bench/synthetic_trust.py)."""
+    (folder / SYNTHETIC_MARK).write_text("synthetic stand-in written by bench/unseen_data.py\n")
+
+
+def _cifar_batch(rng: np.random.Generator, count: int, label_key: str, classes: int) -> dict:
+    images = rng.integers(0, 256, size=(count, 3 * 32 * 32), dtype=np.uint8)
+    return {"data": images, label_key: rng.integers(0, classes, size=count).tolist()}
+
+
+def cifar10(root: Path, per_batch: int = 100) -> None:
+    """torchvision CIFAR10's pickled batches under `root`/cifar-10-batches-py (5 train batches, 1 test)."""
+    import pickle
+
+    rng = np.random.default_rng(6)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        (folder / name).write_bytes(pickle.dumps(_cifar_batch(rng, per_batch, "labels", 10)))
+    meta = {"label_names": [f"class{i}" for i in range(10)]}
+    (folder / "batches.meta").write_bytes(pickle.dumps(meta))
+    _mark(folder)
+
+
+def cifar100(root: Path, train: int = 500, test: int = 100) -> None:
+    """torchvision CIFAR100's pickles under `root`/cifar-100-python (train, test, meta)."""
+    import pickle
+
+    rng = np.random.default_rng(7)
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, count in (("train", train), ("test", test)):
+        (folder / name).write_bytes(pickle.dumps(_cifar_batch(rng, count, "fine_labels", 100)))
+    (folder / "meta").write_bytes(pickle.dumps({"fine_label_names": [f"class{i}" for i in range(100)]}))
+    _mark(folder)
+
+
+def cora(folder: Path, papers: int = 1600, features: int = 300, edges: int = 4000) -> None:
+    """Cora-style citation graph: `cora.content` (id, 0/1 features, class name) and `cora.cites` (id pairs).
+    1600 papers: loaders in the Kipf style split 0-140 / 200-500 / 500-1500 by index."""
+    rng = np.random.default_rng(8)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = rng.choice(np.arange(1000, 10_000_000), size=papers, replace=False)
+    classes = [f"Topic_{i}" for i in range(7)]
+    rows = []
+    for paper in ids:
+        bits = " ".join(str(b) for b in (rng.random(features) < 0.05).astype(int))
+        rows.append(f"{paper} {bits} {classes[rng.integers(0, 7)]}")
+    (folder / "cora.content").write_text("\n".join(rows) + "\n")
+    pairs = rng.choice(ids, size=(edges, 2))
+    (folder / "cora.cites").write_text("\n".join(f"{a} {b}" for a, b in pairs if a != b) + "\n")
+
+
+def _png(path: Path, array: np.ndarray) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+
+
+def paired_images(root: Path, count: int = 6, size: int = 64) -> None:
+    """pix2pix-style pairs: `root`/{train,test}/{a,b}/N.jpg, the same file names on both sides."""
+    rng = np.random.default_rng(9)
+    for split in ("train", "test"):
+        for side in ("a", "b"):
+            for i in range(count):
+                _png(root / split / side / f"{i}.jpg", rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
+
+
+def isic(root: Path, count: int = 6, size: int = 64) -> None:
+    """ISIC-2018-style segmentation folders: `root`/{train,valid,test}/ISIC_N.jpg and
+    `root`/{split}_GT/ISIC_N_segmentation.png (a binary mask)."""
+    rng = np.random.default_rng(10)
+    for split in ("train", "valid", "test"):
+        for i in range(count):
+            name = f"{i:07d}"
+            _png(root / split / f"ISIC_{name}.jpg", rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
+            mask = (rng.random((size, size)) < 0.3).astype(np.uint8) * 255
+            _png(root / f"{split}_GT" / f"ISIC_{name}_segmentation.png", mask)
+
+
+def digit_folders(root: Path, per_digit: int = 20) -> None:
+    """MNIST as image files: `root`/<digit>/N.png, 28x28 grey."""
+    rng = np.random.default_rng(11)
+    for digit in range(10):
+        for i in range(per_digit):
+            _png(root / str(digit) / f"{i}.png", rng.integers(0, 256, (28, 28), dtype=np.uint8))
+
+
+def face_folder(root: Path) -> None:
+    """A CelebA-like ImageFolder for DCGAN-style scripts: one class of 300 small RGB images (batches of 128 make
+    two full batches and a partial one per epoch)."""
+    image_classes(root, classes=1, per_class=300, size=64)
+
+
+def text_splits(folder: Path) -> None:
+    """A word-level language-model corpus: train.txt, valid.txt and test.txt (PTB-style folder)."""
+    text(folder / "train.txt", lines=2000)
+    text(folder / "valid.txt", lines=200)
+    text(folder / "test.txt", lines=200)
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
     "shakespeare_char": shakespeare_char,
     "image_classes": image_classes,
@@ -143,6 +249,14 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "enwik8": enwik8,
     "binarized_mnist": binarized_mnist,
     "ppi": ppi,
+    "cifar10": cifar10,
+    "cifar100": cifar100,
+    "cora": cora,
+    "paired_images": paired_images,
+    "isic": isic,
+    "digit_folders": digit_folders,
+    "text_splits": text_splits,
+    "face_folder": face_folder,
 }
 
 

@@ -115,14 +115,17 @@ def _count_migration(summary_json: str, report: Path, script: str, result: Progr
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    parser.add_argument("--only", help="measure only programs whose repo/script contains this")
+    parser.add_argument(
+        "--only", help="measure only programs whose repo/script contains one of these (comma-separated)"
+    )
     parser.add_argument("--env", type=Path, default=DEFAULT_ENV, help="the layered bench environment")
     parser.add_argument("--keep", type=Path, help="keep each migrated copy under this folder")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     programs = load_manifest()[1]
     if args.only:
-        programs = [p for p in programs if args.only in f"{p.repo}/{p.script}"]
+        wanted = args.only.split(",")
+        programs = [p for p in programs if any(w in f"{p.repo}/{p.script}" for w in wanted)]
     results = []
     for program in programs:
         print(f"... {program.repo}: {program.script}", file=sys.stderr, flush=True)

@@ -46,6 +46,7 @@ TORCH_PROGRAMS = [
     "fault_no_barrier",
     "fault_cpu_device",
     "fault_growing_reads",
+    "clean_checked_layers",
 ]
 JSON_KEYS = {
     "exit_code", "level", "reasons", "fallback_ops", "host_reads", "compiles_total", "compiles_after_warmup",
@@ -332,6 +333,15 @@ def test_fault_growing_reads(runs):
     assert reason_kinds(report) == {"no_barrier"} and "each of a bigger graph" in report.reasons[0]
     assert f"fault_growing_reads.py:{line_of('fault_growing_reads', '.item()')}" in report.reasons[0]
     assert report.wall_s <= 60
+
+
+@pytest.mark.slow
+def test_clean_checked_layers(runs):
+    # host reads inside the first forward pass compile growing graphs before any optimizer step: one step's
+    # work, not a loop without a barrier (issue #24: a RealNVP trainer was stopped as L0 in its first step)
+    report = runs["clean_checked_layers"].result()
+    assert report.level == "L2" and report.reasons == [], report.reasons
+    assert report.steps == 8 and report.stopped is None and report.compiles_after_warmup == 0
 
 
 @pytest.mark.slow

@@ -28,3 +28,23 @@ def test_an_unreadable_summary_is_unknown_not_zero(tmp_path):
     result = ProgramResult("owner/repo", "train.py")
     _count_migration("progress bar\n{", tmp_path / "missing.json", "train.py", result)
     assert (result.fixes, result.manual, result.tree_fixes, result.tree_manual) == (-1, -1, -1, -1)
+
+
+def test_synthetic_folders_are_trusted_and_others_checked_as_before(tmp_path):
+    from synthetic_trust import trusting
+    from unseen_data import cifar10
+
+    cifar10(tmp_path / "data", per_batch=4)
+    batch = tmp_path / "data" / "cifar-10-batches-py" / "data_batch_1"
+    calls = []
+
+    def real_check(fpath, md5=None):
+        calls.append(fpath)
+        return False  # the md5 of a synthetic file never matches the real data set's
+
+    check = trusting(real_check)
+    assert check(str(batch), "c99cafc152244af753f735de768cd75f")
+    assert not check(str(batch.parent / "data_batch_9"), "0" * 32)  # trusted folder, missing file
+    elsewhere = tmp_path / "real.bin"
+    elsewhere.write_bytes(b"x")
+    assert not check(str(elsewhere), "0" * 32) and calls == [str(elsewhere)]

@@ -266,4 +266,5 @@ class Probe:
                 setattr(torch.Tensor, method, self.reads.wrap_read(getattr(torch.Tensor, method), kind))
         torch.Tensor.backward = self.wrap_backward(torch.Tensor.backward)
         register_optimizer_step_pre_hook(self.on_optimizer_step)
+        torch.optim.Optimizer.__init__ = self.watchdog.wrap_optimizer_init(torch.optim.Optimizer.__init__)
         threading.Thread(target=self.watchdog.watch, name="xlaport-check-watchdog", daemon=True).start()

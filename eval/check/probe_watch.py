@@ -4,6 +4,7 @@ the CPU), leaving a heartbeat so a killed run still says how far it got."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -40,9 +41,20 @@ class Watchdog:
         self.probe = probe
         self.optimizer_steps = 0
         self.optimizer_steps_at_boundary = 0
+        self.optimizers_made = 0  # a training program: growing graphs before its first step are one forward pass
         self.off_xla_optimizer_steps = 0
         self.optimizer_site: str | None = None
         self.through_grad_scaler = False
+
+    def wrap_optimizer_init(self, original):
+        watchdog = self
+
+        @functools.wraps(original)
+        def __init__(optimizer, *args, **kwargs):
+            watchdog.optimizers_made += 1
+            return original(optimizer, *args, **kwargs)
+
+        return __init__
 
     def on_optimizer_step(self, optimizer) -> None:
         self.optimizer_steps += 1
@@ -90,8 +102,13 @@ class Watchdog:
                 "(xm.mark_step()) after the optimizer step, or use xm.optimizer_step(optimizer, barrier=True)"
             )
         recent = sizes[-STALL_COMPILES:]
+        # a program that built an optimizer and has not ended a step yet is inside its first step: host reads
+        # in its forward pass (a check per layer) compile the forward so far, one bigger graph each, and stop when
+        # the step ends; a training loop without a barrier is caught by its optimizer steps above
+        first_step = self.optimizers_made > 0 and probe.steps == 0
         if (
-            compiles >= STALL_COMPILES
+            not first_step
+            and compiles >= STALL_COMPILES
             and len(recent) == STALL_COMPILES
             and all(a < b for a, b in zip(recent, recent[1:], strict=False))
         ):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from .cst_scopes import full_name
 from .devices import analyse
 
 if TYPE_CHECKING:
@@ -70,3 +71,40 @@ def is_cuda_early_return(rule: RuleView, stmt: cst.CSTNode) -> bool:
         and rule.is_call_to(op.expression, *AVAILABILITY)
         for op in operands
     )
+
+
+STOPS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+SAYS = frozenset({"print", "logging.error", "logging.warning", "logging.critical", "warnings.warn"})
+
+
+def needs_gpu_guard(rule: RuleView, call: cst.Call) -> cst.If | None:
+    """The `if` that `call` (`torch.cuda.is_available()`) makes a "needs a GPU" stop: `if not
+    torch.cuda.is_available(): raise ...` or `if args.cuda and not torch.cuda.is_available(): sys.exit(...)`
+    (the negated call alone or one operand of an `and`; no `else`; the body only raises or exits, after an
+    optional message). On a TPU host the accelerator asked for is the XLA device, so the stop never applies."""
+    negation = rule.parent(call)
+    if not (isinstance(negation, cst.UnaryOperation) and isinstance(negation.operator, cst.Not)):
+        return None
+    test: cst.CSTNode = negation
+    while isinstance(rule.parent(test), cst.BooleanOperation) and isinstance(rule.parent(test).operator, cst.And):
+        test = rule.parent(test)
+    stmt = rule.parent(test)
+    if not (isinstance(stmt, cst.If) and stmt.test is test and stmt.orelse is None):
+        return None
+    body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else [stmt.body]
+    small = [s for line in body for s in (line.body if hasattr(line, "body") else [line])]
+    if not small or any(not isinstance(s, (cst.Raise, cst.Expr, cst.Pass)) for s in small):
+        return None
+    if isinstance(small[-1], cst.Raise):
+        return stmt
+    last = small[-1]
+    if not (isinstance(last, cst.Expr) and _calls(rule, last.value, STOPS)):
+        return None
+    if all(isinstance(s, cst.Expr) and _calls(rule, s.value, SAYS) for s in small[:-1]):
+        return stmt
+    return None
+
+
+def _calls(rule: RuleView, node: cst.CSTNode, names: frozenset[str]) -> bool:
+    """A call of one of `names`, imported (`sys.exit`) or a builtin (`print`, `exit`)."""
+    return isinstance(node, cst.Call) and (rule.is_call_to(node, *names) or full_name(node.func) in names)

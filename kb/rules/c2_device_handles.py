@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..analysis.device_facts import is_cuda_value
 from ..analysis.devices import analyse as analyse_devices
-from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return
+from ..analysis.guards import after_cuda_early_return, guarded_by_cuda, is_cuda_early_return, needs_gpu_guard
 from ..analysis.launch import world_size_move
 from ..analysis.sparse import is_sparse
 from ..cst_helpers import (
@@ -140,6 +140,10 @@ ASSERT_MESSAGE = (
     "`assert torch.cuda.is_available()` fails on TPU: the program asks for an accelerator, and the XLA device is "
     "one; the assert goes"
 )
+STOP_MESSAGE = (
+    "`if ... not torch.cuda.is_available(): raise/exit` stops the program on TPU: it asks for an accelerator, and "
+    "the XLA device is one; the stop goes"
+)
 
 
 class CudaIsAvailableFallback(Rule):
@@ -157,8 +161,9 @@ class CudaIsAvailableFallback(Rule):
         "On a TPU host `torch.cuda.is_available()` is False, so the fallback picks the CPU and the whole "
         "run trains on the host CPU, slowly, with exit code 0 — a silent failure. A string stays a string "
         "(`'cuda' if ... else 'cpu'` becomes `'xla'`, so `'xla' in device` still works); a `torch.device(...)` "
-        'becomes `torch_xla.device()`. `assert torch.cuda.is_available()` ("needs a GPU") is removed: the TPU is '
-        "the accelerator it asks for. Guards whose protected code picks the device are XLA230's; guards around "
+        'becomes `torch_xla.device()`. `assert torch.cuda.is_available()` ("needs a GPU") is removed, and so is '
+        "`if args.cuda and not torch.cuda.is_available(): raise ...` (a stop whose body only raises or exits): "
+        "the TPU is the accelerator they ask for. Guards whose protected code picks the device are XLA230's; guards around "
         "CUDA-only housekeeping are code a TPU never runs and are not reported."
     )
     before = "import torch\n\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
@@ -184,6 +189,10 @@ class CudaIsAvailableFallback(Rule):
                 line = self.parent(parent)
                 target = line if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else parent
                 self.report(node, ASSERT_MESSAGE, replacement=REMOVE, target=target)
+                return
+            stop = needs_gpu_guard(self, node)
+            if stop is not None:
+                self.report(node, STOP_MESSAGE, replacement=REMOVE, target=stop)
                 return
             guards = analyse_devices(self.analysis.module).facts.guards
             if any(g.test is node and (g.flips or g.quiet) for g in guards):

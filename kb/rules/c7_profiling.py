@@ -148,3 +148,76 @@ class GpuIdentityQuery(Rule):
         for name in self.qualified_names(node.func) & GPU_QUERIES.keys():
             self.report(node, f"`{name}()` raises on TPU; use {GPU_QUERIES[name]}")
             return
+
+
+TENSORBOARD_MODULES = ("torch.utils.tensorboard", "tensorboardX")
+
+
+class TracedGraphLogging(Rule):
+    code = "XLA713"
+    needs = ("add_graph",)
+    title = "`SummaryWriter.add_graph` cannot trace an XLA model with batch norm"
+    category = "C7"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`writer.add_graph(model, inputs)` statements in a module that imports TensorBoard's `SummaryWriter` "
+        "(`torch.utils.tensorboard` or `tensorboardX`) outside `torch.no_grad()`."
+    )
+    why = (
+        "`add_graph` records the model's graph with `torch.jit.trace`, which runs one forward pass. On the XLA "
+        "device the trace of a batch-norm layer in training mode stops with `RuntimeError: Cannot insert a Tensor "
+        "that requires grad as a constant` (measured on torch_xla 2.9: the program dies before its first step, "
+        "after printing the whole traced tensor); on CUDA the same call works. Under `torch.no_grad()` the trace "
+        "succeeds and logs the same graph: the forward pass and its effects (batch-norm running statistics) are "
+        "the same, and `add_graph` keeps none of its autograd state."
+    )
+    before = (
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n\n"
+        "writer = SummaryWriter()\nwriter.add_graph(net, torch.zeros(1, 3, 32, 32, device=device))\n"
+    )
+    after = (
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n\n"
+        "writer = SummaryWriter()\nwith torch.no_grad():\n    writer.add_graph(net, torch.zeros(1, 3, 32, 32, device=device))\n"
+    )
+    message = "`add_graph` traces the model: on XLA a batch-norm layer fails the trace; call it under `torch.no_grad()`"
+    symptoms = (
+        "RuntimeError: Cannot insert a Tensor that requires grad as a constant. Consider making it a parameter or "
+        "input, or detaching the gradient",
+        "Error occurs, No graph saved",
+    )
+    references = ("torch/utils/tensorboard/_pytorch_graph.py graph (torch.jit.trace)",)
+    valid = (
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\nw = SummaryWriter()\n"
+        "with torch.no_grad():\n    w.add_graph(m, x)\n",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tensorboard = False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
+        self.tensorboard |= module.startswith(TENSORBOARD_MODULES)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        names = [cst.Module([]).code_for_node(alias.name) for alias in node.names]
+        self.tensorboard |= any(name.startswith(TENSORBOARD_MODULES) for name in names)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not (self.tensorboard and isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_graph"):
+            return
+        if any(self._no_grad(a) for a in self.ancestors(node)):
+            return
+        line = self.parent(self.parent(node))
+        if isinstance(self.parent(node), cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            body = cst.IndentedBlock(body=[line.with_changes(leading_lines=())])
+            wrapped = cst.With(items=[cst.WithItem(expr("torch.no_grad()"))], body=body, leading_lines=line.leading_lines)
+            self.report(node, replacement=wrapped, target=line, imports=(("torch", None, None),))
+        else:
+            self.report(node)
+
+    def _no_grad(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.With):
+            return any(self.is_call_to(item.item, "torch.no_grad", "torch.inference_mode") for item in node.items)
+        return False

@@ -444,3 +444,79 @@ def test_a_legacy_type_alias_bound_twice_is_reported_not_silent():
     source = "import torch\nfrom torch import Tensor\nTensor = torch.cuda.FloatTensor\nx = Tensor(3)\n"
     findings = [(f.line, f.code, f.fix) for f in lint_source(source)]
     assert (3, "XLA232", "manual") in findings
+
+
+# --- XLA203: a "needs a GPU" stop (issue #24: a --cuda flag's check raised on every TPU host) ------------------
+def test_a_stop_for_hosts_without_cuda_goes_like_the_assert():
+    src = textwrap.dedent(
+        """\
+        import sys
+        import torch
+        if flags.gpu and not torch.cuda.is_available():
+            raise RuntimeError("asked for --gpu but there is none")
+        if not torch.cuda.is_available():
+            print("this trainer needs an accelerator")
+            sys.exit(2)
+        torch.manual_seed(0)
+        """
+    )
+    assert lines(src, "XLA203") == [3, 5]
+    out = fixed(src, "XLA203")
+    assert "is_available" not in out and "raise" not in out and "exit" not in out
+    assert out.rstrip().endswith("torch.manual_seed(0)")
+
+
+def test_a_cuda_check_that_does_more_than_stop_stays_for_a_human():
+    src = textwrap.dedent(
+        """\
+        import torch
+        if not torch.cuda.is_available() or flags.strict:
+            raise RuntimeError("no GPU")
+        if not torch.cuda.is_available():
+            batch = 8
+            raise RuntimeError("no GPU")
+        if not torch.cuda.is_available():
+            raise RuntimeError("no GPU")
+        else:
+            batch = 64
+        """
+    )
+    assert lines(src, "XLA203") == [2, 4, 7]
+    assert fixed(src, "XLA203") == src
+
+
+# --- XLA713: TensorBoard's add_graph on an XLA model (issue #24: a CIFAR trainer died before its first step) ---
+GRAPH_LOGGING = textwrap.dedent(
+    """\
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    def log_graph(writer, net, x):
+        # once, before training
+        writer.add_graph(net, x)
+    """
+)
+
+
+def test_add_graph_is_called_without_autograd():
+    assert lines(GRAPH_LOGGING, "XLA713") == [6]
+    out = fixed(GRAPH_LOGGING, "XLA713")
+    assert "    # once, before training\n    with torch.no_grad():\n        writer.add_graph(net, x)\n" in out
+    assert lines(out, "XLA713") == []
+    without_tensorboard = GRAPH_LOGGING.replace("from torch.utils.tensorboard import SummaryWriter\n", "")
+    assert lines(without_tensorboard, "XLA713") == []  # someone else's add_graph: no evidence it traces
+
+
+@pytest.mark.slow
+def test_tracing_a_batch_norm_model_on_xla_needs_no_grad():
+    """What add_graph does inside (torch.jit.trace of one forward pass), on real torch_xla."""
+    import torch
+    import torch_xla
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).to(torch_xla.device())
+    x = torch.randn(1, 3, 8, 8).to(torch_xla.device())
+    with pytest.raises(RuntimeError, match="requires grad as a constant"):
+        torch.jit.trace(net, x)
+    with torch.no_grad():
+        traced = torch.jit.trace(net, x)
+    assert "batch_norm" in str(traced.inlined_graph)
