@@ -299,25 +299,30 @@ def optimize_copy(run: TreeRun) -> None:
     options = run.options
     if not options.optimize:
         return
+    try:
+        _optimize_copy(run)
+    finally:  # the original's runs that verify kept for the optimizer
+        if run.reference_cache is not None:
+            shutil.rmtree(run.reference_cache, ignore_errors=True)
+
+
+def _optimize_copy(run: TreeRun) -> None:
+    options = run.options
     if run.dst is None or not run.may_execute or not (options.validate_cmd or options.verify_cmd):
         run.notes.append("optimize not run: it needs a migrated copy (--out), a command and permission to run it")
         return
     from .optimize import optimize
 
     run.timer.start("optimize")
-    try:
-        report = optimize(
-            run.dst,
-            options.validate_cmd,
-            options.verify_cmd,
-            original=run.src,
-            timeout_s=options.timeout_s,
-            memory_mb=options.memory_mb,
-            baseline=_measured_baseline(run),
-        )
-    finally:
-        if run.reference_cache is not None:
-            shutil.rmtree(run.reference_cache, ignore_errors=True)
+    report = optimize(
+        run.dst,
+        options.validate_cmd,
+        options.verify_cmd,
+        original=run.src,
+        timeout_s=options.timeout_s,
+        memory_mb=options.memory_mb,
+        baseline=_measured_baseline(run),
+    )
     run.optimization = report.to_dict()
     run.notes.append(f"optimize: {report.status}: {report.reason}")
 
