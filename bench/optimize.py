@@ -87,6 +87,62 @@ PROGRAMS = [
         data="enwik8:data/enwik8.gz",
         patch=ENWIK8_SMALL,
     ),
+    # three programs fetched for issue #26's acceptance (2026-12-03b): per-step `.item()` logging, each a different
+    # kind of model; their constants made small the way ENWIK8_SMALL does (the same in both trees)
+    Program(
+        "minGRU enwik8",
+        CORPUS / "lucidrains__minGRU-pytorch",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch={
+            **ENWIK8_SMALL,
+            r"^GRAD_ACCUM_EVERY = .*$": "GRAD_ACCUM_EVERY = 1",
+            r"^PRIME_LENGTH = .*$": "PRIME_LENGTH = 8",
+            r"^GENERATE_LENGTH = .*$": "GENERATE_LENGTH = 8",
+            r"^    depth = 6,$": "    depth = 2,",
+        },
+    ),
+    Program(
+        "infini-transformer enwik8",
+        CORPUS / "lucidrains__infini-transformer-pytorch",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch={
+            **ENWIK8_SMALL,
+            r"^SEQ_LEN = .*$": "SEQ_LEN = 64",
+            r"^PRIME_LEN = .*$": "PRIME_LEN = 60",
+            r"^SEGMENT_LENGTH = .*$": "SEGMENT_LENGTH = 32",
+            r"^    dim_head = 64,$": "    dim_head = 16,",
+            r"^    heads = 8,$": "    heads = 2,",
+        },
+    ),
+    Program(
+        "nGPT enwik8",
+        CORPUS / "lucidrains__nGPT-pytorch",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch={
+            **ENWIK8_SMALL,
+            r"^GRAD_ACCUM_EVERY = .*$": "GRAD_ACCUM_EVERY = 1",
+            r"^PRIME_LENGTH = .*$": "PRIME_LENGTH = 8",
+            r"^GENERATE_LENGTH = .*$": "GENERATE_LENGTH = 8",
+            # its own flag: with AMP on it asserts torch.cuda.is_available() (XLA203, left for a human)
+            r"^USE_AMP = .*$": "USE_AMP = False",
+        },
+    ),
+    Program(
+        "going_modular TinyVGG",
+        CORPUS / "mrdbourke__pytorch-deep-learning" / "going_modular" / "going_modular",
+        "python train.py",
+        data="image_splits:data/pizza_steak_sushi",
+        patch={r"^NUM_EPOCHS = .*$": "NUM_EPOCHS = 20"},
+    ),
+    Program(
+        "pyGAT cora",
+        CORPUS / "Diego999__pyGAT",
+        "python train.py --epochs 12 --nb_heads 2 --dropout 0.0",
+        data="citation_graph:data/cora",  # the snapshot lacks cora.content (a large blob)
+    ),
     Program("ours: GradScaler + float16", ROOT / "tests" / "programs" / "optimize", "python train.py --steps 12 --amp"),
     Program(
         "ours: growing generation",
@@ -114,13 +170,19 @@ def prepare(program: Program, work: Path) -> tuple[Path, Path]:
     return original, migrated
 
 
-def measure(program: Program, work: Path, timeout_s: float) -> dict:
+def measure(program: Program, work: Path, timeout_s: float, timing_runs: int = 3) -> dict:
     from xlaport.serve.optimize import optimize
 
     started = time.perf_counter()
     original, migrated = prepare(program, work)
     report = optimize(
-        migrated, program.command, program.command, original, timeout_s=timeout_s, subdir=program.cwd
+        migrated,
+        program.command,
+        program.command,
+        original,
+        timeout_s=timeout_s,
+        subdir=program.cwd,
+        timing_runs=timing_runs,
     ).to_dict()
     row = {"program": program.name, "command": program.command, "wall_s": round(time.perf_counter() - started, 1)}
     row["status"], row["reason"] = report["status"], report["reason"]
@@ -190,6 +252,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="names (substrings) of the programs to run")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--timing-runs", type=int, default=3, help="runs of each tree when the step time decides")
     args = parser.parse_args()
     rows = []
     for program in PROGRAMS:
@@ -201,7 +264,7 @@ def main() -> int:
             continue
         with tempfile.TemporaryDirectory(prefix="xlaport-bench-optimize-") as tmp:
             try:
-                rows.append(measure(program, Path(tmp), args.timeout))
+                rows.append(measure(program, Path(tmp), args.timeout, args.timing_runs))
             except Exception as exc:  # one program's failure must not lose the others' numbers
                 rows.append({"program": program.name, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
                              "baseline": {}, "final": {}, "candidates": []})  # fmt: skip

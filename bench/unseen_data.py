@@ -122,6 +122,25 @@ def ppi(root: Path, graphs: int = 4, nodes: int = 60, degree: int = 4) -> None:
         np.save(root / f"{split}_graph_id.npy", np.repeat(np.arange(1, count + 1), nodes))
 
 
+def citation_graph(folder: Path, papers: int = 1600, words: int = 200, classes: int = 7, cites: int = 4) -> None:
+    """Cora-style citation data (what GCN/GAT scripts read from `folder`): `cora.content`, one paper a line
+    (an id, 0/1 word features, a class name; tab-separated) and `cora.cites` (cited id, citing id). Ids are not
+    0..n-1, as in the real file; splits like range(500, 1500) need at least 1500 papers."""
+    rng = np.random.default_rng(6)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = 1000 + 7 * np.arange(papers)
+    topics = [f"Topic_{k}" for k in range(classes)]
+    with open(folder / "cora.content", "w") as out:
+        for paper in ids:
+            bits = "\t".join(map(str, (rng.random(words) < 0.05).astype(int)))
+            out.write(f"{paper}\t{bits}\t{topics[int(rng.integers(classes))]}\n")
+    with open(folder / "cora.cites", "w") as out:
+        for citing in ids:
+            for cited in rng.choice(ids, size=cites, replace=False):
+                if cited != citing:
+                    out.write(f"{cited}\t{citing}\n")
+
+
 def image_classes(root: Path, classes: int = 2, per_class: int = 12, size: int = 40) -> None:
     """An ImageFolder tree: `classes` folders of small random RGB PNG images."""
     from PIL import Image
@@ -240,6 +259,13 @@ def text_splits(folder: Path) -> None:
     text(folder / "test.txt", lines=200)
 
 
+def image_splits(root: Path) -> None:
+    """`train/` and `test/` ImageFolder trees of three classes (a course's food-photo layout): 16 and 4 images
+    per class, so a batch of 32 gives two training steps an epoch and one test step."""
+    image_classes(root / "train", classes=3, per_class=16)
+    image_classes(root / "test", classes=3, per_class=4)
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
     "shakespeare_char": shakespeare_char,
     "image_classes": image_classes,
@@ -257,6 +283,8 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "digit_folders": digit_folders,
     "text_splits": text_splits,
     "face_folder": face_folder,
+    "citation_graph": citation_graph,
+    "image_splits": image_splits,
 }
 
 

@@ -82,12 +82,18 @@ def run_verify(
     cwd: str | None = None,
     loss_pattern: str | None = None,
     migrated_args: list[str] | None = None,
+    reference_cache: Path | None = None,
 ) -> VerifyReport:
     """Verify of `migrated` against `original` (settings from the project's xlaport.toml / pyproject, with
     `loss_pattern` and `migrated_args` on top when given), the command run in their folder `cwd` (default: the
-    caller's folder when it stands in one of the trees, else their roots); `step` is told when each run starts."""
+    caller's folder when it stands in one of the trees, else their roots); `step` is told when each run starts.
+    `reference_cache`: a folder that keeps the original's runs for a later verify (the optimization stage)."""
     script, args = parse_command(command)
-    given = {"loss_pattern": loss_pattern, "migrated_args": migrated_args}
+    given = {
+        "loss_pattern": loss_pattern,
+        "migrated_args": migrated_args,
+        "reference_cache": str(reference_cache) if reference_cache else None,
+    }
     given = {key: value for key, value in given.items() if value}
     config = VerifyConfig(**given) if given else None  # on top of the project's own settings
     return verify_tree(original, migrated, ["python", script, *args], config, on_step=step, subdir=cwd)

@@ -189,6 +189,14 @@ def optimize(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Judge, but write nothing into TREE.")] = False,
     format: Annotated[OutputFormat, typer.Option("--format", help="Report format.")] = OutputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per run.")] = 600.0,
+    timing_runs: Annotated[
+        int,
+        typer.Option(
+            "--timing-runs",
+            min=1,
+            help="Runs of each tree, interleaved, when only the step time can show a saving (fewer host reads).",
+        ),
+    ] = 3,
 ) -> None:
     """Performance rewrites kept only with evidence: each candidate (per-step logging reads, GradScaler+float16,
     growing generation, host input pipelines) is applied alone, the check and verify run again against the same
@@ -208,6 +216,7 @@ def optimize(
             write=not dry_run,
             families_wanted=family,
             subdir=workdir,
+            timing_runs=timing_runs,
         )
     except ValueError as exc:
         fail_usage(str(exc))

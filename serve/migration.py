@@ -80,6 +80,7 @@ class TreeRun:
     written: bool = True  # False when in place and the evidence rejected the migration
     copied: int = 0  # files that are not Python, written into the copy
     optimization: dict | None = None  # the optimization stage's report (serve/optimize.py), with --optimize
+    reference_cache: Path | None = None  # with --optimize: where verify kept the original's runs, for its reuse
     timer: PhaseTimer = field(default_factory=PhaseTimer)  # where the time goes (serve/phases.py)
 
     @property
@@ -244,7 +245,11 @@ def gather_evidence(run: TreeRun, migrated_root: Path) -> None:
     shared = None
     if options.verify_cmd:
         run.timer.start("verify")
-        report = run_verify(run.src, migrated_root, options.verify_cmd, run.timer.step)
+        if options.optimize:  # the optimization stage verifies against the same runs of the original
+            run.reference_cache = Path(tempfile.mkdtemp(prefix="xlaport-reference-"))
+        report = run_verify(
+            run.src, migrated_root, options.verify_cmd, run.timer.step, reference_cache=run.reference_cache
+        )
         run.verification = verify_outcome(report, options.verify_cmd)
         run.verification.reports = write_verify_reports(report, run.report_dir, run.report_mode)
         if options.validate_cmd and parse_command(options.validate_cmd) == parse_command(options.verify_cmd):
@@ -294,6 +299,15 @@ def optimize_copy(run: TreeRun) -> None:
     options = run.options
     if not options.optimize:
         return
+    try:
+        _optimize_copy(run)
+    finally:  # the original's runs that verify kept for the optimizer
+        if run.reference_cache is not None:
+            shutil.rmtree(run.reference_cache, ignore_errors=True)
+
+
+def _optimize_copy(run: TreeRun) -> None:
+    options = run.options
     if run.dst is None or not run.may_execute or not (options.validate_cmd or options.verify_cmd):
         run.notes.append("optimize not run: it needs a migrated copy (--out), a command and permission to run it")
         return
@@ -307,9 +321,28 @@ def optimize_copy(run: TreeRun) -> None:
         original=run.src,
         timeout_s=options.timeout_s,
         memory_mb=options.memory_mb,
+        baseline=_measured_baseline(run),
     )
     run.optimization = report.to_dict()
     run.notes.append(f"optimize: {report.status}: {report.reason}")
+
+
+def _measured_baseline(run: TreeRun):
+    """The migrated copy's check and verify as the evidence step measured them (the optimization stage's baseline,
+    not run again), or None when that step did not run the check the optimizer needs."""
+    from .optimize import Baseline, verify_summary
+
+    options = run.options
+    checks = [c for c in run.validation.checks if c.name == "xla_check" and c.report]
+    check = checks[0].report if checks else None
+    if check is None and run.verification is not None and not options.validate_cmd:
+        check = run.verification.report.get("check")  # verify alone: its run of the migrated command
+    if not check:
+        return None
+    if options.verify_cmd and run.verification is None:
+        return None
+    verify = verify_summary(run.verification.report) if run.verification is not None else None
+    return Baseline(check=check, verify=verify, reference_cache=run.reference_cache, source="the migrate step's run")
 
 
 # --- the result -------------------------------------------------------------------------------------------------

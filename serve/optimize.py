@@ -8,9 +8,11 @@ with their share of the step, compiles); each cost with a known rewrite is a `Ca
 family per module). Candidates are tried one at a time, most costly first, on a scratch copy of the tree with
 every candidate kept so far: the check runs again and, with a verify command, verify against the SAME
 reference run of the original (cached after the first verify, never rerun per candidate). A candidate is
-kept only when the step cost improves (fewer host reads per step, fewer compiles, or a faster step, and
-nothing worse) and the curve stays where the reference puts it (verify passes); otherwise it is rejected with
-the numbers. Without a command nothing runs: every candidate is proposed, with its diff and the finding it
+kept only when the step cost improves and the curve stays where the reference puts it (verify passes);
+otherwise it is rejected with the numbers. Fewer compiles are a cost saved by themselves (each one is seconds
+of compilation). Fewer host reads per step are not: a read moved into a step closure still waits for the same
+execution, so such a candidate is kept only when the step itself gets faster, measured over interleaved
+repeated runs of both trees (every candidate run faster than every baseline run). Without a command nothing runs: every candidate is proposed, with its diff and the finding it
 answers. A code model's proposal is judged the same way: a `Candidate` (proposer "model:NAME", the file's text
 before and after) in `optimize(..., extra_candidates=[...])`, tried after the rules' candidates, or given to
 `Session.judge` with a baseline from `Session.run`.
@@ -19,6 +21,7 @@ before and after) in `optimize(..., extra_candidates=[...])`, tried after the ru
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -41,6 +44,11 @@ REPORT_MD = "xlaport-optimize.md"
 # (XLA:CPU step times on a shared machine move by ~10-20% between runs: counts decide first)
 SLOWER_LIMIT = 0.25
 FASTER_ENOUGH = 0.10
+# when only the step time can show a gain: runs of each tree, interleaved (baseline, candidate, baseline, ...).
+# Faster means every candidate run's median step below every baseline run's (with 3 and 3 runs, a one-sided
+# rank test at p = 1/20) and the median of the runs at least MIN_GAIN lower.
+TIMING_RUNS = 3
+MIN_GAIN = 0.05
 # per-step finding kinds of the check (its READ_KINDS) that the logging family answers
 LOGGING_CODES = frozenset({"XLA401", "XLA402", "XLA403", "XLA404"})
 
@@ -118,11 +126,18 @@ class StepCost:
         )
 
 
-def compare(before: StepCost, after: StepCost) -> tuple[list[str], list[str]]:
-    """(what got better, what got worse), in words."""
-    better, worse = [], []
+def compare(before: StepCost, after: StepCost) -> tuple[list[str], list[str], list[str]]:
+    """(what costs less, what costs more, what changed without being a saving by itself), in words, from one run
+    of each. Fewer compiles save their compile time. Fewer host reads per step save nothing unless the step gets
+    faster (on XLA:CPU a read in a step closure waits for the same execution as before), so they are only
+    measured; more of them are a cost. One run's faster step is a saving only when large and beyond the steps'
+    spread; `Session.judge` asks repeated runs (`step_timing`) when the step time alone must decide."""
+    better, worse, measured = [], [], []
+    if after.host_reads_per_step <= before.host_reads_per_step - 0.5:
+        measured.append(f"host reads per step {before.host_reads_per_step:g} -> {after.host_reads_per_step:g}")
+    elif after.host_reads_per_step >= before.host_reads_per_step + 0.5:
+        worse.append(f"host reads per step {before.host_reads_per_step:g} -> {after.host_reads_per_step:g}")
     pairs = [
-        ("host reads per step", before.host_reads_per_step, after.host_reads_per_step, 0.5),
         ("compiles after warm-up", before.compiles_after_warmup, after.compiles_after_warmup, 1),
         ("compiles", before.compiles, after.compiles, 1),
     ]
@@ -140,7 +155,46 @@ def compare(before: StepCost, after: StepCost) -> tuple[list[str], list[str]]:
             better.append(text)
         elif change >= SLOWER_LIMIT and after.step_ms - before.step_ms > noise:
             worse.append(text)
-    return better, worse
+        elif not better:
+            measured.append(text + ", within one run's noise")
+    return better, worse, measured
+
+
+@dataclass
+class StepTiming:
+    """Median step times (ms) of repeated runs of the baseline and of the candidate, interleaved."""
+
+    before_ms: list[float]
+    after_ms: list[float]
+
+    @property
+    def faster(self) -> bool:
+        before, after = self.before_ms, self.after_ms
+        if min(len(before), len(after)) < TIMING_RUNS:
+            return False
+        return max(after) < min(before) and statistics.median(after) <= (1 - MIN_GAIN) * statistics.median(before)
+
+    @property
+    def p_value(self) -> float:
+        """The one-sided rank test's p when every candidate run is faster (1 / C(n+m, n))."""
+        return 1 / math.comb(len(self.before_ms) + len(self.after_ms), len(self.after_ms))
+
+    def line(self) -> str:
+        if not self.before_ms or not self.after_ms:
+            return "step time not measured (a timing run failed)"
+        old, new = statistics.median(self.before_ms), statistics.median(self.after_ms)
+        runs = f"{len(self.before_ms)} and {len(self.after_ms)} runs interleaved"
+        head = f"step time {old:.1f} -> {new:.1f} ms ({new / old - 1:+.0%}) over {runs} "
+        head += f"(run medians {_ms(self.before_ms)} -> {_ms(self.after_ms)})"
+        if self.faster:
+            return head + f": every candidate run faster (one-sided rank test p = {self.p_value:.2f})"
+        if max(self.after_ms) < min(self.before_ms):
+            return head + f": faster in every run but by less than {MIN_GAIN:.0%}"
+        return head + ": the runs overlap, not faster beyond their spread"
+
+
+def _ms(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.0f}" for v in values) + "]"
 
 
 def _iqr(values: list[float]) -> float:
@@ -166,6 +220,30 @@ class Evidence:
 
 
 @dataclass
+class Baseline:
+    """The migrated tree's evidence as a caller already measured it: its check report, verify's summary
+    ({"level", "status", "loss", "reasons"}; None without a verify command) and the folder that holds the
+    reference runs of the original that verify made (so that the candidates' verify reuses them)."""
+
+    check: dict
+    verify: dict | None = None
+    reference_cache: Path | None = None
+    source: str = "the caller's run"
+
+
+def verify_summary(report: dict) -> dict:
+    """Verify's report (VerifyReport.to_dict()) as the summary a candidate's verdict carries."""
+    loss = report.get("loss") or {}
+    return {
+        "level": report.get("level"),
+        "status": report.get("status"),
+        "loss": loss.get("verdict") if isinstance(loss, dict) else None,
+        "reference_cached": bool((report.get("reference_run") or {}).get("cached")),
+        "reasons": [r for r in report.get("reasons", []) if not r.startswith("note")][:6],
+    }
+
+
+@dataclass
 class Verdict:
     candidate: dict
     status: str  # "kept", "rejected", "not tried", "proposed"
@@ -174,6 +252,7 @@ class Verdict:
     after: dict | None = None
     verify: dict | None = None
     output_tail: str | None = None  # the last lines the candidate's run printed
+    timing: dict | None = None  # repeated runs when the step time decided: {"before_ms", "after_ms", "faster"}
 
 
 @dataclass
@@ -190,6 +269,7 @@ class OptimizeReport:
     notes: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)  # files of the tree the kept candidates changed
     reports: dict[str, str] = field(default_factory=dict)
+    runs: int = 0  # runs of the program this optimization made (the baseline's, when given, not among them)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -230,31 +310,36 @@ class Session:
         memory_mb: int = 8192,
         scratch: Path | None = None,
         subdir: str = "",
+        timing_runs: int = TIMING_RUNS,
+        reference_cache: Path | None = None,
     ) -> None:
         self.tree = Path(tree).resolve()
         self.validate_cmd = validate_cmd or verify_cmd
         self.verify_cmd = verify_cmd
         self.original = Path(original).resolve() if original else None
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
+        self.timing_runs = timing_runs
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="xlaport-optimize-"))
-        self.reference_cache = self.scratch / "reference-cache"
+        # the reference runs of the original: a caller's (migrate's verify ran them already) or this session's
+        self.reference_cache = Path(reference_cache) if reference_cache else self.scratch / "reference-cache"
         self.subdir = subdir
         self.texts = {rel: (self.tree / rel).read_text(encoding="utf-8") for rel in python_files(self.tree)}
         self.started = dict(self.texts)  # what the tree held: a file edited during the runs is never overwritten
         self.runs = 0
 
     # -- evidence --------------------------------------------------------------------------------------
-    def run(self, texts: dict[str, str]) -> Evidence:
-        """Writes `texts` over a scratch copy of the tree and runs the check (and verify) there."""
+    def run(self, texts: dict[str, str], with_verify: bool = True) -> Evidence:
+        """Writes `texts` over a scratch copy of the tree and runs the check (and verify, unless `with_verify`
+        is False: a timing run) there."""
         self.runs += 1
         work = self.scratch / f"run-{self.runs}"
         ignore = shutil.ignore_patterns(*SKIP_DIRS, "tests_xla")  # each file as opened, never through a new link
         shutil.copytree(self.tree, work, symlinks=True, ignore=ignore, copy_function=copier_inside(self.tree))
         for rel, text in texts.items():
             (work / rel).write_text(text, encoding="utf-8")
-        verify = None
         check: dict | None = None
-        if self.verify_cmd:
+        verify = None
+        if self.verify_cmd and with_verify:
             report = self._verify(work)
             verify = {
                 "level": report.level,
@@ -297,7 +382,7 @@ class Session:
             ), None
         texts = {**self.texts, candidate.file: candidate.new_text}
         after = self.run(texts)
-        better, worse = compare(baseline.cost, after.cost)
+        better, worse, measured = compare(baseline.cost, after.cost)
         problems = []
         if after.cost.level != "L2":
             problems.append(
@@ -305,18 +390,46 @@ class Session:
             )
         if after.verify is not None and not _curve_holds(baseline.verify, after.verify):
             problems.append(f"the curve left the reference's band: {after.curve_line()}")
+        timing = None
+        if not problems and not worse and self.timing_runs > 1 and not any(b.startswith("compiles") for b in better):
+            # only the step time can show a saving: one run of each is not enough on a busy machine
+            better = [b for b in better if not b.startswith("step time")]
+            timing = self.step_timing(texts, baseline, after)
+            if timing.faster:
+                better.append(timing.line())
+            else:
+                measured = [m for m in measured if not m.startswith("step time")] + [timing.line()]
         if not problems and not better:
-            problems.append("the step cost did not improve" + (f" ({'; '.join(worse)})" if worse else ""))
+            problems.append(
+                "the step cost did not improve"
+                + (f": {'; '.join(measured)}" if measured else "")
+                + (f" ({'; '.join(worse)})" if worse else "")
+            )
         if not problems and worse:
             problems.append(f"it costs more elsewhere: {'; '.join(worse)}")
+        timing_dict = None if timing is None else {**asdict(timing), "faster": timing.faster}
         if problems:
-            verdict = self._verdict(candidate, "rejected", "; ".join(problems), baseline, after)
+            verdict = self._verdict(candidate, "rejected", "; ".join(problems), baseline, after, timing_dict)
             return verdict, None
         self.texts[candidate.file] = candidate.new_text
-        reason = f"{'; '.join(better)}; {after.curve_line()}"
-        return self._verdict(candidate, "kept", reason, baseline, after), after
+        saved = better + [m for m in measured if not m.startswith("step time")]
+        reason = f"{'; '.join(saved)}; {after.curve_line()}"
+        return self._verdict(candidate, "kept", reason, baseline, after, timing_dict), after
 
-    def _verdict(self, candidate, status, reason, before: Evidence | None, after: Evidence | None = None) -> Verdict:
+    def step_timing(self, texts: dict[str, str], baseline: Evidence, after: Evidence) -> StepTiming:
+        """The step time of the kept texts and of `texts`, over `timing_runs` runs of each (the two runs already
+        made count as the first pair), interleaved so that a change in the machine's load falls on both."""
+        before_ms, after_ms = [baseline.cost.step_ms], [after.cost.step_ms]
+        for _ in range(self.timing_runs - 1):
+            before_ms.append(self.run(self.texts, with_verify=False).cost.step_ms)
+            after_ms.append(self.run(texts, with_verify=False).cost.step_ms)
+        if None in before_ms or None in after_ms:
+            return StepTiming([], [])
+        return StepTiming(before_ms, after_ms)
+
+    def _verdict(
+        self, candidate, status, reason, before: Evidence | None, after: Evidence | None = None, timing=None
+    ) -> Verdict:
         return Verdict(
             candidate=candidate.to_dict(),
             status=status,
@@ -325,6 +438,7 @@ class Session:
             after=asdict(after.cost) if after else None,
             verify=after.verify if after else None,
             output_tail=after.check.get("stdout_tail") if after else None,
+            timing=timing,
         )
 
     # -- candidates ------------------------------------------------------------------------------------
@@ -436,9 +550,14 @@ def optimize(
     families_wanted: list[str] | None = None,
     subdir: str = "",
     extra_candidates: list[Candidate] | None = None,
+    timing_runs: int = TIMING_RUNS,
+    baseline: Baseline | None = None,
 ) -> OptimizeReport:
     """Optimizes a migrated tree (see the module's docstring); with `write`, the kept candidates are written to
-    the tree and the report beside it (xlaport-optimize.json/.md). The commands run in `subdir` of the trees."""
+    the tree and the report beside it (xlaport-optimize.json/.md). The commands run in `subdir` of the trees.
+    `extra_candidates`: rewrites from elsewhere (a code model's), judged after the rules' own. `timing_runs`:
+    runs of each tree when only the step time can decide (1: one run each). `baseline`: the tree's check and
+    verify as a caller already measured them (migrate's evidence step), so the tree is not run again for it."""
     tree = Path(tree).resolve()
     if not tree.is_dir():
         raise ValueError(f"not a directory: {tree}")
@@ -451,7 +570,17 @@ def optimize(
         if original is None:
             raise ValueError("verify needs the original tree: pass --original SRC (the tree has no migrate report)")
     wanted = families_wanted or list(families.FAMILIES)
-    session = Session(tree, validate_cmd, verify_cmd, original, timeout_s, memory_mb, subdir=subdir)
+    session = Session(
+        tree,
+        validate_cmd,
+        verify_cmd,
+        original,
+        timeout_s,
+        memory_mb,
+        subdir=subdir,
+        timing_runs=timing_runs,
+        reference_cache=baseline.reference_cache if baseline else None,
+    )
     report = OptimizeReport(
         tree=str(tree),
         original=str(original) if original else None,
@@ -464,8 +593,9 @@ def optimize(
             report.candidates = _proposals(session, wanted)
             report.reason = "nothing was run (no --validate): each candidate is a proposal, with its diff"
         else:
-            _optimize(session, report, wanted, extra_candidates or [])
+            _optimize(session, report, wanted, extra_candidates or [], baseline)
     finally:
+        report.runs = session.runs
         shutil.rmtree(session.scratch, ignore_errors=True)
     if write:
         _write(session, report)
@@ -493,8 +623,16 @@ def _proposals(session: Session, wanted: list[str]) -> list[Verdict]:
     return verdicts
 
 
-def _optimize(session: Session, report: OptimizeReport, wanted: list[str], extra: list[Candidate]) -> None:
-    baseline = session.run(session.texts)
+def _optimize(
+    session: Session, report: OptimizeReport, wanted: list[str], extra: list[Candidate], given: Baseline | None
+) -> None:
+    if given is not None:
+        baseline = Evidence(
+            cost=StepCost.of(given.check), verify=given.verify, error=given.check.get("error"), check=given.check
+        )
+        report.notes.append(f"the baseline is {given.source}: not run again")
+    else:
+        baseline = session.run(session.texts)
     report.baseline = {
         **asdict(baseline.cost),
         "verify": baseline.verify,
