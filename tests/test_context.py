@@ -270,3 +270,55 @@ def test_a_failure_the_original_shares_is_not_the_patchs():
     assert judged.passed is None and "original program fails the same way" in judged.reasons[0]
     clean = CheckRun(name="generated_tests", passed=True, report={"generated": {"notes": []}})
     assert _original_fails_alike(run, clean) is None  # the original ran: the patch broke it
+
+
+# the user's migrated script: the device comes from torch_xla, but a sibling module still moves batches with .cuda()
+SIBLING_TRAIN = """\
+import torch
+import torch_xla
+
+import helpers
+
+model = torch.nn.Linear(4, 2).to(torch_xla.device())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    x = helpers.to_device(torch.randn(8, 4), use_gpu=True)
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    torch_xla.sync()
+"""
+SIBLING_CUDA = """\
+def to_device(batch, use_gpu):
+    if use_gpu:
+        return batch.cuda()
+    return batch
+"""
+SIBLING_BROKEN = """\
+def to_device(batch, use_gpu):
+    raise ValueError("the batch has the wrong shape")
+"""
+
+
+@pytest.mark.slow
+def test_a_run_failing_in_an_unmigrated_sibling_names_it_and_a_real_failure_names_its_line():
+    """Real runs. The patched file is right but the program fails in a sibling module that still calls .cuda():
+    'could not judge', naming the sibling's line, its finding and what to do (it was 'rejected: Found no NVIDIA
+    driver', with no file or line: cs230-code-examples' train.py + evaluate.py). A failure with no finding on the
+    failing line stays a rejection, and its reason names the user's failing line."""
+    from xlaport.serve.validation import check_in_project
+
+    def check(helpers: str):
+        project = sent_project(ProjectFiles(files={"train.py": SIBLING_TRAIN, "helpers.py": helpers}))
+        return check_in_project(project, None, "train.py", [], None, None, 300, 4096)
+
+    unmigrated = check(SIBLING_CUDA)
+    assert unmigrated.passed is None, unmigrated
+    reason = unmigrated.reasons[0]
+    assert "helpers.py:3" in reason and "batch.cuda()" in reason and "XLA201" in reason, reason
+    assert "suggest_patch" in reason and "NVIDIA driver" in reason, reason
+    broken = check(SIBLING_BROKEN)
+    assert broken.passed is False, broken
+    assert "ValueError: the batch has the wrong shape" in broken.reasons[0], broken.reasons
+    assert '(at helpers.py:2 `raise ValueError("the batch has the wrong shape")`)' in broken.reasons[0], broken.reasons
