@@ -204,8 +204,17 @@ FIRST_CASES = [
     ),
 ]
 
-CS230_VISION = "python train.py --data_dir data/64x64_SIGNS --model_dir experiments/base_model"
-CS230_NLP = "python train.py --data_dir data/small --model_dir experiments/base_model"
+CS230_VISION = "python train.py --data_dir data/64x64_SIGNS --model_dir experiments/quick"
+CS230_NLP = "python train.py --data_dir data/small --model_dir experiments/quick"
+# the user's own short experiments (cs230's layout: one folder of params.json per experiment)
+CS230_VISION_PARAMS = (
+    '{"learning_rate": 1e-3, "batch_size": 32, "num_epochs": 2, "dropout_rate": 0.8, "num_channels": 32,\n'
+    ' "save_summary_steps": 100, "num_workers": 0}\n'
+)
+CS230_NLP_PARAMS = (
+    '{"learning_rate": 1e-3, "batch_size": 5, "num_epochs": 2, "lstm_hidden_dim": 50, "embedding_dim": 50,\n'
+    ' "save_summary_steps": 100}\n'
+)
 VQVAE2 = "python train_vqvae.py --size 32 --epoch 3 data/imgs"
 NO_BARRIER = r"no step barrier"
 INFOGAN_DRIVER = '''\
@@ -233,7 +242,10 @@ CASES = [
         ),
         "the model is left on the CPU while the batches go to the XLA device",
         DEVICE_MISMATCH,
+        extra={"pytorch/vision/experiments/quick/params.json": CS230_VISION_PARAMS},
         cwd="pytorch/vision",
+        # sent alone, evaluate.py's .cuda() fails the run: validation says so and asks for it migrated (1st run)
+        migrated_first=["pytorch/vision/evaluate.py"],
     ),
     Case(
         "cs230-nlp-loader",
@@ -244,6 +256,7 @@ CASES = [
         replace("batch_labels.to(torch_xla.device())", "batch_labels.to('cpu')"),
         "the labels of each batch are put on the CPU while the model's output is on the XLA device",
         DEVICE_MISMATCH,
+        extra={"pytorch/nlp/experiments/quick/params.json": CS230_NLP_PARAMS},
         cwd="pytorch/nlp",
         setup=["cd pytorch/nlp && python build_vocab.py --data_dir data/small"],
         migrated_first=["pytorch/nlp/train.py"],
@@ -257,8 +270,10 @@ CASES = [
         drop_line("torch_xla.sync()"),
         "the step barrier the migration added is dropped",
         NO_BARRIER,
+        extra={"pytorch/nlp/experiments/quick/params.json": CS230_NLP_PARAMS},
         cwd="pytorch/nlp",
         setup=["cd pytorch/nlp && python build_vocab.py --data_dir data/small"],
+        migrated_first=["pytorch/nlp/model/data_loader.py"],  # its .cuda() runs once train.py sets params.cuda
     ),
     Case(
         "infogan-train",
@@ -270,6 +285,7 @@ CASES = [
         "the generator is left on the CPU",
         DEVICE_MISMATCH,
         extra={"run_short.py": INFOGAN_DRIVER},
+        setup=["mkdir -p checkpoint && echo checkpoints > checkpoint/README.txt"],  # it saves there
     ),
     Case(
         "dcgan-train",
@@ -280,6 +296,7 @@ CASES = [
         drop_line("torch_xla.sync()"),
         "the step barrier the migration added is dropped",
         NO_BARRIER,
+        setup=["mkdir -p model && echo checkpoints > model/README.txt"],  # it saves checkpoints there
     ),
     Case(
         "vqvae2-train",
