@@ -363,6 +363,7 @@ def prepare(case: Case, corpus: Path, work: Path) -> Path:
     for spec in case.data:  # each case's own (several cases may share a repository's copy)
         unseen_data.make(spec, copy)
     for rel, text in case.extra.items():
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         (copy / rel).write_text(text)
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"  # `python` in a step: this one
     for step in case.setup:
