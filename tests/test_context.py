@@ -322,3 +322,26 @@ def test_a_run_failing_in_an_unmigrated_sibling_names_it_and_a_real_failure_name
     assert broken.passed is False, broken
     assert "ValueError: the batch has the wrong shape" in broken.reasons[0], broken.reasons
     assert '(at helpers.py:2 `raise ValueError("the batch has the wrong shape")`)' in broken.reasons[0], broken.reasons
+
+
+def test_the_failing_line_is_the_deepest_frame_in_the_users_code():
+    from xlaport.eval.check.grade import failing_line
+
+    lib = "/opt/venv/lib/python3.11/site-packages/torch/nn/modules"
+    error = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/scratch/project/src/train.py", line 40, in <module>',
+            "    loss = step(batch)",
+            '  File "/scratch/project/src/model.py", line 12, in forward',
+            "    return self.fc(x)",
+            f'  File "{lib}/module.py", line 1775, in _wrapped_call_impl',
+            "    return self._call_impl(*args, **kwargs)",
+            f'  File "{lib}/linear.py", line 134, in forward',
+            "    return F.linear(input, self.weight, self.bias)",
+            "RuntimeError: Expected XLA tensor. Got: torch.FloatTensor",
+        ]
+    )
+    assert failing_line(error, "/scratch/project/src/train.py") == "model.py:12 `return self.fc(x)`"
+    assert failing_line(error, "/elsewhere/run.py") == "model.py:12 `return self.fc(x)`"  # not below: the name
+    assert failing_line("RuntimeError: no traceback", "/x/train.py") is None
