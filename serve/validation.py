@@ -181,19 +181,41 @@ _NO_NETWORK = re.compile(
 
 def _original_fails_alike(run: CheckRun, tests: CheckRun) -> CheckRun | None:
     """The failed run as 'could not judge' when the original program, run for the tests' recording (CUDA mapped to
-    the CPU), failed with the same error: the program or its environment fails here, not the patch."""
+    the CPU), failed with the same error, or at the same line of the user's code (torch and torch_xla word one
+    failure differently: a float loss given int64 labels is 'Found dtype Long but expected Float' on the CPU and
+    'Binary op subtract with different element types' on XLA): the program or its environment fails here, not the
+    patch."""
     if run.passed is not False:
         return None
     error = (run.report.get("error") or "").strip()
     last = error.splitlines()[-1].strip() if error else ""
     notes = " ".join(tests.report.get("generated", {}).get("notes", []))
-    if len(last) < 12 or "recorded run did not finish cleanly" not in notes or last not in notes:
+    if len(last) < 12 or "recorded run did not finish cleanly" not in notes:
         return None
+    if last in notes:
+        why = f"the original program fails the same way here ({last[:300]})"
+    else:
+        line = _user_failing_source(error)
+        original = [text.strip() for text in notes.splitlines()]
+        if line is None or len(line) < 8 or line not in original or line != _user_failing_source(notes):
+            return None
+        why = f"the original program fails at the same line here (`{line[:200]}`; the migrated one: {last[:300]})"
     why = (
-        f"could not judge the patch: the original program fails the same way here ({last[:300]}), so the failure "
-        "is the program's or its environment's; make the original run first (its data, its dependencies)"
+        f"could not judge the patch: {why}, so the failure is the program's or its environment's; make the "
+        "original run first (its data, its dependencies, its torch version)"
     )
     return run.model_copy(update={"passed": None, "reasons": [why]})
+
+
+def _user_failing_source(error: str) -> str | None:
+    """The source line of a traceback's deepest frame in the user's code (not a library's, not Python's)."""
+    lines = error.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        frame = _FRAME.match(lines[i])
+        if frame and not any(part in frame["path"] for part in _LIBRARY_PATHS):
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            return following.strip() if following.strip() and not _FRAME.match(following) else None
+    return None
 
 
 def _context_failure(run: CheckRun, project_sent: bool, cwd: str) -> CheckRun | None:
@@ -288,7 +310,8 @@ def check_in_project(
         return _context_failure(run, True, folder) or _fails_in_unmigrated_file(run, root, rel_path) or run
 
 
-_FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+)')
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)')
+_LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 
 
 def deepest_project_frame(error: str, root: Path) -> tuple[str, int, str] | None:

@@ -271,6 +271,36 @@ def test_a_failure_the_original_shares_is_not_the_patchs():
     clean = CheckRun(name="generated_tests", passed=True, report={"generated": {"notes": []}})
     assert _original_fails_alike(run, clean) is None  # the original ran: the patch broke it
 
+    # one failure, worded by torch on the CPU and by torch_xla differently (InfoGAN's int64 labels given to BCELoss
+    # under torch 2.9): the same line of the user's code fails in both runs
+    def traceback_at(line: str, message: str) -> str:
+        return (
+            'Traceback (most recent call last):\n  File "/w/project/train.py", line 151, in <module>\n'
+            f'    {line}\n  File "/v/lib/python3.11/site-packages/torch/nn/modules/loss.py", line 699, in forward\n'
+            f"    return F.binary_cross_entropy(input, target)\n{message}"
+        )
+
+    failing = "loss_real = criterionD(probs_real, label)"
+    xla = traceback_at(failing, "RuntimeError: Binary op subtract with different element types: f32[] and s64[128].")
+    run = CheckRun(name="xla_check", passed=False, level="none", report={"error": xla})
+    cpu = traceback_at(failing, "RuntimeError: Found dtype Long but expected Float")
+    original = CheckRun(
+        name="generated_tests",
+        passed=None,
+        report={"generated": {"notes": [f"the recorded run did not finish cleanly (exit code 1\n{cpu}); calls seen"]}},
+    )
+    judged = _original_fails_alike(run, original)
+    assert judged.passed is None and "fails at the same line" in judged.reasons[0] and failing in judged.reasons[0]
+    elsewhere = traceback_at(
+        "loss = criterionD(probs_fake, label)", "RuntimeError: Found dtype Long but expected Float"
+    )
+    other = original.model_copy(
+        update={
+            "report": {"generated": {"notes": [f"the recorded run did not finish cleanly (exit code 1\n{elsewhere})"]}}
+        }
+    )
+    assert _original_fails_alike(run, other) is None  # the original failed elsewhere: the patch is to blame
+
 
 # the user's migrated script: the device comes from torch_xla, but a sibling module still moves batches with .cuda()
 SIBLING_TRAIN = """\
