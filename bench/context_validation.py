@@ -278,6 +278,22 @@ CASES = [
         migrated_first=["pytorch/nlp/model/data_loader.py"],  # its .cuda() runs once train.py sets params.cuda
     ),
     Case(
+        "cs230-vision-evaluate",
+        "cs230-stanford__cs230-code-examples",
+        "pytorch/vision/evaluate.py",
+        CS230_VISION,  # its evaluate() runs after every epoch of train.py
+        ["labelled_jpgs:pytorch/vision/data/64x64_SIGNS"],
+        replace(
+            "data_batch.to(\n                torch_xla.device(), non_blocking=True)",
+            "data_batch.to(\n                'cpu')",
+        ),
+        "the evaluation batches are left on the CPU while the model is on the XLA device",
+        DEVICE_MISMATCH,
+        extra={"pytorch/vision/experiments/quick/params.json": CS230_VISION_PARAMS},
+        cwd="pytorch/vision",
+        migrated_first=["pytorch/vision/train.py"],
+    ),
+    Case(
         "infogan-train",
         "Natsu6767__InfoGAN-PyTorch",
         "train.py",
@@ -436,7 +452,7 @@ def run_http(cases: list[Case], projects: dict[str, Path]) -> list[dict]:
                 row["correct_s"] = round(time.perf_counter() - started, 1)
                 if answer.status_code == 200:
                     wrong = case.wrong(patch["migrated"])
-                    check = {"source": wrong, "path": case.path, "project": {"archive": archive}, "timeout_s": 300}
+                    check = {"source": wrong, "path": case.path, "project": {"archive": archive}, "timeout_s": 600}
                     check["cwd"] = case.cwd
                     if case.command:
                         check["command"] = case.command
@@ -480,7 +496,7 @@ def run_mcp(cases: list[Case], projects: dict[str, Path], work: Path) -> list[di
                     row["correct"] = summary(patch["evidence"])
                     row["correct_s"] = round(time.perf_counter() - started, 1)
                     check = {"project_root": root, "path": case.path, "source": case.wrong(patch["migrated"])}
-                    check["timeout_s"] = 300
+                    check["timeout_s"] = 600
                     check["cwd"] = case.cwd
                     if case.command:
                         check["command"] = case.command
