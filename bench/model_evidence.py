@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unseen import DEFAULT_CORPUS, bench_python, snapshot_dir, xlaport_command
+from unseen import DEFAULT_CORPUS, bench_python, check_report, snapshot_dir, xlaport_command
 from unseen_data import make as make_data
 
 MANIFEST = Path(__file__).resolve().parent / "model_findings.toml"
@@ -137,26 +137,10 @@ def still_reported(site: Site, default_source: str, source: str) -> bool:
 
 # --- runs ---------------------------------------------------------------------------------------------------------
 def run_check(python: Path, tree: Path, program: Program) -> dict:
-    cwd = tree / program.cwd
-    command = [
-        *xlaport_command(python),
-        "check",
-        os.path.relpath(tree / program.script, cwd),
-        "--format",
-        "json",
-        "--max-steps",
-        str(program.max_steps),
-        "--timeout",
-        str(program.timeout_s),
-    ]
-    if program.args:
-        command += ["--", *program.args]
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env={**os.environ, "PJRT_DEVICE": "CPU"}, capture_output=True, text=True)
-    try:
-        report = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        return {"level": "none", "reasons": [f"check gave no report ({done.returncode}): {done.stderr[-400:]}"]}
+    report, error = check_report(python, tree, program)
+    if report is None:
+        return {"level": "none", "reasons": [error]}
     syncs = [
         {"site": p.get("site"), "every_step": p.get("every_step"), "ms_per_step": p.get("ms_per_step")}
         for p in report.get("performance", [])

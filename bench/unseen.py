@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "bench" / "unseen_repos.toml"
@@ -113,3 +116,28 @@ def bench_python(deps: list[str], env_dir: Path = DEFAULT_ENV) -> Path:
 def xlaport_command(python: Path | str = sys.executable) -> list[str]:
     """The `xlaport` command of this checkout, as a user runs it (its checks run children with `python`)."""
     return [str(python), "-m", "xlaport"]
+
+
+class CheckedProgram(Protocol):
+    """What `check_report` reads of a program (unseen_repos.toml's, or model_findings.toml's in model_evidence.py)."""
+
+    script: str
+    cwd: str
+    args: Sequence[str]
+    max_steps: int
+    timeout_s: float
+
+
+def check_report(python: Path | str, tree: Path, program: CheckedProgram) -> tuple[dict | None, str | None]:
+    """`xlaport check --format json` of the program's script in `tree`, run from its working folder as a user would:
+    (the report, None), or (None, why there is none)."""
+    cwd = tree / program.cwd
+    command = [*xlaport_command(python), "check", os.path.relpath(tree / program.script, cwd), "--format", "json"]
+    command += ["--max-steps", str(program.max_steps), "--timeout", str(program.timeout_s)]
+    if program.args:
+        command += ["--", *program.args]
+    done = subprocess.run(command, cwd=cwd, env={**os.environ, "PJRT_DEVICE": "CPU"}, capture_output=True, text=True)
+    try:
+        return json.loads(done.stdout), None
+    except json.JSONDecodeError:
+        return None, f"check gave no report ({done.returncode}): {done.stderr[-800:]}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unseen import DEFAULT_CORPUS, DEFAULT_ENV, Program, bench_python, load_manifest, snapshot_dir, xlaport_command
+from unseen import (
+    DEFAULT_CORPUS,
+    DEFAULT_ENV,
+    Program,
+    bench_python,
+    check_report,
+    load_manifest,
+    snapshot_dir,
+    xlaport_command,
+)
 from unseen_data import make as make_data
 
 
@@ -72,28 +80,11 @@ def measure(program: Program, corpus: Path, env_dir: Path, work: Path) -> Progra
         result.error = f"migrate failed ({done.returncode}): {done.stderr[-800:]}"
         return result
     _count_migration(done.stdout, migrated / "xlaport-report.json", program.script, result)
-    script = migrated / program.script
-    cwd = migrated / program.cwd
-    command = [
-        *xlaport_command(python),
-        "check",
-        os.path.relpath(script, cwd),
-        "--format",
-        "json",
-        "--max-steps",
-        str(program.max_steps),
-        "--timeout",
-        str(program.timeout_s),
-    ]
-    if program.args:
-        command += ["--", *program.args]
     started = time.perf_counter()
-    checked = subprocess.run(command, cwd=cwd, env={**os.environ, "PJRT_DEVICE": "CPU"}, capture_output=True, text=True)
+    report, error = check_report(python, migrated, program)
     result.seconds = round(time.perf_counter() - started, 1)
-    try:
-        report = json.loads(checked.stdout)
-    except json.JSONDecodeError:
-        result.error = f"check gave no report ({checked.returncode}): {checked.stderr[-800:]}"
+    if report is None:
+        result.error = error
         return result
     result.level = report.get("level", "?")
     result.reasons = list(report.get("reasons", []))

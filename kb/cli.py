@@ -18,7 +18,10 @@ from typing import Annotated
 import typer
 
 from xlaport.cliutil import (
+    ConfigOption,
+    ConfiguredUnsafeOption,
     IgnoreOption,
+    IsolatedOption,
     LintFormat,
     OutputFormat,
     SelectOption,
@@ -89,7 +92,7 @@ def _processes(jobs: int, files: int) -> int:
 JobsOption = Annotated[
     int,
     typer.Option(
-        "--jobs", "-j", min=0, max=256, help="Worker processes [default: 0, one per core for 8+ files; 1: none]."
+        "--jobs", "-j", min=0, max=256, help="Worker processes \\[default: 0, one per core for 8+ files; 1: none]."
     ),
 ]
 
@@ -104,24 +107,8 @@ def _report_errors(results) -> int:
 ExtendSelectOption = Annotated[
     list[str] | None, typer.Option("--extend-select", help="Codes, prefixes or categories to add to the selection.")
 ]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        help="The configuration file (pyproject.toml with a tool.xlaport table, or xlaport.toml); default: the nearest above the paths.",
-    ),
-]
-IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Read no configuration file.")]
 ForceExcludeOption = Annotated[
     bool, typer.Option("--force-exclude", help="Apply the configured exclude to files named on the command line too.")
-]
-# tri-state: None leaves the choice to the configuration's `unsafe-fixes`
-ConfiguredUnsafeOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--unsafe-fixes/--no-unsafe-fixes",
-        help="Also apply fixes that may change behaviour (default: the configuration's unsafe-fixes, else no).",
-    ),
 ]
 
 
@@ -371,7 +358,7 @@ def kb_docs(
     target: TargetOption = "torch_xla",
 ) -> None:
     """Write one HTML page per rule (what, why, before/after, fix safety) and an index.html into OUT; SARIF's
-    helpUri points at these pages where they are published (XLAPORT_DOCS_URL)."""
+    helpUri points at these pages where they are published (XLAPORT_DOCS_URL), else at a copy in the cache."""
     from .docs import write_docs
 
     rules = _rules(None, None, target)

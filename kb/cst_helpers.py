@@ -169,27 +169,24 @@ def calls_in(rule: TreeView, root: cst.CSTNode, names: set[str] | frozenset[str]
     return [c for c in find_nodes(root, cst.Call, enter_root=False) if rule.qualified_names(c.func) & names]
 
 
+def target_leaves(target: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """What an assignment target binds, one by one: `a, (b, *c) = ...` gives a, b, c (names, attributes, subscripts)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from target_leaves(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from target_leaves(target.value)
+    else:
+        yield target
+
+
 def bound_names(root: cst.CSTNode) -> set[str]:
     """Names (and dotted attribute targets) that statements under `root` assign, import or define."""
     bound: set[str] = set()
-
-    def targets(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.Tuple, cst.List)):
-            for element in node.elements:
-                targets(element.value)
-        elif isinstance(node, cst.StarredElement):
-            targets(node.value)
-        elif (name := dotted(node)) is not None:
-            bound.add(name)
-
     kinds = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName, cst.NamedExpr)
     for node in find_nodes(root, *kinds, enter_root=False):
-        if isinstance(node, cst.AssignTarget):
-            targets(node.target)
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr)):
-            targets(node.target)
-        elif isinstance(node, cst.AsName):
-            targets(node.name)
+        target = node.name if isinstance(node, cst.AsName) else node.target
+        bound |= {name for leaf in target_leaves(target) if (name := dotted(leaf)) is not None}
     for node in find_nodes(root, cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef, enter_root=False):
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             bound.add(node.name.value)

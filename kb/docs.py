@@ -3,11 +3,16 @@ index: `xlaport kb docs --out DIR`, linked from SARIF's helpUri and the migratio
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from xlaport.files import atomic_write
 from xlaport.htmlpage import esc, markdown, page
+from xlaport.paths import cache_root
 
 from .rule import CATEGORY_NAMES, Rule, severity_of
 
@@ -140,16 +145,51 @@ def render_index(rules: list[type[Rule]]) -> str:
     return page("xlaport rules", parts)
 
 
+def _pages(rules: list[type[Rule]], index: bool = True) -> dict[str, str]:
+    """File name -> HTML of each rule's page (and the index)."""
+    pages = {page_name(r.code): render_html(r) for r in rules}
+    if index:
+        pages[INDEX_NAME] = render_index(rules)
+    return pages
+
+
 def write_docs(directory: Path, rules: list[type[Rule]], index: bool = True, mode: int | None = None) -> list[Path]:
     """Writes one page per rule of `rules` (and the index) into `directory`; returns the paths written."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    pages = {page_name(r.code): render_html(r) for r in rules}
-    if index:
-        pages[INDEX_NAME] = render_index(rules)
+    pages = _pages(rules, index)
     written = []
     for name, text in pages.items():
         path = directory / name
         atomic_write(path, text, mode=mode)
         written.append(path)
     return written
+
+
+LOCAL_DOCS_FOLDER = "rule-docs"  # under the cache root: the pages a SARIF log's helpUri opens where no site is set
+
+
+def local_docs(rules: list[type[Rule]]) -> Path | None:
+    """The folder that holds the pages of `rules` and their index, written once into the cache under a hash of
+    their text (a changed rule gets a new folder, never a stale page); None when the cache cannot be written.
+    Rendering the kb's ~130 pages takes ~50 ms; writing them happens once per kb version."""
+    pages = _pages(rules)
+    digest = hashlib.sha256("\0".join(f"{name}\0{text}" for name, text in sorted(pages.items())).encode())
+    folder = cache_root() / LOCAL_DOCS_FOLDER / digest.hexdigest()[:16]
+    if (folder / INDEX_NAME).is_file():
+        return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".pages-", dir=folder.parent))
+        try:
+            for name, text in pages.items():
+                (scratch / name).write_text(text, encoding="utf-8")
+            os.rename(scratch, folder)  # whole or not at all: a reader never sees half of the pages
+        except OSError:
+            if not (folder / INDEX_NAME).is_file():  # not another process that got there first
+                raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    except OSError:
+        return None
+    return folder

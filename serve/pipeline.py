@@ -23,6 +23,8 @@ from __future__ import annotations
 import gc
 import shlex
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -354,20 +356,8 @@ class Pipeline:
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""
-        from xlaport.eval.sandbox import readable_scratch
-
-        check_file_name(name)
-        if not name.endswith(".py") or Path(name).name != name:
-            raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
-        check_arguments(args)
-        original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
-        parse(original)
-        parse(migrated)
-        with readable_scratch("xlaport-verify-") as tmp:
-            for folder, text in (("original", original), ("migrated", migrated)):
-                Path(tmp, folder).mkdir()
-                Path(tmp, folder, name).write_text(text, encoding="utf-8")
-            return self.verify(Path(tmp, "original"), Path(tmp, "migrated"), shlex.join(["python", name, *args]))
+        with _program_pair(original, migrated, args, name, "xlaport-verify-") as tmp:
+            return self.verify(tmp / "original", tmp / "migrated", shlex.join(["python", name, *args]))
 
     # -- optimize ----------------------------------------------------------------------------------------
     def optimize(
@@ -392,21 +382,9 @@ class Pipeline:
         self, original: str, migrated: str, args: list[str], name: str = "train.py", *, run: bool = True
     ) -> dict:
         """`optimize` of a one-file program given as two texts (the HTTP service's form); `run=False` proposes."""
-        from xlaport.eval.sandbox import readable_scratch
-
-        check_file_name(name)
-        if not name.endswith(".py") or Path(name).name != name:
-            raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
-        check_arguments(args)
-        original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
-        parse(original)
-        parse(migrated)
-        with readable_scratch("xlaport-optimize-") as tmp:
-            for folder, text in (("original", original), ("migrated", migrated)):
-                Path(tmp, folder).mkdir()
-                Path(tmp, folder, name).write_text(text, encoding="utf-8")
+        with _program_pair(original, migrated, args, name, "xlaport-optimize-") as tmp:
             command = shlex.join(["python", name, *args]) if run else None
-            return self.optimize(Path(tmp, "migrated"), command, command, Path(tmp, "original"), write=False)
+            return self.optimize(tmp / "migrated", command, command, tmp / "original", write=False)
 
     # -- a whole tree ------------------------------------------------------------------------------------
     def migrate(
@@ -425,11 +403,11 @@ class Pipeline:
         the result records what each took (serve/phases.py).
         """
         options = options or MigrateOptions()
-        run = plan_migration(src, dst, options, may_execute)  # refuses before any work
-        run.rules = self.rules(options.select, options.ignore, options.target)
+        # refuses before any work; the rules are those [tool.xlaport] and the options select
+        run = plan_migration(src, dst, options, may_execute)
         run.timer = PhaseTimer(progress)
         run.timer.start("rewrite")
-        rewrite_tree(run.src, run.files, run.rules, options.unsafe_fixes, options.jobs, run.timer.files)
+        rewrite_tree(run.src, run.files, run.rules, run.options.unsafe_fixes, options.jobs, run.timer.files)
         run.timer.start("related fixes" if options.k or self.proposer is not None else "findings left")
         self.finish_tree(run)
         run.notes += library_pin_notes(run)
@@ -449,7 +427,8 @@ class Pipeline:
                 record.outcome = FileOutcome(path=rel, status="error", error=result.error)
                 continue
             if record.kind == "python":
-                text, manual, proposals, notes = self.finish_file(result.fixed, rel, result.findings, run.rules, k)
+                rules = [r for r in run.rules if r.code not in record.ignored]  # per-file-ignores
+                text, manual, proposals, notes = self.finish_file(result.fixed, rel, result.findings, rules, k)
             else:  # config files: rules only, no model
                 text, manual, proposals, notes = (
                     result.fixed,
@@ -471,6 +450,26 @@ class Pipeline:
             run.notes += [n for n in notes if n == RULES_ONLY]
         if k == 0 and any(record.outcome.manual for record in run.files if record.outcome):
             run.notes.append(NOT_SEARCHED)
+
+
+@contextmanager
+def _program_pair(original: str, migrated: str, args: list[str], name: str, prefix: str) -> Iterator[Path]:
+    """A scratch folder the sandbox user can read, holding a one-file program's two texts as `original/NAME` and
+    `migrated/NAME`, once the name, the arguments and both texts are checked (ValueError, SourceError)."""
+    from xlaport.eval.sandbox import readable_scratch
+
+    check_file_name(name)
+    if not name.endswith(".py") or Path(name).name != name:
+        raise ValueError(f"the script name must be a plain file name ending in .py: {name!r}")
+    check_arguments(args)
+    original, migrated = original.removeprefix(BOM), migrated.removeprefix(BOM)
+    parse(original)
+    parse(migrated)
+    with readable_scratch(prefix) as tmp:
+        for folder, text in (("original", original), ("migrated", migrated)):
+            Path(tmp, folder).mkdir()
+            Path(tmp, folder, name).write_text(text, encoding="utf-8")
+        yield Path(tmp)
 
 
 _DEFAULT: Pipeline | None = None

@@ -98,7 +98,9 @@ class SuggestOptions(BaseModel):
 
 
 class MigrateOptions(BaseModel):
-    unsafe_fixes: bool = False
+    unsafe_fixes: bool | None = Field(
+        None, description="Also apply fixes that may change behaviour; None: the configuration's unsafe-fixes, else no."
+    )
     target: Target = Field(DEFAULT_TARGET, description="The backend to migrate to: torch_xla or torch_tpu.")
     select: list[str] | None = None
     ignore: list[str] | None = None
@@ -122,6 +124,10 @@ class MigrateOptions(BaseModel):
         description="Keep the migration trace (every changed file's and function's source, before and after) "
         "beside the migrated tree and in the training trace file; off by default: it holds the user's code.",
     )
+    config: str | None = Field(
+        None, description="The lint configuration file; None: the nearest above the source (kb/lint_config.py)."
+    )
+    isolated: bool = Field(False, description="Read no lint configuration ([tool.xlaport]: select, exclude, ...).")
     timeout_s: float = Field(600.0, gt=0, le=7200)
     memory_mb: int = Field(8192, ge=256, le=131072)
 

@@ -50,11 +50,13 @@ class FileRecord:
     """One file of a migrated tree, from the plan to the trace: read and rewritten once, written once.
 
     `kind`: "python" (the rules, then related kb fixes and the code model for what they leave), "config" (a config
-    file or run script that names a CUDA device or NCCL: the rules only) or "copy" (copied byte for byte).
+    file or run script that names a CUDA device or NCCL: the rules only), "copy" (copied byte for byte) or
+    "excluded" (the lint configuration's `exclude`: never analysed, copied byte for byte).
     """
 
     rel: Path  # from the tree's root
-    kind: Literal["python", "config", "copy"]
+    kind: Literal["python", "config", "copy", "excluded"]
+    ignored: tuple[str, ...] = ()  # the codes the configuration's per-file-ignores turns off for this file
     rules: FileResult | None = None  # what the rules did: the original text, their rewrite, the findings left
     text: str | None = None  # the migrated text; None: the file is copied as it is (never written as migrated)
     outcome: FileOutcome | None = None  # what the reports say of it; None for a plain copy
@@ -122,13 +124,17 @@ def rewrite_files(
     unsafe: bool,
     jobs: int | None = 1,
     progress: Progress | None = None,
+    ignored: dict[Path, tuple[str, ...]] | None = None,
 ) -> list[FileResult]:
-    """The fixed text of every file (nothing is written), in the order of `rels`; `jobs` worker processes
-    (None: `auto_jobs`). Each file is analysed as part of the tree: a training loop that calls another module's
-    stepping helper gets its step barrier (kb/analysis/project.py). Workers fork from the forkserver that
+    """The fixed text of every file (nothing is written), in the order of `rels`, without the codes `ignored` turns
+    off for a file (per-file-ignores); `jobs` worker processes (None: `auto_jobs`). Each file is analysed as part
+    of the tree: a training loop that calls another module's stepping helper gets its step barrier
+    (kb/analysis/project.py). Workers fork from the forkserver that
     preloaded the kb (serve/isolated.py): they start in milliseconds and inherit no threads or torch state from
     a server process; each parses a file once, for the tree's summary and for its fix (kb/batch.py)."""
-    task = TreeTask(fix=True, codes=None if rules is None else tuple(r.code for r in rules), unsafe=unsafe)
+    codes = None if rules is None else tuple(r.code for r in rules)
+    off = tuple((str(src / rel), ignored[rel]) for rel in rels if ignored and ignored.get(rel))  # FileJob.path
+    task = TreeTask(fix=True, codes=codes, unsafe=unsafe, ignored=off)
     files = [FileJob(src / rel, str(rel), 0, rel) for rel in rels]
     jobs = auto_jobs(len(rels)) if jobs is None else jobs
     return run_files(files, [Tree(src, tuple(rels))], task, jobs, WORKER_CONTEXT, progress)
@@ -146,12 +152,16 @@ def rewrite_tree(
     config files and run scripts that name a CUDA device or NCCL (kb/configs.py: rules only, safe fixes only;
     symlinks are never rewritten through). Other files, and files that are not text, stay plain copies."""
     python = [record for record in records if record.kind == "python"]
-    results = rewrite_files(src, [record.rel for record in python], rules, unsafe, jobs, progress)
+    ignored = {record.rel: record.ignored for record in python if record.ignored}
+    results = rewrite_files(src, [record.rel for record in python], rules, unsafe, jobs, progress, ignored)
     for record, result in zip(python, results, strict=True):
         record.rules = result
     for record in records:
         if record.kind == "copy" and config_kind(record.rel) and not (src / record.rel).is_symlink():
-            result = fix_file(src / record.rel, rules, display=str(record.rel))
+            chosen = (
+                rules if rules is None or not record.ignored else [r for r in rules if r.code not in record.ignored]
+            )
+            result = fix_file(src / record.rel, chosen, display=str(record.rel))
             if not result.error and (result.applied or result.findings):
                 record.kind, record.rules = "config", result
 

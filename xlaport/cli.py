@@ -17,7 +17,7 @@ from xlaport.extras import EXTRA_MODULES, extra_of_module, install_hint, missing
 HELP = __doc__
 
 # what a bug report needs: the versions that decide behaviour, read from metadata (nothing heavy is imported)
-ENV_PACKAGES = ("torch", "torch_xla", "torch-tpu", "libcst", "transformers", "accelerate", "peft", "faiss-cpu", "mcp")
+ENV_PACKAGES = ("torch", "torch_xla", "torch-tpu", "libcst", "transformers", "accelerate", "peft", "numpy", "mcp")
 ENV_VARIABLES = (
     "PJRT_DEVICE",
     "XLA_FLAGS",

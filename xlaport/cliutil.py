@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -20,6 +21,23 @@ SelectOption = Annotated[list[str] | None, typer.Option(help="Codes, code prefix
 IgnoreOption = Annotated[list[str] | None, typer.Option(help="Codes, prefixes or categories to skip.")]
 TargetOption = Annotated[
     str, typer.Option("--target", help="The backend to migrate to: torch_xla or torch_tpu (docs/torchtpu.md).")
+]
+# the lint configuration ([tool.xlaport], kb/lint_config.py) that lint, fix and migrate read
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="The configuration file (pyproject.toml with a tool.xlaport table, or xlaport.toml); default: the nearest above the paths.",
+    ),
+]
+IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Read no configuration file.")]
+# tri-state: None leaves the choice to the configuration's `unsafe-fixes`
+ConfiguredUnsafeOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--unsafe-fixes/--no-unsafe-fixes",
+        help="Also apply fixes that may change behaviour (default: the configuration's unsafe-fixes, else no).",
+    ),
 ]
 
 

@@ -61,7 +61,7 @@ def check(
             "--project",
             file_okay=False,
             exists=True,
-            help="The folder the run may reach with ../ (data, sibling packages) [default: the enclosing git work "
+            help="The folder the run may reach with ../ (data, sibling packages) \\[default: the enclosing git work "
             "tree, migrated tree or project folder of the working folder].",
             show_default=False,
         ),

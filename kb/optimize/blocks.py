@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from ..cst_helpers import find_nodes
+from ..cst_helpers import find_nodes, target_leaves
 
 BUILTINS = frozenset(dir(builtins))
 LOOPS = (cst.For, cst.While)
@@ -112,19 +112,10 @@ def _walk(root: cst.CSTNode, kind: type) -> Iterator:
 def assigned_names(nodes: list[cst.CSTNode]) -> set[str]:
     """Plain names the statements bind (`x = ...`, `x += ...`, `for x in`, `with ... as x`), not attributes."""
     bound: set[str] = set()
-
-    def targets(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.Tuple, cst.List)):
-            for element in node.elements:
-                targets(element.value)
-        elif isinstance(node, cst.StarredElement):
-            targets(node.value)
-        elif isinstance(node, cst.Name):
-            bound.add(node.value)
-
     for root in nodes:
         for node in find_nodes(root, cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName):
-            targets(node.name if isinstance(node, cst.AsName) else node.target)
+            target = node.name if isinstance(node, cst.AsName) else node.target
+            bound |= {leaf.value for leaf in target_leaves(target) if isinstance(leaf, cst.Name)}
     return bound
 
 
