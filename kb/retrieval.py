@@ -64,6 +64,7 @@ LIBRARY_PATH = re.compile(r"(site-packages|dist-packages|/lib/python\d)")
 ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-xla-profiler|fatal|abort)", re.I)
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORD_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+METHOD_CALL = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)\(")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
@@ -119,7 +120,7 @@ def lexical_terms(text: str) -> list[str]:
     `GradScaler` in a message meets `grad_scaler` in a module path; and the tails of dotted names
     (`torch.cuda.amp.GradScaler` -> also cuda.amp.gradscaler, amp.gradscaler): the API a message names
     exactly (`torch.cuda.amp.GradScaler`) is not the one of another entry (`torch_xla.amp.GradScaler`)."""
-    terms = []
+    terms = [f".{name}(" for name in METHOD_CALL.findall(text)]  # `x.cuda(`: the call, not only the word
     for name in DOTTED.findall(text):
         parts = name.lower().split(".")
         terms += [".".join(parts[start:]) for start in range(len(parts) - 1)]

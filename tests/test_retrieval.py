@@ -258,6 +258,27 @@ def test_a_tracebacks_failing_line_decides_when_its_error_is_shared(index, monke
     assert index.search(query, 1)[0].code != "XLA208"  # the whole text alone: the test can fail
 
 
+def test_a_method_call_is_a_term_of_its_own():
+    from xlaport.kb.retrieval import lexical_terms
+
+    assert ".cuda(" in lexical_terms("images, targets = images.cuda(")
+    assert not any(t.endswith("(") for t in lexical_terms("torch.storage.UntypedStorage (tagged with xla:0)"))
+
+
+@pytest.mark.slow
+def test_a_failing_cuda_call_in_a_sibling_module_finds_the_cuda_entry(index):
+    """The shared 'no NVIDIA driver' error under a multi-line statement whose first line ends in `.cuda(` (the
+    context bench's evaluate.py): the call is what names the entry (without the call as a term, XLA232 or XLA231 came first)."""
+    query = (
+        "Traceback (most recent call last):\n"
+        '  File "eval_loop.py", line 30, in run_eval\n'
+        "    images, targets = images.cuda(\n"
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed "
+        "a driver from http://www.nvidia.com/Download/index.aspx"
+    )
+    assert index.search(query, 1)[0].code == "XLA201"
+
+
 @pytest.mark.slow
 def test_a_search_in_a_fresh_process_imports_neither_torch_nor_libcst(index, cache):
     """`xlaport kb search` answers in well under a second only if it reads the cached index (found from the kb's
