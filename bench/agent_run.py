@@ -12,6 +12,8 @@ Policy, in order, until verify passes or the call budget is spent:
 4. items left for a human that have an unsafe fix, or a rejected validation: suggest_patch on that file in the
    migrated tree (project_root, unsafe_fixes, validate, command); a validated patch's text is written to the file
    (what an agent's edit tool does with a tool's output), then verify again.
+Then, with `--wrong FILE OLD NEW`, a wrong migration made by hand (e.g. the loss's sign swapped) is verified the same
+way and must not pass: that edit is the harness's, not the agent's, and its calls are counted apart.
 
     .venv/bin/python bench/agent_run.py --repo /path/to/repo --command "python train.py --epochs 2" [--json out]
 """
@@ -71,7 +73,9 @@ def migrated_output(verification: dict) -> str:
     return "\n".join(str(run.get(key) or "") for key in ("stdout_tail", "stdout", "output", "log_tail"))
 
 
-async def drive(repo_rel: str, dst_rel: str, command: str, work: Path, log: list[dict]) -> dict:
+async def drive(
+    repo_rel: str, dst_rel: str, command: str, work: Path, log: list[dict], wrong: tuple[str, str, str] | None = None
+) -> dict:
     import mcp
     from mcp.client.stdio import StdioServerParameters
 
@@ -135,7 +139,31 @@ async def drive(repo_rel: str, dst_rel: str, command: str, work: Path, log: list
                     need_verify = True
                 continue
             break
-        return {"final": status, "level": verification.get("level"), "reasons": verification.get("reasons")}
+        outcome = {"final": status, "level": verification.get("level"), "reasons": verification.get("reasons")}
+        if wrong is not None and status == "pass":  # the same verify, on a copy with a hand-made wrong edit
+            outcome["wrong"] = await judge_wrong(agent, verify_args, work, dst_rel, wrong)
+        return outcome
+
+
+async def judge_wrong(agent: Agent, verify_args: dict, work: Path, dst_rel: str, wrong: tuple[str, str, str]) -> dict:
+    """A wrong migration made by hand (not by the agent): `wrong` is (file, old text, new text) applied to a copy of
+    the verified tree; verify_migration must not pass it, and its reasons say why."""
+    path, old, new = wrong
+    wrong_rel = f"{dst_rel}-wrong"
+    shutil.copytree(work / dst_rel, work / wrong_rel, ignore=shutil.ignore_patterns("xlaport-*"))
+    text = (work / wrong_rel / path).read_text()
+    assert old in text, f"{old!r} is not in {path}"
+    (work / wrong_rel / path).write_text(text.replace(old, new, 1))
+    arguments = {k: v for k, v in {**verify_args, "migrated_dir": wrong_rel}.items() if v is not None}
+    verification = await agent.call("verify_migration", arguments)
+    if isinstance(verification, str):
+        return {"edit": f"{path}: {old!r} -> {new!r}", "error": verification}
+    return {
+        "edit": f"{path}: {old!r} -> {new!r}",
+        "status": verification.get("status"),
+        "level": verification.get("level"),
+        "reasons": verification.get("reasons"),
+    }
 
 
 def main() -> None:
@@ -143,17 +171,25 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, required=True, help="the repository (copied into a work folder)")
     parser.add_argument("--command", required=True)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--wrong",
+        nargs=3,
+        metavar=("FILE", "OLD", "NEW"),
+        help="after a pass: verify a copy of the migrated tree with OLD replaced by NEW in FILE (must not pass)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xlaport-agent-"))
     shutil.copytree(args.repo, work / args.repo.name, ignore=shutil.ignore_patterns(".git"))
     log: list[dict] = []
     started = time.perf_counter()
-    outcome = asyncio.run(drive(args.repo.name, f"{args.repo.name}-xla", args.command, work, log))
+    wrong = tuple(args.wrong) if args.wrong else None
+    outcome = asyncio.run(drive(args.repo.name, f"{args.repo.name}-xla", args.command, work, log, wrong))
     outcome.update(
         {
             "repo": args.repo.name,
             "command": args.command,
-            "tool_calls": len(log),
+            "tool_calls": len(log) - ("wrong" in outcome),  # the agent's own; the wrong migration's verify apart
+            "wrong_check_calls": int("wrong" in outcome),
             "calls": log,
             "hand_edits": 0,
             "wall_s": round(time.perf_counter() - started, 1),

@@ -76,6 +76,9 @@ def main() -> int:
     parser.add_argument("--labels", type=Path, default=DEFAULT_LABELS)
     parser.add_argument("--split", choices=("dev", "test", "all"), default="all")
     parser.add_argument("--lexical-weight", type=float, default=None, help="override retrieval.LEXICAL_WEIGHT")
+    parser.add_argument(
+        "--failing-line-weight", type=float, default=None, help="override retrieval.FAILING_LINE_WEIGHT (0: off)"
+    )
     parser.add_argument("--sweep", action="store_true", help="top-1/top-3 on dev for a range of lexical weights")
     parser.add_argument("--show-misses", action="store_true", help="print each query whose first result is wrong")
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -88,6 +91,8 @@ def main() -> int:
 
     from xlaport.kb import retrieval
 
+    if args.failing_line_weight is not None:
+        retrieval.FAILING_LINE_WEIGHT = args.failing_line_weight
     started = time.perf_counter()
     index = retrieval.FixIndex.load_or_build()
     load_s = time.perf_counter() - started

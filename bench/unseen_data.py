@@ -266,7 +266,22 @@ def image_splits(root: Path) -> None:
     image_classes(root / "test", classes=3, per_class=4)
 
 
+def labelled_jpgs(root: Path, classes: int = 6, per_split: int = 36, size: int = 64) -> None:
+    """Folders `train_signs`, `val_signs`, `test_signs` of JPEGs whose file name starts with the label digit
+    (`3_IMG_0007.jpg`), the layout of the SIGNS data set that cs230-style loaders parse."""
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    for split in ("train", "val", "test"):
+        folder = root / f"{split}_signs"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_split):
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i % classes}_IMG_{i:04d}.jpg")
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
+    "labelled_jpgs": labelled_jpgs,
     "shakespeare_char": shakespeare_char,
     "image_classes": image_classes,
     "mnist": mnist,

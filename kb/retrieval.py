@@ -51,6 +51,7 @@ SUMMARY_WEIGHT = 0.2
 LEXICAL_WEIGHT = (
     0.8  # BM25 / the query's best BM25, added to the embedding score: the middle of the best range on dev (0.6-1.0)
 )
+FAILING_LINE_WEIGHT = 0.5  # a traceback's failing user line in the lexical score (0.25-0.75 alike on dev)
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_QUERY_CHARS = 4000
@@ -63,6 +64,7 @@ LIBRARY_PATH = re.compile(r"(site-packages|dist-packages|/lib/python\d)")
 ERROR_LINE = re.compile(r"(error|exception|warning|not lowered|too frequent|pt-xla-profiler|fatal|abort)", re.I)
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORD_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+METHOD_CALL = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)\(")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
@@ -118,7 +120,7 @@ def lexical_terms(text: str) -> list[str]:
     `GradScaler` in a message meets `grad_scaler` in a module path; and the tails of dotted names
     (`torch.cuda.amp.GradScaler` -> also cuda.amp.gradscaler, amp.gradscaler): the API a message names
     exactly (`torch.cuda.amp.GradScaler`) is not the one of another entry (`torch_xla.amp.GradScaler`)."""
-    terms = []
+    terms = [f".{name}(" for name in METHOD_CALL.findall(text)]  # `x.cuda(`: the call, not only the word
     for name in DOTTED.findall(text):
         parts = name.lower().split(".")
         terms += [".".join(parts[start:]) for start in range(len(parts) - 1)]
@@ -164,15 +166,21 @@ def query_parts(text: str) -> list[str]:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) <= 1:
         return [text]
-    errors, code = [], []
-    for previous, line in zip(lines, lines[1:], strict=False):
-        frame = TRACEBACK_FRAME.match(previous)
-        if frame and not LIBRARY_PATH.search(frame.group("file")) and not TRACEBACK_FRAME.match(line):
-            code.append(line)
+    errors, code = [], user_code_lines(lines)
     for line in lines:
         if ERROR_LINE.search(line) and not line.startswith(("File ", "Traceback (most recent call last)")):
             errors.append(line)
     return [text, *list(dict.fromkeys(errors))[-MAX_LOG_LINES:], *list(dict.fromkeys(code))[-MAX_LOG_LINES:]]
+
+
+def user_code_lines(lines: list[str]) -> list[str]:
+    """The source lines a traceback shows under frames of the user's code (not a library's), outermost first."""
+    code = []
+    for previous, line in zip(lines, lines[1:], strict=False):
+        frame = TRACEBACK_FRAME.match(previous)
+        if frame and not LIBRARY_PATH.search(frame.group("file")) and not TRACEBACK_FRAME.match(line):
+            code.append(line)
+    return code
 
 
 class BM25:
@@ -322,8 +330,19 @@ class FixIndex:
         return vectors
 
     def lexical_scores(self, text: str) -> np.ndarray:
-        """BM25 of each entry (in `_codes` order) for the query, divided by the best: 0..1."""
-        scores = self._bm25.scores(lexical_terms(text.strip()[-MAX_QUERY_CHARS:]))
+        """BM25 of each entry (in `_codes` order) for the query, divided by the best: 0..1. For a traceback, the
+        mean of that and the same for the user's failing line alone: the error's words are shared by many entries
+        (`Found no NVIDIA driver`, `CUDA error: ...`), the line that raised it tells them apart, and in the whole
+        text its few words are outnumbered by the message's."""
+        text = text.strip()[-MAX_QUERY_CHARS:]
+        whole = self._bm25_share(text)
+        code = user_code_lines([line.strip() for line in text.splitlines() if line.strip()])
+        if not code:
+            return whole
+        return (1.0 - FAILING_LINE_WEIGHT) * whole + FAILING_LINE_WEIGHT * self._bm25_share(code[-1])
+
+    def _bm25_share(self, text: str) -> np.ndarray:
+        scores = self._bm25.scores(lexical_terms(text))
         best = float(scores.max()) if len(scores) else 0.0
         return scores / best if best > 0 else scores
 

@@ -17,6 +17,7 @@ from xlaport.eval.sandbox import SandboxRefused
 from xlaport.eval.verify.api import verify_tree
 from xlaport.eval.verify.config import VerifyConfig
 from xlaport.eval.verify.report import VerifyReport
+from xlaport.kb import Finding, SourceError, lint_source
 from xlaport.kb.symptoms import explain_error
 
 from .inputs import parse_command
@@ -61,6 +62,23 @@ def run_xla_check(
     return CheckRun(
         name="xla_check", passed=report.ok, level=report.level, reasons=list(report.reasons), report=report.to_dict()
     )
+
+
+# Findings that make a program fail on a TPU host (APIs, devices, libraries, precision, memory, distribution), not
+# the host syncs and shapes (C4) that only cost time
+FAILING_CATEGORIES = ("C1", "C2", "C3", "C5", "C6", "C7")
+
+
+def failing_findings_at(path: Path, line: int) -> list[Finding]:
+    """The kb's findings of the categories that make a run fail, on `line` of the Python file `path` (a finding
+    spans its statement's lines); none when the file does not parse."""
+    try:
+        found = lint_source(path.read_text(encoding="utf-8"), path.name)
+    except (SourceError, OSError, UnicodeDecodeError, ValueError):
+        return []
+    return [
+        f for f in found if f.category in FAILING_CATEGORIES and f.line <= line <= max(f.end_line or f.line, f.line)
+    ]
 
 
 def check_run_of_verify(report: dict) -> CheckRun:

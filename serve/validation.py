@@ -87,7 +87,11 @@ def validate_in_project(
             run = run_xla_check(
                 workdir / script, args, options.timeout_s, options.memory_mb, workdir, project=roots["migrated"]
             )
-            checks.append(_context_failure(run, project is not None, cwd) or run)
+            checks.append(
+                _context_failure(run, project is not None, cwd)
+                or _fails_in_unmigrated_file(run, roots["migrated"], rel_path)
+                or run
+            )
         # the tests' trees: the working folder when the file lies in it (the recorded run starts there), else the root
         inside = cwd == "." or PurePosixPath(rel_path).is_relative_to(cwd)
         tree = cwd if inside else "."
@@ -175,19 +179,41 @@ _NO_NETWORK = re.compile(
 
 def _original_fails_alike(run: CheckRun, tests: CheckRun) -> CheckRun | None:
     """The failed run as 'could not judge' when the original program, run for the tests' recording (CUDA mapped to
-    the CPU), failed with the same error: the program or its environment fails here, not the patch."""
+    the CPU), failed with the same error, or at the same line of the user's code (torch and torch_xla word one
+    failure differently: a float loss given int64 labels is 'Found dtype Long but expected Float' on the CPU and
+    'Binary op subtract with different element types' on XLA): the program or its environment fails here, not the
+    patch."""
     if run.passed is not False:
         return None
     error = (run.report.get("error") or "").strip()
     last = error.splitlines()[-1].strip() if error else ""
     notes = " ".join(tests.report.get("generated", {}).get("notes", []))
-    if len(last) < 12 or "recorded run did not finish cleanly" not in notes or last not in notes:
+    if len(last) < 12 or "recorded run did not finish cleanly" not in notes:
         return None
+    if last in notes:
+        why = f"the original program fails the same way here ({last[:300]})"
+    else:
+        line = _user_failing_source(error)
+        original = [text.strip() for text in notes.splitlines()]
+        if line is None or len(line) < 8 or line not in original or line != _user_failing_source(notes):
+            return None
+        why = f"the original program fails at the same line here (`{line[:200]}`; the migrated one: {last[:300]})"
     why = (
-        f"could not judge the patch: the original program fails the same way here ({last[:300]}), so the failure "
-        "is the program's or its environment's; make the original run first (its data, its dependencies)"
+        f"could not judge the patch: {why}, so the failure is the program's or its environment's; make the "
+        "original run first (its data, its dependencies, its torch version)"
     )
     return run.model_copy(update={"passed": None, "reasons": [why]})
+
+
+def _user_failing_source(error: str) -> str | None:
+    """The source line of a traceback's deepest frame in the user's code (not a library's, not Python's)."""
+    lines = error.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        frame = _FRAME.match(lines[i])
+        if frame and not any(part in frame["path"] for part in _LIBRARY_PATHS):
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            return following.strip() if following.strip() and not _FRAME.match(following) else None
+    return None
 
 
 def _context_failure(run: CheckRun, project_sent: bool, cwd: str) -> CheckRun | None:
@@ -279,4 +305,51 @@ def check_in_project(
         if not (root / folder / script).is_file():
             raise ProjectError(f"the script {script!r} is not in the project's folder {folder!r}")
         run = run_xla_check(root / folder / script, args, timeout_s, memory_mb, root / folder, project=root)
-        return _context_failure(run, True, folder) or run
+        return _context_failure(run, True, folder) or _fails_in_unmigrated_file(run, root, rel_path) or run
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)')
+_LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+
+
+def deepest_project_frame(error: str, root: Path) -> tuple[str, int, str] | None:
+    """The deepest frame of a traceback that lies in a file of the project at `root`: (its path relative to the
+    root, the line, the line's text). The run sees the project under another folder, so a frame's file is found
+    by the longest tail of its path that names a file of the project."""
+    lines = error.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        frame = _FRAME.match(lines[i])
+        if not frame or "site-packages" in frame["path"] or "dist-packages" in frame["path"]:
+            continue
+        parts = PurePosixPath(frame["path"]).parts
+        for start in range(1, len(parts)):
+            rel = PurePosixPath(*parts[start:])
+            if (root / rel).is_file():
+                text = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
+                return str(rel), int(frame["line"]), text
+    return None
+
+
+def _fails_in_unmigrated_file(run: CheckRun, root: Path, rel_path: str) -> CheckRun | None:
+    """The failed run as 'could not judge' when it fails in another file of the project, on a line that still has
+    code a TPU host cannot run (a kb finding there, e.g. `.cuda()`): that file needs migrating, not this patch."""
+    if run.passed is not False or not run.report.get("exit_code"):
+        return None
+    frame = deepest_project_frame(run.report.get("error") or "", root)
+    if frame is None or PurePosixPath(frame[0]) == PurePosixPath(rel_path):
+        return None
+    from .checks import failing_findings_at
+
+    path, line, text = frame
+    findings = failing_findings_at(root / path, line)
+    if not findings:
+        return None
+    codes = ", ".join(sorted({f"{f.code} ({f.title})" for f in findings}))
+    last = (run.report.get("error") or "").strip().splitlines()[-1].strip()
+    why = (
+        f"could not judge the patch: the run fails at {path}:{line} (`{text}`), in a file this patch does not "
+        f"change, which still has code a TPU host cannot run there: {codes}. Migrate {path} too (MCP "
+        "`suggest_patch` on it, or `migrate_repo` for the whole project; HTTP `/v1/suggest`) and send the project "
+        f"with it migrated ({last[:300]})"
+    )
+    return run.model_copy(update={"passed": None, "reasons": [why]})

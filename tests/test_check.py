@@ -479,7 +479,10 @@ def test_device_flag_names_the_command_line_choice():
 def test_crash_reports_error_text():
     report = run_check(PROGRAMS / "fault_crash.py")
     assert report.level == "none" and report.exit_code == 1
-    assert report.reasons == ["exited with code 1: FileNotFoundError: config not found: train.yaml"]
+    assert report.reasons == [
+        "exited with code 1: FileNotFoundError: config not found: train.yaml "
+        '(at fault_crash.py:5 `raise FileNotFoundError(f"config not found: {path}")`)'  # the user's failing line
+    ]
     assert 'fault_crash.py", line' in report.error and "eval/check/runner.py" not in report.error
     assert not report.torch_xla_imported and report.steps == 0
     assert any("--workdir" in note for note in report.notes)  # the hint for relative paths

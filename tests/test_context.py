@@ -270,3 +270,108 @@ def test_a_failure_the_original_shares_is_not_the_patchs():
     assert judged.passed is None and "original program fails the same way" in judged.reasons[0]
     clean = CheckRun(name="generated_tests", passed=True, report={"generated": {"notes": []}})
     assert _original_fails_alike(run, clean) is None  # the original ran: the patch broke it
+
+    # one failure, worded by torch on the CPU and by torch_xla differently (InfoGAN's int64 labels given to BCELoss
+    # under torch 2.9): the same line of the user's code fails in both runs
+    def traceback_at(line: str, message: str) -> str:
+        return (
+            'Traceback (most recent call last):\n  File "/w/project/train.py", line 151, in <module>\n'
+            f'    {line}\n  File "/v/lib/python3.11/site-packages/torch/nn/modules/loss.py", line 699, in forward\n'
+            f"    return F.binary_cross_entropy(input, target)\n{message}"
+        )
+
+    failing = "loss_real = criterionD(probs_real, label)"
+    xla = traceback_at(failing, "RuntimeError: Binary op subtract with different element types: f32[] and s64[128].")
+    run = CheckRun(name="xla_check", passed=False, level="none", report={"error": xla})
+    cpu = traceback_at(failing, "RuntimeError: Found dtype Long but expected Float")
+    original = CheckRun(
+        name="generated_tests",
+        passed=None,
+        report={"generated": {"notes": [f"the recorded run did not finish cleanly (exit code 1\n{cpu}); calls seen"]}},
+    )
+    judged = _original_fails_alike(run, original)
+    assert judged.passed is None and "fails at the same line" in judged.reasons[0] and failing in judged.reasons[0]
+    elsewhere = traceback_at(
+        "loss = criterionD(probs_fake, label)", "RuntimeError: Found dtype Long but expected Float"
+    )
+    other = original.model_copy(
+        update={
+            "report": {"generated": {"notes": [f"the recorded run did not finish cleanly (exit code 1\n{elsewhere})"]}}
+        }
+    )
+    assert _original_fails_alike(run, other) is None  # the original failed elsewhere: the patch is to blame
+
+
+# the user's migrated script: the device comes from torch_xla, but a sibling module still moves batches with .cuda()
+SIBLING_TRAIN = """\
+import torch
+import torch_xla
+
+import helpers
+
+model = torch.nn.Linear(4, 2).to(torch_xla.device())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    x = helpers.to_device(torch.randn(8, 4), use_gpu=True)
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    torch_xla.sync()
+"""
+SIBLING_CUDA = """\
+def to_device(batch, use_gpu):
+    if use_gpu:
+        return batch.cuda()
+    return batch
+"""
+SIBLING_BROKEN = """\
+def to_device(batch, use_gpu):
+    raise ValueError("the batch has the wrong shape")
+"""
+
+
+@pytest.mark.slow
+def test_a_run_failing_in_an_unmigrated_sibling_names_it_and_a_real_failure_names_its_line():
+    """Real runs. The patched file is right but the program fails in a sibling module that still calls .cuda():
+    'could not judge', naming the sibling's line, its finding and what to do (it was 'rejected: Found no NVIDIA
+    driver', with no file or line: cs230-code-examples' train.py + evaluate.py). A failure with no finding on the
+    failing line stays a rejection, and its reason names the user's failing line."""
+    from xlaport.serve.validation import check_in_project
+
+    def check(helpers: str):
+        project = sent_project(ProjectFiles(files={"train.py": SIBLING_TRAIN, "helpers.py": helpers}))
+        return check_in_project(project, None, "train.py", [], None, None, 300, 4096)
+
+    unmigrated = check(SIBLING_CUDA)
+    assert unmigrated.passed is None, unmigrated
+    reason = unmigrated.reasons[0]
+    assert "helpers.py:3" in reason and "batch.cuda()" in reason and "XLA201" in reason, reason
+    assert "suggest_patch" in reason and "NVIDIA driver" in reason, reason
+    broken = check(SIBLING_BROKEN)
+    assert broken.passed is False, broken
+    assert "ValueError: the batch has the wrong shape" in broken.reasons[0], broken.reasons
+    assert '(at helpers.py:2 `raise ValueError("the batch has the wrong shape")`)' in broken.reasons[0], broken.reasons
+
+
+def test_the_failing_line_is_the_deepest_frame_in_the_users_code():
+    from xlaport.eval.check.grade import failing_line
+
+    lib = "/opt/venv/lib/python3.11/site-packages/torch/nn/modules"
+    error = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/scratch/project/src/train.py", line 40, in <module>',
+            "    loss = step(batch)",
+            '  File "/scratch/project/src/model.py", line 12, in forward',
+            "    return self.fc(x)",
+            f'  File "{lib}/module.py", line 1775, in _wrapped_call_impl',
+            "    return self._call_impl(*args, **kwargs)",
+            f'  File "{lib}/linear.py", line 134, in forward',
+            "    return F.linear(input, self.weight, self.bias)",
+            "RuntimeError: Expected XLA tensor. Got: torch.FloatTensor",
+        ]
+    )
+    assert failing_line(error, "/scratch/project/src/train.py") == "model.py:12 `return self.fc(x)`"
+    assert failing_line(error, "/elsewhere/run.py") == "model.py:12 `return self.fc(x)`"  # not below: the name
+    assert failing_line("RuntimeError: no traceback", "/x/train.py") is None

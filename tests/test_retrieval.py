@@ -236,6 +236,50 @@ def test_the_words_of_a_message_decide_between_entries_the_embeddings_tie(index,
 
 
 @pytest.mark.slow
+def test_a_tracebacks_failing_line_decides_when_its_error_is_shared(index, monkeypatch):
+    """torch 2.9's CPU build answers many CUDA APIs with one 'CUDA driver version is insufficient' error; the
+    user's line (here a CUDA graph capture) is what tells the entries apart. In the whole text its few words lose
+    to the message's (XLA240 came first), so the failing line is also scored alone."""
+    from xlaport.kb import retrieval
+
+    query = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/me/proj/capture_step.py", line 77, in warm_up\n'
+        "    static_graph = torch.cuda.CUDAGraph()\n"
+        "torch.AcceleratorError: CUDA error: CUDA driver version is insufficient for CUDA runtime version\n"
+        "Search for `cudaErrorInsufficientDriver' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+        "group__CUDART__TYPES.html for more information.\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    )
+    index._vectors.clear()
+    assert index.search(query, 1)[0].code == "XLA208"
+    monkeypatch.setattr(retrieval, "FAILING_LINE_WEIGHT", 0.0)
+    assert index.search(query, 1)[0].code != "XLA208"  # the whole text alone: the test can fail
+
+
+def test_a_method_call_is_a_term_of_its_own():
+    from xlaport.kb.retrieval import lexical_terms
+
+    assert ".cuda(" in lexical_terms("images, targets = images.cuda(")
+    assert not any(t.endswith("(") for t in lexical_terms("torch.storage.UntypedStorage (tagged with xla:0)"))
+
+
+@pytest.mark.slow
+def test_a_failing_cuda_call_in_a_sibling_module_finds_the_cuda_entry(index):
+    """The shared 'no NVIDIA driver' error under a multi-line statement whose first line ends in `.cuda(` (the
+    context bench's evaluate.py): the call is what names the entry (without the call as a term, XLA232 or XLA231 came first)."""
+    query = (
+        "Traceback (most recent call last):\n"
+        '  File "eval_loop.py", line 30, in run_eval\n'
+        "    images, targets = images.cuda(\n"
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed "
+        "a driver from http://www.nvidia.com/Download/index.aspx"
+    )
+    assert index.search(query, 1)[0].code == "XLA201"
+
+
+@pytest.mark.slow
 def test_a_search_in_a_fresh_process_imports_neither_torch_nor_libcst(index, cache):
     """`xlaport kb search` answers in well under a second only if it reads the cached index (found from the kb's
     source files) and encodes with numpy: no torch, transformers, sentence-transformers, faiss or libcst."""

@@ -236,7 +236,41 @@ def _error_text(result: SandboxResult) -> str | None:
     lines = (result.stderr or result.stdout).rstrip().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
     tail = _without_runner_frames(lines[starts[-1] :]) if starts else lines
-    return "\n".join(tail[-ERROR_LINES:]) or f"exit code {result.returncode}"
+    kept = tail[-ERROR_LINES:]
+    user = _deepest_user_frame(tail)
+    if user is not None and user[0] not in kept:  # deep library frames pushed the user's line out: keep it
+        kept = [*user, "  ...", *kept]
+    return "\n".join(kept) or f"exit code {result.returncode}"
+
+
+_FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+)')
+_LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+
+
+def _deepest_user_frame(traceback_lines: list[str]) -> tuple[str, ...] | None:
+    """The traceback's deepest frame in the user's code (not a library's, not Python's), with its source line."""
+    for i in range(len(traceback_lines) - 1, -1, -1):
+        frame = _FRAME.match(traceback_lines[i])
+        if frame and not any(part in frame["path"] for part in _LIBRARY):
+            source = traceback_lines[i + 1 : i + 2]
+            return (traceback_lines[i], *(s for s in source if not _FRAME.match(s)))
+    return None
+
+
+def failing_line(error: str | None, script: str) -> str | None:
+    """Where the user's code failed: `path:line` (relative to the script's folder when below it) and the
+    line's text, from the deepest frame of the error's traceback in the user's code; None without one."""
+    user = _deepest_user_frame((error or "").splitlines())
+    if user is None:
+        return None
+    frame = _FRAME.match(user[0])
+    path = Path(frame["path"])
+    try:
+        shown = path.relative_to(Path(script).parent)
+    except ValueError:
+        shown = Path(path.name)
+    text = user[1].strip() if len(user) > 1 else ""
+    return f"{shown}:{frame['line']}" + (f" `{text}`" if text else "")
 
 
 def _without_runner_frames(traceback_lines: list[str]) -> list[str]:
@@ -286,7 +320,8 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
         if killed:
             return "none", [f"exited with code {report.exit_code}: {'; '.join(killed)} ({where})"]
         last = (report.error or "").strip().splitlines()[-1:] or ["no error text"]
-        return "none", [f"exited with code {report.exit_code}: {last[0]}"]
+        where = failing_line(report.error, report.script)
+        return "none", [f"exited with code {report.exit_code}: {last[0]}" + (f" (at {where})" if where else "")]
 
     reasons = []
     on_cpu = report.steps == 0 and 0 < report.optimizer_steps == report.off_xla_optimizer_steps
