@@ -210,9 +210,15 @@ class TracedGraphLogging(Rule):
         if any(self._no_grad(a) for a in self.ancestors(node)):
             return
         line = self.parent(self.parent(node))
-        if isinstance(self.parent(node), cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        if (
+            isinstance(self.parent(node), cst.Expr)
+            and isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+        ):
             body = cst.IndentedBlock(body=[line.with_changes(leading_lines=())])
-            wrapped = cst.With(items=[cst.WithItem(expr("torch.no_grad()"))], body=body, leading_lines=line.leading_lines)
+            wrapped = cst.With(
+                items=[cst.WithItem(expr("torch.no_grad()"))], body=body, leading_lines=line.leading_lines
+            )
             self.report(node, replacement=wrapped, target=line, imports=(("torch", None, None),))
         else:
             self.report(node)
