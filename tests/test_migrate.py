@@ -292,7 +292,7 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
 
     runs = []
 
-    def run_verify(original, migrated, command, step=None):
+    def run_verify(original, migrated, command, step=None, reference_cache=None):
         step("the migrated run")
         runs.append(("verify", command))
         return _verify_report(command.split())
