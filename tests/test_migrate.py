@@ -358,7 +358,7 @@ def test_migrate_runs_the_execution_check_once_for_validate_and_verify(tmp_path,
 def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline, monkeypatch):
     import xlaport.serve.checks as checks_module
 
-    def failing_verify(original, migrated, command, step=None):
+    def failing_verify(original, migrated, command, step=None, reference_cache=None):
         assert (migrated / "train.py").read_text() != (original / "train.py").read_text()  # the staged migration
         report = _verify_report(command.split())
         report.status, report.reasons = "fail", ["L1: the loss diverged"]
