@@ -118,6 +118,13 @@ class Positions:
             and type(statement) not in (cst.Try, cst.TryStar)
         ):
             return self._generate_header(statement, block, line, indents)
+        text = self._code_from(statement, line, indents).rstrip("\r\n")  # the module's last line may have no newline
+        starts = self._starts()
+        # on a mismatch the caller takes every position from PositionProvider, these included
+        return 1 <= line <= len(starts) and self.source.startswith(text, starts[line - 1])
+
+    def _code_from(self, node: cst.CSTNode, line: int, indents: list[str]) -> str:
+        """The code of `node` generated from `line` at `indents`, recording each node's position in `self.known`."""
         state = PositionProvidingCodegenState(
             default_indent=self.module.default_indent,
             default_newline=self.module.default_newline,
@@ -125,11 +132,8 @@ class Positions:
         )
         state.indent_tokens = list(indents)
         state.line = line
-        statement._codegen(state)
-        text = "".join(state.tokens).rstrip("\r\n")  # the module's last line may have no newline
-        starts = self._starts()
-        # on a mismatch the caller takes every position from PositionProvider, these included
-        return 1 <= line <= len(starts) and self.source.startswith(text, starts[line - 1])
+        node._codegen(state)
+        return "".join(state.tokens)
 
     def _generate_header(self, statement: cst.CSTNode, block: cst.IndentedBlock, line: int, indents: list[str]) -> bool:
         """A node in the header of a block statement (a loop's target or iterable, a `with` item, a function's
@@ -139,15 +143,7 @@ class Positions:
         header_only = statement.with_changes(body=block.with_changes(body=(), footer=()))
         if getattr(statement, "orelse", None) is not None:
             header_only = header_only.with_changes(orelse=None)
-        state = PositionProvidingCodegenState(
-            default_indent=self.module.default_indent,
-            default_newline=self.module.default_newline,
-            provider=self.known,  # type: ignore[arg-type]
-        )
-        state.indent_tokens = list(indents)
-        state.line = line
-        header_only._codegen(state)
-        text = "".join(state.tokens)
+        text = self._code_from(header_only, line, indents)
         indent = block.indent if block.indent is not None else self.module.default_indent
         stand_in = "".join(indents) + indent + "pass" + self.module.default_newline
         if not text.endswith(stand_in):
