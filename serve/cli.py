@@ -328,6 +328,7 @@ def suggest(
     """Rules first, then the code model on the functions they left; every proposal goes through the pipeline."""
 
     from xlaport.kb import SourceError
+    from xlaport.kb.parsing import max_source_bytes
     from xlaport.model.proposer import ModelNotUsable, load_proposer, no_model_message
 
     from xlaport.files import UnreadableSource, read_source
@@ -335,7 +336,7 @@ def suggest(
     from .pipeline import Pipeline, SuggestOptions
 
     try:
-        source = read_source(file)
+        source = read_source(file, max_source_bytes())
     except (OSError, UnreadableSource) as exc:
         fail_usage(str(exc))
     try:

@@ -32,7 +32,7 @@ from pydantic import Field
 from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
 from xlaport.kb.hits import FixHit
 
-from xlaport.files import DirtyTree, NotInside, read_bytes_inside
+from xlaport.files import DirtyTree, NotInside, UnreadableSource, read_bytes_inside
 from xlaport.targets import DEFAULT_TARGET, Target
 
 from .project import ProjectError, ProjectSource, ProjectTooLarge, local_project
@@ -553,9 +553,11 @@ def _read_text(path: Path, root: Path) -> str:
     """The file `Access.path` checked, as it is when read: one swapped for a link since is refused, not followed."""
     if not path.is_file():
         raise ProjectError(f"no such file in the project: {path}")
+    from xlaport.kb.parsing import max_source_bytes  # libcst: not at start-up
+
     try:
-        return read_bytes_inside(path, root).decode("utf-8", errors="replace")
-    except NotInside as exc:
+        return read_bytes_inside(path, root, max_source_bytes()).decode("utf-8", errors="replace")
+    except (NotInside, UnreadableSource) as exc:
         raise ProjectError(str(exc)) from None
 
 
