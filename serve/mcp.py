@@ -380,6 +380,7 @@ def create_server(
         access.need(write=True, tool="migrate_repo")
         source, destination = access.path(src), access.path(dst) if dst else None
         with _as_tool_errors():
+            config = _config_within(source, access.root)
             options = MigrateOptions(
                 unsafe_fixes=unsafe_fixes,
                 jobs=jobs,
@@ -388,6 +389,8 @@ def create_server(
                 in_place=in_place,
                 force=force,
                 target=target,
+                config=str(config) if config else None,
+                isolated=config is None,
             )
             if access.execute and (validate_cmd or verify_cmd):
                 _refuse_hidden(source)
@@ -559,6 +562,14 @@ def _read_text(path: Path, root: Path) -> str:
         return read_bytes_inside(path, root, max_source_bytes()).decode("utf-8", errors="replace")
     except (NotInside, UnreadableSource) as exc:
         raise ProjectError(str(exc)) from None
+
+
+def _config_within(src: Path, root: Path) -> Path | None:
+    """The lint configuration of `src` found no higher than the server's root: a pyproject.toml above it is not
+    the caller's to read (nor to change what the migration does)."""
+    from xlaport.kb.lint_config import find_config  # the kb: not at start-up
+
+    return find_config(src if src.is_dir() else src.parent, within=root)
 
 
 def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:

@@ -102,6 +102,24 @@ def test_migrate_repo(tmp_path, monkeypatch):
     assert again.is_error and "not empty" in again.content[0].text
 
 
+def test_migrate_repo_reads_no_configuration_above_the_servers_root(tmp_path, monkeypatch):
+    """A pyproject.toml above the root is not the caller's to read, nor to change what the migration does; one
+    inside the root is the project's own and still counts."""
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    root = tmp_path / "served"
+    shutil.copytree(PROJECT, root / "project")
+    excluding = '[tool.xlaport]\nexclude = ["*.py"]\n'
+    (tmp_path / "pyproject.toml").write_text(excluding)
+    server = create_server(Pipeline(), allow_execution=False, root=root)
+    result = call(server, "migrate_repo", {"src": "project", "dst": "out"})
+    assert not result.is_error, result.content
+    assert result.structured_content["files_changed"] == 2
+    (root / "pyproject.toml").write_text(excluding)
+    inside = call(server, "migrate_repo", {"src": "project", "dst": "out2"})
+    assert not inside.is_error, inside.content
+    assert inside.structured_content["files_changed"] == 0
+
+
 @pytest.mark.slow
 def test_search_fixes_retrieves_from_the_index():
     server = create_server(Pipeline(index=FixIndex.load_or_build(directory=cache_dir())))
