@@ -185,10 +185,13 @@ def create_server(
     allow_execution: bool = True,
     allow_writes: bool = True,
     root: Path | None = None,
+    max_runs: int | None = None,
 ) -> MCPServer:
-    """The MCP server; `root` (default: the current folder) bounds every path a tool is given."""
+    """The MCP server; `root` (default: the current folder) bounds every path a tool is given; `max_runs` long
+    calls at once (default: one per core)."""
     server = MCPServer("xlaport", instructions=INSTRUCTIONS)
     access = Access(Path(os.path.realpath(root or Path.cwd())), allow_execution, allow_writes)
+    runs = RunLimit(max_runs or os.cpu_count() or 1)
 
     def pipe() -> Pipeline:
         return pipeline or get_pipeline()
@@ -249,7 +252,7 @@ def create_server(
                 timeout_s=timeout_s,
             )
             if validate and access.execute:  # runs the program: stoppable
-                patch = await _stoppable(_suggest_validated, source, path, options, project)
+                patch = await runs.call(_suggest_validated, source, path, options, project)
             else:
                 # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
                 patch = await anyio.to_thread.run_sync(
@@ -331,10 +334,10 @@ def create_server(
                 project = local_project(access.path(project_root or "."))
                 _refuse_hidden(project.folder)  # its copy is what the run sees
                 call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
-                return in_api_wording(await _stoppable(*call))
+                return in_api_wording(await runs.call(*call))
             script = access.path(script_path) if script_path else None
             workdir = access.path(cwd) if cwd else (script.parent if script else None)
-            return in_api_wording(await _stoppable(_check, source, script, args or [], timeout_s, workdir))
+            return in_api_wording(await runs.call(_check, source, script, args or [], timeout_s, workdir))
 
     @server.tool()
     async def migrate_repo(
@@ -396,7 +399,7 @@ def create_server(
                 _refuse_hidden(source)
             # in a process of its own, as every long call: a cancelled or abandoned call stops writing
             call = (_migrate, source, destination, options, access.execute)
-            return in_api_wording(await _stoppable(*call, write_root=access.root))
+            return in_api_wording(await runs.call(*call, write_root=access.root))
 
     @server.tool()
     async def verify_migration(
@@ -439,7 +442,7 @@ def create_server(
         with _as_tool_errors():
             _refuse_hidden(original, migrated)
             call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
-            return in_api_wording(await _stoppable(*call))
+            return in_api_wording(await runs.call(*call))
 
     @server.tool()
     async def optimize_migration(
@@ -475,7 +478,7 @@ def create_server(
         with _as_tool_errors():
             if access.execute and (validate_cmd or verify_cmd):
                 _refuse_hidden(*[f for f in (migrated, original) if f is not None])
-            return await _stoppable(
+            return await runs.call(
                 _optimize, migrated, validate_cmd, verify_cmd, original, access.execute, access.write,
                 write_root=access.root if access.write else None,
             )  # fmt: skip
@@ -486,6 +489,29 @@ def create_server(
 # The tools that run a program run it in a StoppableCall (serve/isolated.py): a thread cannot be stopped, and the
 # SDK cancels a tool's task when the client cancels the call or closes its end of stdio; the process, and the
 # sandboxed run it started, are killed then. The work is done by the process-wide pipeline of that child.
+class RunLimit:
+    """Long calls (a validated suggestion, check, migrate, verify, optimize) in progress: at most `limit` at once.
+    Each is a process of its own and may start a sandboxed program of up to 4 GB; the holders of an HTTP server's
+    token are one client, and could otherwise start runs without bound. One event loop counts: no lock needed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    async def call(self, function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
+        if self.active >= self.limit:
+            raise tool_error(
+                "busy",
+                f"{self.active} long call(s) in progress; this server runs at most {self.limit} at once",
+                "retry when one of the calls in progress has returned",
+            )
+        self.active += 1
+        try:
+            return await _stoppable(function, *args, write_root=write_root)
+        finally:
+            self.active -= 1
+
+
 async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
     from .isolated import StoppableCall  # the kb engine and every rule: see get_pipeline
 
@@ -625,6 +651,7 @@ def run_server(
     allow_writes: bool | None = None,
     root: Path | None = None,
     unauthenticated_read_only: bool = False,
+    max_runs: int | None = None,
 ) -> None:
     """Serves over stdio or streamable HTTP; loads the index before the first call.
 
@@ -647,7 +674,7 @@ def run_server(
     # the pipeline (libcst, the rules, a fix worker, the index) loads beside the session, not before it:
     # a client waits for `initialize` and may give up (it took 10-13 s); a tool called meanwhile waits for it
     threading.Thread(target=_warm_up, name="xlaport-warm-up", daemon=True).start()
-    server = create_server(None, execute, write, root)
+    server = create_server(None, execute, write, root, max_runs)
     if transport == "stdio":
         server.run("stdio")
         return

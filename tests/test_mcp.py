@@ -102,6 +102,29 @@ def test_migrate_repo(tmp_path, monkeypatch):
     assert again.is_error and "not empty" in again.content[0].text
 
 
+def test_long_calls_beyond_the_servers_limit_are_refused_as_busy(tmp_path):
+    """The holders of an HTTP server's token are one client: without a bound they could start any number of
+    sandboxed runs at once. With max_runs 1, a second check while one runs is refused (busy), then accepted."""
+    server = create_server(Pipeline(), allow_execution=True, root=tmp_path, max_runs=1)
+    slow = {"source": "import time\ntime.sleep(8)\n", "timeout_s": 60}
+    quick = {"source": "print('quick')\n", "timeout_s": 60}
+
+    async def go():
+        async with mcp.Client(server) as client:
+            first = asyncio.create_task(client.call_tool("check_xla", slow))
+            await asyncio.sleep(3)  # the first call holds the only run
+            second = await client.call_tool("check_xla", quick)
+            await first
+            third = await client.call_tool("check_xla", quick)
+            return first.result(), second, third
+
+    first, second, third = asyncio.run(go())
+    assert not first.is_error, first.content
+    assert second.is_error, second.content
+    assert "busy" in second.content[0].text, second.content
+    assert not third.is_error, third.content
+
+
 def test_migrate_repo_reads_no_configuration_above_the_servers_root(tmp_path, monkeypatch):
     """A pyproject.toml above the root is not the caller's to read, nor to change what the migration does; one
     inside the root is the project's own and still counts."""
