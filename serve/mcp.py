@@ -29,7 +29,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
-from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
+from xlaport.eval.sandbox import SANDBOX_USER, file_hidden_from_sandbox, hidden_from_sandbox
 from xlaport.kb.hits import FixHit
 
 from xlaport.files import DirtyTree, NotInside, UnreadableSource, read_bytes_inside
@@ -579,9 +579,15 @@ def _verify(
 
 
 def _read_text(path: Path, root: Path) -> str:
-    """The file `Access.path` checked, as it is when read: one swapped for a link since is refused, not followed."""
+    """The file `Access.path` checked, as it is when read: one swapped for a link since is refused, not followed;
+    one the sandbox user could not read is refused as a run of it would be (its diff would show it)."""
     if not path.is_file():
         raise ProjectError(f"no such file in the project: {path}")
+    if hidden := file_hidden_from_sandbox(path, root):
+        raise ProjectError(
+            f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call shows no more than that user "
+            "could read. Send the file's text as source, or make it readable to other users"
+        )
     from xlaport.kb.parsing import max_source_bytes  # libcst: not at start-up
 
     try:

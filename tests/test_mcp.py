@@ -480,6 +480,30 @@ def test_verify_of_a_tree_the_sandbox_user_cannot_read_is_refused_without_its_co
         shutil.rmtree(base)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user exists only for root")
+def test_suggest_patch_of_a_file_the_sandbox_user_cannot_read_shows_nothing_of_it():
+    """suggest_patch(project_root, path) answered with the diff of a root-only 0600 file: the client saw what
+    only the server's user could read. Refused like a run of it, naming the path and its mode."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="xlaport-test-hidden-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "project").mkdir()
+        secret = base / "project" / "train.py"
+        secret.write_text("import torch\nTOKEN = 'hunter2'\nx = torch.zeros(2).cuda()\n")
+        secret.chmod(0o600)
+        server = create_server(Pipeline(), allow_execution=False, root=base)
+        result = call(server, "suggest_patch", {"project_root": "project", "path": "train.py", "k": 0})
+        text = result.content[0].text
+        assert result.is_error and f"cannot read {secret} (-rw-------" in text and "hunter2" not in text
+        secret.chmod(0o644)
+        readable = call(server, "suggest_patch", {"project_root": "project", "path": "train.py", "k": 0})
+        assert not readable.is_error and "torch_xla" in readable.structured_content["migrated"]
+    finally:
+        shutil.rmtree(base)
+
+
 @pytest.mark.slow
 def test_a_cancelled_migrate_repo_stops_writing(tmp_path, monkeypatch):
     """N12 for the migration that runs no program: it ran in a thread, which a cancel cannot stop, so a
