@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .rule import Rule
+if TYPE_CHECKING:  # annotations only: the MCP server finds configs without loading libcst
+    from .rule import Rule
 
 CONFIG_FILES = (".xlaport.toml", "xlaport.toml", "pyproject.toml")
 LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")

@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from xlaport.eval.sandbox import SANDBOX_USER, file_hidden_from_sandbox, hidden_from_sandbox
 from xlaport.kb.hits import FixHit
+from xlaport.kb.lint_config import find_config
 
 from xlaport.files import DirtyTree, NotInside, UnreadableSource, read_bytes_inside
 from xlaport.targets import DEFAULT_TARGET, Target
@@ -599,8 +600,6 @@ def _read_text(path: Path, root: Path) -> str:
 def _config_within(src: Path, root: Path) -> Path | None:
     """The lint configuration of `src` found no higher than the server's root: a pyproject.toml above it is not
     the caller's to read (nor to change what the migration does)."""
-    from xlaport.kb.lint_config import find_config  # the kb: not at start-up
-
     return find_config(src if src.is_dir() else src.parent, within=root)
 
 
