@@ -71,3 +71,18 @@ def test_children_without_context_markers_bind_the_same():
     forward = dict((f[0], f[1:]) for f in found.functions)["forward"]
     assert {"self", "x", "rest", "mask", "total"} <= forward[0]
     assert {"rest", "total"} <= forward[1]  # deleted, augmented: libcst may see them otherwise
+
+
+def test_visitor_names_are_those_dir_finds():
+    from xlaport.kb import all_rules
+    from xlaport.kb.rule import _visitor_names
+
+    for rule in all_rules():
+        by_dir = [
+            name
+            for name in dir(rule)
+            if name.startswith(("visit_", "leave_"))
+            and callable(getattr(rule, name))
+            and not getattr(getattr(rule, name), "_is_no_op", False)
+        ]
+        assert _visitor_names(rule) == by_dir, rule.code
