@@ -145,6 +145,18 @@ def _walk(module: cst.Module) -> tuple[cst.Module, list[cst.CSTNode], dict[cst.C
         else:
             for kid in kids:
                 parents[kid] = node
+    return remember_walk(module, nodes, parents, depths)
+
+
+def remember_walk(
+    module: cst.Module, nodes: list[cst.CSTNode], parents: dict[cst.CSTNode, cst.CSTNode], depths: list[int]
+) -> tuple[cst.Module, list[cst.CSTNode], dict[cst.CSTNode, cst.CSTNode], list[int]]:
+    """Keeps `module`'s walk (one of the last few) for the analyses that walk it next. A tree's lint walks every
+    module for the tree's summary first, so by the time a module is linted its walk has left this cache: the
+    module's analysis, which kept it, hands it back here (kb/analysis/module.py `next_pass`)."""
+    cached = _WALKS.get(id(module))
+    if cached is not None and cached[0] is module:
+        return cached
     if len(_WALKS) >= 4:
         _WALKS.pop(next(iter(_WALKS)))
     _WALKS[id(module)] = walked = (module, nodes, parents, depths)

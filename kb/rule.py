@@ -188,10 +188,19 @@ def severity_of(rule: type[Rule]) -> Severity:
 
 @cache
 def _visitor_names(cls: type) -> list[str]:
+    """The visitor methods a rule class defines (dir's order). Read from the class dicts of its own classes: libcst's
+    visitor bases define a no-op for every node type, ~1,700 attributes that `dir` listed for every rule class of
+    every process (~0.1 s of a command's start-up and of each worker's)."""
+    own = {
+        name
+        for klass in cls.__mro__
+        if klass is not object and not klass.__module__.startswith("libcst")
+        for name in vars(klass)
+        if name.startswith(("visit_", "leave_"))
+    }
     names = []
-    for name in dir(cls):
-        if name.startswith(("visit_", "leave_")):
-            attr = getattr(cls, name)
-            if callable(attr) and not getattr(attr, "_is_no_op", False):
-                names.append(name)
+    for name in sorted(own):
+        attr = getattr(cls, name)
+        if callable(attr) and not getattr(attr, "_is_no_op", False):
+            names.append(name)
     return names

@@ -9,7 +9,7 @@ import libcst as cst
 
 from .analysis.cst_scopes import full_name, head_name
 from .analysis.module import ModuleAnalysis, ModuleFacts, Nodes, Scope
-from .cst_helpers import code_of, is_cuda_string, method_name, string_value
+from .cst_helpers import code_of, is_cuda_string, method_name, node_kinds, string_value
 from .cst_walk import walk
 from .rule import Rule
 
@@ -97,7 +97,7 @@ class ScopedRule(Rule):
         imported = self.analysis.names().imported_heads  # a name no import binds resolves to nothing: most names
         for name in found.names:
             # outermost names and attribute chains only
-            if head_name(name) in imported and not isinstance(self.parent(name), cst.Attribute):
+            if head_name(name) in imported and type(self.parent(name)) is not cst.Attribute:
                 facts.qnames |= self.qualified_names(name)
         for assign in found.assigns:
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
@@ -155,7 +155,7 @@ class ScopedRule(Rule):
     def scope_node(self, node: cst.CSTNode) -> cst.CSTNode:
         """The function (or module) whose local names `node` sees."""
         for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.Module)):
+            if type(anc) is cst.FunctionDef or type(anc) is cst.Module:  # exact types: isinstance goes through ABCMeta
                 return anc
         return self.analysis.module
 
@@ -166,8 +166,9 @@ class ScopedRule(Rule):
         return index.scopes.get(id(scope_node), Scope())
 
     def _owner(self, node: cst.CSTNode, kinds: tuple[type, ...]) -> cst.CSTNode | None:
+        exact = node_kinds(kinds)
         for anc in self.ancestors(node):
-            if isinstance(anc, kinds):
+            if type(anc) in exact:
                 return anc
         return None
 

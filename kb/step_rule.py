@@ -208,7 +208,7 @@ class StepContextRule(ScopedRule):
             ):
                 return True
         for node in found.names:
-            if not (isinstance(node, cst.Name) and node.value == name):
+            if not (type(node) is cst.Name and node.value == name):
                 continue
             parent = self.parent(node)
             if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Add):

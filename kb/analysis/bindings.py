@@ -78,7 +78,8 @@ _CONTEXTS = (ast.Load, ast.Store, ast.Del)
 
 
 def _children(node: ast.AST) -> list[ast.AST]:
-    """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing)."""
+    """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing): the walks here
+    visit every node of a module, and a list is cheaper than iter_child_nodes' generator."""
     found: list[ast.AST] = []
     for name in node._fields:
         value = getattr(node, name, None)
@@ -244,13 +245,13 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
         if kind in _FUNCTIONS:
             # decorators, defaults and annotations run where the function is defined; the body runs inside
             body = {id(b) for b in (node.body if kind is not ast.Lambda else [node.body])}
-            for child in ast.iter_child_nodes(node):
+            for child in _children(node):
                 inside = id(child) in body
                 stack.append((child, in_function or inside, at_top and not inside))
         elif kind in _INNER_SCOPES:
-            stack.extend((child, in_function, False) for child in ast.iter_child_nodes(node))
+            stack.extend((child, in_function, False) for child in _children(node))
         else:
-            stack.extend((child, in_function, at_top) for child in ast.iter_child_nodes(node))
+            stack.extend((child, in_function, at_top) for child in _children(node))
     functions.sort(key=lambda f: (f.lineno, f.col_offset))
     own = tuple((f.name, *_own_bindings(f)) for f in functions)
     return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), own)
@@ -274,7 +275,7 @@ def _own_bindings(
         if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             names.add(node.name)
             body = {id(b) for b in node.body}  # another scope; decorators, defaults, bases run in this one
-            children = [c for c in ast.iter_child_nodes(node) if id(c) not in body]
+            children = [c for c in _children(node) if id(c) not in body]
         elif kind is ast.Lambda:
             children = [node.args]
         elif kind is ast.Name and type(node.ctx) is ast.Store:
@@ -285,7 +286,7 @@ def _own_bindings(
             # `x += 1` binds x; `self.n += 1` and `a[i] += 1` bind nothing (their names are read)
             if type(node.target) is ast.Name:
                 unsure.add(node.target.id)
-            children = [c for c in ast.iter_child_nodes(node) if c is not node.target or type(c) is not ast.Name]
+            children = [c for c in _children(node) if c is not node.target or type(c) is not ast.Name]
         elif kind is ast.Global or kind is ast.Nonlocal:
             unsure.update(node.names)
             if kind is ast.Global:
@@ -297,5 +298,5 @@ def _own_bindings(
         elif kind is ast.MatchMapping and node.rest:
             names.add(node.rest)
         inner = in_comprehension or kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-        stack.extend((child, inner) for child in (children if children is not None else ast.iter_child_nodes(node)))
+        stack.extend((child, inner) for child in (children if children is not None else _children(node)))
     return frozenset(names), frozenset(unsure), frozenset(declared_global)

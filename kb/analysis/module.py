@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedName, ScopeProvider
 
-from ..cst_walk import _walk
+from ..cst_walk import _walk, remember_walk
 from .names import ImportNames
 from .positions import Positions
 
@@ -155,6 +155,9 @@ class ModuleAnalysis:
         self.barrier_sites = None
         self.per_step = None
         self.tensor_guard.clear()
+        # the device analysis and the parent map walk the module again unless its walk is in cst_walk's cache
+        if self.walked[0]:
+            remember_walk(self.module, self.walked[0], self.parents, self.walked[1])
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)

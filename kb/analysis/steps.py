@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from .view import RuleView, StepView
 
 Loop = cst.For | cst.While
+_LOOP_TYPES = frozenset({cst.For, cst.While})
+_SCOPE_TYPES = frozenset(SCOPES)
 
 SYNC_CALLS = frozenset(
     {
@@ -116,9 +118,10 @@ def step_loop(rule: RuleView, node: cst.CSTNode) -> Loop | None:
     step_loops = _loops(rule)[0]
     child = node
     for anc in rule.ancestors(node):
-        if isinstance(anc, SCOPES):
+        kind = type(anc)  # exact types in these walks up the tree: isinstance goes through ABCMeta
+        if kind in _SCOPE_TYPES:
             return None
-        if isinstance(anc, (cst.For, cst.While)) and _runs_each_iteration(anc, child) and id(anc) in step_loops:
+        if kind in _LOOP_TYPES and _runs_each_iteration(anc, child) and id(anc) in step_loops:
             return anc
         child = anc
     return None
@@ -133,7 +136,7 @@ def per_step_loop(rule: RuleView, node: cst.CSTNode) -> Loop | None:
     for anc in rule.ancestors(node):
         if anc is loop:
             break
-        if isinstance(anc, cst.If) and child is anc.body and every_n_steps(rule, anc.test):
+        if type(anc) is cst.If and child is anc.body and every_n_steps(rule, anc.test):
             return None
         child = anc
     return loop
@@ -143,9 +146,10 @@ def training_loop(rule: RuleView, node: cst.CSTNode) -> Loop | None:
     """The innermost training loop around `node` (a step loop or a loop around one), in the same function."""
     training_loops = _loops(rule)[1]
     for anc in rule.ancestors(node):
-        if isinstance(anc, SCOPES):
+        kind = type(anc)
+        if kind in _SCOPE_TYPES:
             return None
-        if isinstance(anc, (cst.For, cst.While)) and id(anc) in training_loops:
+        if kind in _LOOP_TYPES and id(anc) in training_loops:
             return anc
     return None
 
@@ -161,10 +165,27 @@ def every_n_steps(rule: RuleView, test: cst.CSTNode) -> bool:
     return False
 
 
+# id of a module -> (the module, kept so the id stays its own; its _modulo_functions): asked for at every `if`
+# around every node whose step loop is looked up
+_MODULO_FUNCTIONS: dict[int, tuple[cst.Module, frozenset[str]]] = {}
+
+
 def _modulo_functions(rule: RuleView) -> frozenset[str]:
     """The module's top-level functions whose body is one `return` of a modulo test."""
+    module = rule.analysis.module
+    known = _MODULO_FUNCTIONS.get(id(module))
+    if known is not None and known[0] is module:
+        return known[1]
+    if len(_MODULO_FUNCTIONS) > 16:
+        _MODULO_FUNCTIONS.clear()
+    found = _find_modulo_functions(module)
+    _MODULO_FUNCTIONS[id(module)] = (module, found)
+    return found
+
+
+def _find_modulo_functions(module: cst.Module) -> frozenset[str]:
     found = set()
-    for stmt in rule.analysis.module.body:
+    for stmt in module.body:
         if isinstance(stmt, cst.FunctionDef) and isinstance(stmt.body, cst.IndentedBlock):
             body = stmt.body.body
             line = body[-1] if body else None
@@ -177,13 +198,14 @@ def _modulo_functions(rule: RuleView) -> frozenset[str]:
 
 def has_modulo(node: cst.CSTNode) -> bool:
     """Does a condition test `something % N` (the every-N-steps idiom)?"""
-    if isinstance(node, cst.BinaryOperation):
-        return isinstance(node.operator, cst.Modulo) or has_modulo(node.left) or has_modulo(node.right)
-    if isinstance(node, cst.Comparison):
+    kind = type(node)
+    if kind is cst.BinaryOperation:
+        return type(node.operator) is cst.Modulo or has_modulo(node.left) or has_modulo(node.right)
+    if kind is cst.Comparison:
         return has_modulo(node.left) or any(has_modulo(c.comparator) for c in node.comparisons)
-    if isinstance(node, cst.BooleanOperation):
+    if kind is cst.BooleanOperation:
         return has_modulo(node.left) or has_modulo(node.right)
-    if isinstance(node, cst.UnaryOperation):
+    if kind is cst.UnaryOperation:
         return has_modulo(node.expression)
     return False
 
@@ -196,11 +218,12 @@ def per_step_function(rule: StepView, node: cst.CSTNode) -> cst.FunctionDef | No
     calls once per step (`ProjectSteps.per_step`)."""
     child = node
     for anc in rule.ancestors(node):
-        if isinstance(anc, cst.If) and child is anc.body and every_n_steps(rule, anc.test):
+        kind = type(anc)
+        if kind is cst.If and child is anc.body and every_n_steps(rule, anc.test):
             return None
-        if isinstance(anc, (cst.Lambda, cst.ClassDef)):
+        if kind is cst.Lambda or kind is cst.ClassDef:
             return None
-        if isinstance(anc, cst.FunctionDef):
+        if kind is cst.FunctionDef:
             return anc if id(anc) in per_step_functions(rule) else None
         child = anc
     return None

@@ -121,9 +121,9 @@ class LegacyCudaTensorType(Rule):
         bindings = self._bindings(node)
         uses: dict[str, list[cst.Name]] = {name: [] for name in bindings}
         for name in self.analysis.nodes.names:
-            if isinstance(name, cst.Name) and name.value in uses and self._is_read(name):
+            if type(name) is cst.Name and name.value in uses and self._is_read(name):
                 uses[name.value].append(name)
-            elif isinstance(name, cst.Attribute) and (kind := cuda_type(self, name)) is not None:
+            elif type(name) is cst.Attribute and (kind := cuda_type(self, name)) is not None:
                 self._direct(name, kind)
         for alias, found in bindings.items():
             kind = found[0][1]

@@ -415,15 +415,16 @@ class TensorControlFlow(StepContextRule):
     )
 
     def _check(self, test: cst.BaseExpression) -> None:
+        # where the test runs first (a walk up the tree), whether it tests a tensor last (a data-flow question):
+        # most tests run in no step
         func = self.enclosing_function(test)
-        in_forward = func is not None and func.name.value == "forward" and self.step_loop(test) is None
-        if not self._is_tensor_condition(test):
-            return
-        if self.step_loop(test) is not None or in_forward:
-            self.report(test)
+        in_step_loop = self.step_loop(test) is not None
+        if in_step_loop or (func is not None and func.name.value == "forward"):
+            if self._is_tensor_condition(test):
+                self.report(test)
             return
         func = self.per_step_function(test)
-        if func is not None:
+        if func is not None and self._is_tensor_condition(test):
             self.report(test, f"`{func.name.value}` runs every training step: {self.message}")
 
     def _is_tensor_condition(self, test: cst.BaseExpression) -> bool:
