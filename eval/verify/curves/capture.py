@@ -1,4 +1,5 @@
-"""Capture: per-step loss and evaluation metrics from what a run prints (stdout) or writes (JSON, JSONL, CSV)."""
+"""Capture: per-step loss and evaluation metrics from what a run prints (stdout, stderr) or writes (JSON, JSONL, CSV,
+text logs)."""
 
 from __future__ import annotations
 
@@ -40,10 +41,18 @@ LOSS_FORMATS = (
     "step 10 | loss 1.23",
     "iter 10: loss 1.23",
     "loss: tensor(1.23, ...)",
+    "| loss 1.23 |",
+    "Loss 1.23 (1.40) (value and running average)",
+    "tqdm postfix `50/100 [00:01<00:01, loss=1.23]`",
+    "logging records (stderr, or the .log/.txt file a FileHandler writes)",
+    "a CSV file with a loss column (train_loss, loss_train, ...)",
 )
 # Kept for callers that match one line at a time (a `value` group): the plain `loss` form only.
 DEFAULT_LOSS_PATTERN = rf"(?<![\w.])['\"]?loss['\"]?\s*[:=]?\s*(?P<value>{NUMBER})(?![\w.])"
 STEP_PATTERN = re.compile(r"(?<![\w.])['\"]?(?:global_step|step|iter|iteration)['\"]?\s*[:=]?\s*(?P<step>\d+)", re.I)
+# tqdm's bar: `50%|#####     | 50/100 [00:01<00:01, 41.2it/s, loss=1.23]`; the count is the step, since the bar is
+# redrawn on a timer (two runs show different steps) and several times at the same count
+TQDM_COUNT = re.compile(r"\|\s*(?P<step>\d+)/(?:\d+|\?)\s*\[")
 
 METRIC_WORDS = (
     "accuracy|acc|top1|top5|f1|precision|recall|auc|bleu|rouge[\\w]*|exact_match|matthews_correlation"
@@ -194,8 +203,19 @@ def classify_key(key: str, before: str) -> tuple[str, str] | None:
 
 
 def _line_step(line: str) -> int | None:
-    match = STEP_PATTERN.search(line)
+    match = STEP_PATTERN.search(line) or TQDM_COUNT.search(line)
     return int(match.group("step")) if match else None
+
+
+def _last_per_redraw(points: list[tuple[int, int | None, float]], lines: list[str]):
+    """One point per tqdm count: a bar redrawn at the same count keeps its latest value."""
+    kept: list[tuple[int, int | None, float]] = []
+    for point in points:
+        if kept and point[1] is not None and point[1] == kept[-1][1] and TQDM_COUNT.search(lines[point[0]]):
+            kept[-1] = point
+        else:
+            kept.append(point)
+    return kept
 
 
 def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[int, int | None, float]]:
@@ -213,7 +233,7 @@ def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[
             if match:
                 value = match.group("value") if "value" in loss_re.groupindex else match.group(1)
                 points.append((index, _line_step(line), parse_number(value)))
-        return points
+        return _last_per_redraw(points, lines)
     by_key: dict[str, list[tuple[int, int | None, float]]] = {}
     for index, line in enumerate(lines):
         if CONFIG_LINE.search(line):
@@ -227,7 +247,7 @@ def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[
             by_key.setdefault(kind[1], []).append((index, _line_step(line), parse_number(match.group("value"))))
     if not by_key:
         return []
-    return max(by_key.items(), key=lambda item: (len(item[1]), item[0] == "loss"))[1]
+    return _last_per_redraw(max(by_key.items(), key=lambda item: (len(item[1]), item[0] == "loss"))[1], lines)
 
 
 def parse_text(text: str, loss_pattern: str | None = None, metric_pattern: str | None = None) -> RunCurves:
@@ -277,16 +297,25 @@ def _metrics_of(line: str, metric_re: re.Pattern | None) -> list[tuple[str, str]
     return found
 
 
-def add_record(curves: RunCurves, record: dict, index: int) -> None:
+def loss_key(keys: list[str]) -> str | None:
+    """The training loss's key among a record's or a CSV header's: `loss`, `train_loss`, else any key that names a
+    training loss (`loss_train`, `Train Loss`, `train/loss`)."""
+    for key in ("loss", "train_loss"):
+        if key in keys:
+            return key
+    return next((k for k in keys if (classify_key(str(k), "") or ("",))[0] == "loss"), None)
+
+
+def add_record(curves: RunCurves, record: dict, index: int, loss: str | None = None) -> None:
+    """One record (a JSON object, a CSV row) of a log file; `loss` is its loss key (default: found in the record)."""
     step = next(
         (int(record[k]) for k in ("step", "global_step", "iter", "iteration") if is_number(record.get(k))), None
     )
-    for key in ("loss", "train_loss"):
-        if is_number(record.get(key)):
-            curves.loss.add(step if step is not None else len(curves.loss), float(record[key]))
-            break
+    loss = loss or loss_key(list(record))
+    if loss is not None and is_number(record.get(loss)):
+        curves.loss.add(step if step is not None else len(curves.loss), float(record[loss]))
     for key, value in record.items():
-        if key in NOT_METRIC_KEYS or NOT_METRICS.search(key) or not is_number(value):
+        if key == loss or key in NOT_METRIC_KEYS or NOT_METRICS.search(key) or not is_number(value):
             continue
         series = curves.metric(key)
         series.add(step if step is not None else (curves.loss.steps[-1] if curves.loss.steps else index), float(value))
@@ -296,14 +325,24 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def parse_log_file(path: Path, text: str | None = None) -> RunCurves:
-    """Loss and metrics from a JSON, JSONL or CSV file the script wrote (`text`: its content, if already read);
-    ValueError when it cannot be read."""
+def parse_log_file(
+    path: Path, text: str | None = None, loss_pattern: str | None = None, metric_pattern: str | None = None
+) -> RunCurves:
+    """Loss and metrics from a JSON, JSONL or CSV file the script wrote, or a text log (.log, .txt: read like the
+    output, with the patterns); `text`: its content, if already read. ValueError when it cannot be read."""
     text = path.read_text(encoding="utf-8") if text is None else text
+    if path.suffix.lower() in (".log", ".txt"):
+        curves = parse_text(text, loss_pattern, metric_pattern)
+        curves.source = str(path)
+        return curves
     curves = RunCurves(source=str(path))
     if path.suffix.lower() == ".csv":
-        for index, row in enumerate(csv.DictReader(io.StringIO(text))):
-            add_record(curves, {k: csv_value(v) for k, v in row.items() if k}, index)
+        rows = list(csv.reader(io.StringIO(text)))
+        at = csv_header(rows)
+        header = rows[at] if rows else []
+        loss = loss_key(header)
+        for index, row in enumerate(rows[at + 1 :]):
+            add_record(curves, {k: csv_value(v) for k, v in zip(header, row, strict=False) if k}, index, loss)
         return curves
     try:
         data = json.loads(text)
@@ -344,6 +383,22 @@ def add_summary(curves: RunCurves, data: dict) -> None:
     for key, value in data.items():
         if is_number(value) and key not in NOT_METRIC_KEYS and not NOT_METRICS.search(key):
             curves.metric(key).add(max([last_step, *curves.metric(key).steps]), float(value))
+
+
+def csv_header(rows: list[list[str]]) -> int:
+    """The header's row: a logger may write its settings above the table (`lr,0.1` rows, a blank row). The first
+    row of names (two or more, none a number) followed by a row as long with a number in it, one naming a loss
+    column first; else the first row."""
+    candidates = [
+        at
+        for at, (row, after) in enumerate(zip(rows, rows[1:], strict=False))
+        if len([cell for cell in row if cell.strip()]) >= 2
+        and len(after) == len(row)
+        and not any(isinstance(csv_value(cell), float) for cell in row)
+        and any(isinstance(csv_value(cell), float) for cell in after)
+    ]
+    with_loss = [at for at in candidates if loss_key(rows[at]) is not None]
+    return (with_loss or candidates or [0])[0]
 
 
 def csv_value(text: str | None) -> float | str | None:
