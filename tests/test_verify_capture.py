@@ -30,6 +30,29 @@ def test_tqdm_bar_redrawn_with_carriage_returns_gives_one_point_per_count():
     assert curves.loss.values == [2.0, 1.6, 1.25, 1.1, 0.95, 0.9]
 
 
+def test_a_printed_table_with_a_loss_column():
+    # a header naming the columns once, then one row of numbers per epoch (a value-iteration repository's log)
+    rows = [f"{e:>10} | {v:>10} | {0.5:>10} | {3.2:>10}" for e, v in enumerate(LOSSES, start=1)]
+    text = "\n".join(["     Epoch | Train Loss | Train Error | Epoch Time", *rows, "Test Accuracy: 12.50%"])
+    curves = cv.parse_text(text)
+    assert curves.loss.values == LOSSES and curves.loss.steps == [1, 2, 3, 4, 5, 6]
+    spaced = "\n".join(["step    loss      lr", *(f"{i}    {v}    0.001" for i, v in enumerate(LOSSES))])
+    assert cv.parse_text(spaced).loss.values == LOSSES
+    assert not len(cv.parse_text("| epoch | val_loss |\n| 1 | 0.5 |").loss)  # an evaluation's loss is not it
+
+
+def test_a_new_tqdm_bar_each_epoch_continues_the_steps():
+    # a bar per epoch counting samples (t.update(len(inputs))): 8, 16, 24 of 24, then again
+    epochs = [[(8, 0.5), (16, 0.4), (24, 0.35)], [(8, 0.3), (16, 0.28), (24, 0.25)]]
+    text = "\n".join(
+        f"epoch: {e}/1: {n * 4}%|##   | {n}/24 [00:01<00:02,  5.1it/s, loss={v}]"
+        for e, bar in enumerate(epochs)
+        for n, v in bar
+    )
+    curves = cv.parse_text(text)
+    assert curves.loss.steps == [8, 16, 24, 32, 40, 48] and curves.loss.values == [0.5, 0.4, 0.35, 0.3, 0.28, 0.25]
+
+
 @pytest.mark.parametrize(
     ("line", "value"),
     [

@@ -44,6 +44,7 @@ LOSS_FORMATS = (
     "| loss 1.23 |",
     "Loss 1.23 (1.40) (value and running average)",
     "tqdm postfix `50/100 [00:01<00:01, loss=1.23]`",
+    "a printed table: a header `Epoch | Train Loss | ...` and rows of numbers",
     "logging records (stderr, or the .log/.txt file a FileHandler writes)",
     "a CSV file with a loss column (train_loss, loss_train, ...)",
 )
@@ -52,7 +53,7 @@ DEFAULT_LOSS_PATTERN = rf"(?<![\w.])['\"]?loss['\"]?\s*[:=]?\s*(?P<value>{NUMBER
 STEP_PATTERN = re.compile(r"(?<![\w.])['\"]?(?:global_step|step|iter|iteration)['\"]?\s*[:=]?\s*(?P<step>\d+)", re.I)
 # tqdm's bar: `50%|#####     | 50/100 [00:01<00:01, 41.2it/s, loss=1.23]`; the count is the step, since the bar is
 # redrawn on a timer (two runs show different steps) and several times at the same count
-TQDM_COUNT = re.compile(r"\|\s*(?P<step>\d+)/(?:\d+|\?)\s*\[")
+TQDM_COUNT = re.compile(r"\|\s*(?P<step>\d+)/(?P<total>\d+|\?)\s*\[")
 
 METRIC_WORDS = (
     "accuracy|acc|top1|top5|f1|precision|recall|auc|bleu|rouge[\\w]*|exact_match|matthews_correlation"
@@ -208,13 +209,22 @@ def _line_step(line: str) -> int | None:
 
 
 def _last_per_redraw(points: list[tuple[int, int | None, float]], lines: list[str]):
-    """One point per tqdm count: a bar redrawn at the same count keeps its latest value."""
+    """One point per tqdm count: a bar redrawn at the same count keeps its latest value; a new bar (one per
+    epoch: its count starts again) continues after the previous bar's total, so steps keep increasing."""
     kept: list[tuple[int, int | None, float]] = []
-    for point in points:
-        if kept and point[1] is not None and point[1] == kept[-1][1] and TQDM_COUNT.search(lines[point[0]]):
-            kept[-1] = point
-        else:
-            kept.append(point)
+    offset, last_count, last_total = 0, None, None
+    for index, step, value in points:
+        bar = TQDM_COUNT.search(lines[index]) if not STEP_PATTERN.search(lines[index]) else None
+        if bar is not None:
+            count = int(bar.group("step"))
+            if last_count is not None and count < last_count:
+                offset += last_total or last_count
+            last_count, last_total = count, int(bar.group("total")) if bar.group("total").isdigit() else None
+            step = offset + count
+            if kept and kept[-1][1] == step and TQDM_COUNT.search(lines[kept[-1][0]]):
+                kept[-1] = (index, step, value)
+                continue
+        kept.append((index, step, value))
     return kept
 
 
@@ -246,8 +256,40 @@ def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[
             seen.add(kind[1])
             by_key.setdefault(kind[1], []).append((index, _line_step(line), parse_number(match.group("value"))))
     if not by_key:
-        return []
+        return table_loss_lines(lines)
     return _last_per_redraw(max(by_key.items(), key=lambda item: (len(item[1]), item[0] == "loss"))[1], lines)
+
+
+def _cells(line: str) -> list[str]:
+    """A printed table row's cells: split at `|`, else at runs of two or more spaces or tabs."""
+    parts = line.split("|") if "|" in line else re.split(r"\s{2,}|\t", line)
+    return [cell.strip() for cell in parts if cell.strip()]
+
+
+def _is_number(text: str) -> bool:
+    return re.fullmatch(rf"(?:{NUMBER})%?", text, re.I) is not None
+
+
+def table_loss_lines(lines: list[str]) -> list[tuple[int, int | None, float]]:
+    """Loss points of a printed table: a header row naming its columns (`Epoch | Train Loss | Train Error`), then
+    rows of numbers with as many cells; the loss column is the one whose name is a training loss, the step the
+    `epoch`/`step`/`iter` column's value."""
+    points: list[tuple[int, int | None, float]] = []
+    loss_at = step_at = width = None
+    for index, line in enumerate(lines):
+        cells = _cells(line)
+        if len(cells) >= 2 and not any(_is_number(c) for c in cells):
+            kinds = [classify_key(c, "") if re.fullmatch(r"[A-Za-z][\w/\- ]*", c) else None for c in cells]
+            losses = [i for i, kind in enumerate(kinds) if kind is not None and kind[0] == "loss"]
+            if losses:
+                loss_at, width = losses[0], len(cells)
+                names = [normalize_key(c) for c in cells]
+                step_at = next((i for i, n in enumerate(names) if n in ("epoch", "step", "iter", "iteration")), None)
+            continue
+        if loss_at is not None and len(cells) == width and all(_is_number(c) for c in cells):
+            step = int(float(cells[step_at])) if step_at is not None else None
+            points.append((index, step, parse_number(cells[loss_at].rstrip("%"))))
+    return points
 
 
 def parse_text(text: str, loss_pattern: str | None = None, metric_pattern: str | None = None) -> RunCurves:
