@@ -223,3 +223,35 @@ def test_verify_compares_a_loss_logged_to_stderr_by_both_runs(tmp_path):
     assert report.loss is not None and report.loss.steps_compared == 24, report.reasons
     assert report.capture["reference"]["loss_source"] == "stderr" == report.capture["migrated"]["loss_source"]
     assert report.level == "L3", report.reasons
+
+
+LOGGED_AFTER_TORCH_XLA = """
+import logging
+
+import torch
+import torch_xla
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+logging.info("step 0 loss: 1.2345")
+"""
+
+
+@pytest.mark.slow
+def test_a_migrated_program_keeps_its_logging_config_with_the_fix(tmp_path):
+    """`import torch_xla` calls logging.basicConfig() itself: the program's own call did nothing and its loss
+    lines (INFO) never reached stderr, so verify found no loss in the migrated run. XLA714 adds force=True."""
+    import subprocess
+    import sys
+
+    from xlaport.kb import fix_source
+
+    def stderr_of(source: str) -> str:
+        (tmp_path / "train.py").write_text(source)
+        env = {"PJRT_DEVICE": "CPU", "PATH": "/usr/bin:/bin"}
+        run = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert run.returncode == 0, run.stderr
+        return run.stderr
+
+    assert "loss: 1.2345" not in stderr_of(LOGGED_AFTER_TORCH_XLA)
+    fixed = fix_source(LOGGED_AFTER_TORCH_XLA, "train.py").fixed
+    assert "force=True" in fixed and "step 0 loss: 1.2345" in stderr_of(fixed)
