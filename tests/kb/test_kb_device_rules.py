@@ -56,6 +56,33 @@ def test_optimizer_chosen_in_if_else_moves_the_model_before_the_whole_if():
     assert lines(out, "XLA215") == []
 
 
+def test_model_built_with_its_optimizer_in_an_if_is_moved_where_it_is_built():
+    # a fresh model and its optimizer, or both from a checkpoint; the move comes after the whole if
+    src = textwrap.dedent(
+        """\
+        import torch
+        device = torch.device("cuda")
+        def main(checkpoint=None):
+            if checkpoint is None:
+                model = Net(blocks=2)
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+            else:
+                state = torch.load(checkpoint)
+                model, optimizer = state["model"], state["optimizer"]
+            model = model.to(device)
+            return model, optimizer
+        """
+    )
+    assert lines(src, "XLA215") == [6]
+    out = fixed(src, "XLA215")
+    branch = out[out.index("model = Net(blocks=2)") : out.index("else:")]
+    assert branch.index("model = model.to(device)") < branch.index("optimizer = torch.optim.Adam")
+    assert out.count("model = model.to(device)") == 2 and lines(out, "XLA215") == []
+    # the device assigned between the if and the move: the copy would move it elsewhere, so it is reported only
+    rebound = src.replace("    model = model.to(device)", "    device = pick()\n    model = model.to(device)")
+    assert lines(rebound, "XLA215") == [6] and fixed(rebound, "XLA215") == rebound
+
+
 def test_two_optimizers_for_two_models_are_both_fixed():
     src = "import torch\nG, D = Gen(), Disc()\nog = torch.optim.Adam(G.parameters())\nod = torch.optim.Adam(D.parameters())\nG.to(dev)\nD.to(dev)\n"
     out = fixed(src, "XLA215")
