@@ -345,6 +345,49 @@ def test_model_built_with_its_optimizer_in_a_helper_is_moved_before_the_optimize
     assert lines(out, "XLA315") == []
 
 
+VIN_LIKE = textwrap.dedent(
+    """\
+    import torch
+    import torch_xla
+
+
+    def train(net, loader, optimizer):
+        device = torch_xla.device()
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            net = net.to(device)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            optimizer.step()
+
+
+    net = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.RMSprop(net.parameters(), lr=0.005)
+    train(net, [], optimizer)
+    """
+)
+
+
+def test_a_model_moved_in_the_training_loop_of_the_called_function_is_moved_before_the_optimizer():
+    # the move sits in the loop, to a device the function assigns once from torch_xla.device() (the migration's
+    # rewrite of `torch.device("cuda:0" if torch.cuda.is_available() else "cpu")`): it runs whenever train runs
+    assert lines(VIN_LIKE, "XLA315") == [16]
+    out = fixed(VIN_LIKE, "XLA315")
+    assert "net = torch.nn.Linear(4, 3)\nnet.to(torch_xla.device())\noptimizer = torch.optim.RMSprop" in out
+    assert lines(out, "XLA315") == []
+    # a device the function takes from its caller, or a move under an `if`: reported, not rewritten
+    for change in [
+        (
+            "def train(net, loader, optimizer):\n    device = torch_xla.device()",
+            "def train(net, loader, optimizer, device):",
+        ),
+        ("        net = net.to(device)", "        if x.shape[0] > 1:\n            net = net.to(device)"),
+    ]:
+        unclear = VIN_LIKE.replace(*change)
+        assert [f.fix for f in lint_source(unclear, rules=[get_rule("XLA315")])] == ["manual"], change
+        assert fixed(unclear, "XLA315") == unclear
+
+
 @pytest.mark.parametrize(
     "change",
     [
