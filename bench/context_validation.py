@@ -413,7 +413,7 @@ THIRD_CASES = [
         "fsrcnn-train",
         "yjn870__FSRCNN-pytorch",
         "train.py",
-        SRCNN,
+        SRCNN + " --scale 3",  # the data's scale (FSRCNN's default is 2)
         ["fsrcnn_train:data/train.h5", "fsrcnn_eval:data/eval.h5"],
         both(
             replace(
