@@ -444,7 +444,8 @@ THIRD_CASES = [
         "train_srresnet.py",
         "python run_short.py",
         ["image_classes:data/photos"],
-        replace("    model = model.to(device)\n", "\n"),
+        # both moves: the one after the if, and the copy XLA215 puts where the model is built
+        both(replace("        model = model.to(device)\n", ""), replace("    model = model.to(device)\n", "\n")),
         "the model is left on the CPU while the batches go to the XLA device",
         DEVICE_MISMATCH,
         extra={"run_short.py": SRRESNET_DRIVER},
