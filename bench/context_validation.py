@@ -436,7 +436,9 @@ THIRD_CASES = [
         replace("cnn = cnn.to(torch_xla.device())", "cnn = cnn"),
         "the model is left on the CPU while the batches go to the XLA device",
         DEVICE_MISMATCH,
-        setup=["mkdir -p logs && echo logs > logs/README.txt"],  # its CSVLogger writes there
+        # its CSVLogger writes in logs/, its last line saves into checkpoints/ (first run: not made, so the program
+        # failed at its end, the original as well)
+        setup=["mkdir -p logs checkpoints && echo logs > logs/README.txt && echo weights > checkpoints/README.txt"],
     ),
     Case(
         "srresnet-train",
