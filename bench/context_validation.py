@@ -83,6 +83,17 @@ def move_lines_before(fragments: list[str], anchor: str) -> Callable[[str], str]
     return edit
 
 
+def both(*edits: Callable[[str], str]) -> Callable[[str], str]:
+    """The edits one after the other."""
+
+    def edit(text: str) -> str:
+        for one in edits:
+            text = one(text)
+        return text
+
+    return edit
+
+
 @dataclass
 class Case:
     name: str
@@ -97,6 +108,9 @@ class Case:
     cwd: str | None = None  # the folder the user runs it from, relative to the repository
     migrated_first: list[str] = field(default_factory=list)  # files the user migrated before (rules, default)
     setup: list[str] = field(default_factory=list)  # the user's own preparation steps, run in the copy (a vocab)
+    # how the wrong patch is judged: "check" (/v1/check, check_xla: the execution check) or "verify" (/v1/verify,
+    # verify_migration with the project: against a reference run of the original, for a wrong loss)
+    judge: str = "check"
 
 
 SIAMESE_DRIVER = '''\
@@ -328,6 +342,118 @@ CASES = [
     ),
 ]
 
+WRN_DRIVER = '''\
+"""Two short epochs of main.py (the user's own driver: config.py fixes 200 epochs of batches of 128)."""
+import runpy
+import sys
+
+import config
+
+config.num_epochs = 2
+config.batch_size = 32
+sys.argv = ["main.py", "--depth", "10", "--widen_factor", "1", "--dataset", "cifar10"]
+runpy.run_path("main.py", run_name="__main__")
+'''
+SRRESNET_DRIVER = '''\
+"""A short SRResNet run (the user's own driver): a small network, 24-pixel crops, a few dozen iterations."""
+import glob
+import json
+
+import train_srresnet as run
+
+with open("train_images.json", "w") as f:  # the list create_data_lists.py writes (it skips images under 100 px)
+    json.dump(sorted(glob.glob("data/photos/*/*.png")), f)
+run.crop_size, run.n_channels, run.n_blocks = 24, 16, 2
+run.batch_size, run.iterations, run.workers, run.print_freq = 4, 24, 0, 1
+run.main()
+'''
+SRCNN = "python train.py --train-file data/train.h5 --eval-file data/eval.h5 --outputs-dir outputs --num-epochs 3 "
+SRCNN += "--batch-size 8 --num-workers 0"
+VIN = "python train.py --datafile dataset/gridworld_8x8.npz --imsize 8 --epochs 4 --batch_size 32"
+WRONG_LOSS = r"training loss|first logged loss"
+
+# The third measurement (2026-12-04b): six files from five repositories fetched for it (none used before), whose
+# original programs run under torch 2.9 on the CPU (checked first with xlaport.eval.cuda_to_cpu).
+THIRD_CASES = [
+    Case(
+        "wrn-main",
+        "meliketoy__wide-resnet.pytorch",
+        "main.py",
+        "python run_short.py",  # the user's driver: config.py's 200 epochs, 2 here
+        ["cifar10:data"],
+        replace("\n    net.to(torch_xla.device())\n", "\n"),
+        "the model is left on the CPU while the batches go to the XLA device",
+        DEVICE_MISMATCH,
+        extra={"run_short.py": WRN_DRIVER},
+        setup=["mkdir -p checkpoint/cifar10 && echo checkpoints > checkpoint/README.txt"],
+    ),
+    Case(
+        "vin-train",
+        "kentsommer__pytorch-value-iteration-networks",
+        "train.py",
+        VIN,
+        ["gridworld_npz:dataset/gridworld_8x8.npz"],
+        # both moves: the one in train's loop, and the one XLA315 puts before the optimizer
+        both(drop_line("net = net.to(device)"), drop_line("net.to(torch_xla.device())")),
+        "the model is left on the CPU while the batches go to the XLA device",
+        DEVICE_MISMATCH,
+        setup=["mkdir -p trained && echo weights > trained/README.txt"],
+    ),
+    Case(
+        "srcnn-train",
+        "yjn870__SRCNN-pytorch",
+        "train.py",
+        SRCNN,
+        ["srcnn_train:data/train.h5", "srcnn_eval:data/eval.h5"],
+        replace("loss = criterion(preds, labels)", "loss = -criterion(preds, labels)"),
+        "the loss's sign is flipped (the model is trained to make the error larger)",
+        WRONG_LOSS,
+        judge="verify",
+    ),
+    Case(
+        "fsrcnn-train",
+        "yjn870__FSRCNN-pytorch",
+        "train.py",
+        SRCNN + " --scale 3",  # the data's scale (FSRCNN's default is 2)
+        ["fsrcnn_train:data/train.h5", "fsrcnn_eval:data/eval.h5"],
+        both(
+            replace(
+                "model = FSRCNN(scale_factor=args.scale).to(device)\n", "model = FSRCNN(scale_factor=args.scale)\n"
+            ),
+            replace(
+                "    train_dataset = TrainDataset(", "    model = model.to(device)\n\n    train_dataset = TrainDataset("
+            ),
+        ),
+        "the optimizer is built before the model moves to the device (stale CPU parameters)",
+        "stale|optimizer",
+    ),
+    Case(
+        "cutout-train",
+        "uoguelph-mlrg__Cutout",
+        "train.py",
+        "python train.py --dataset cifar10 --model resnet18 --epochs 1 --batch_size 16",
+        ["cifar10_small:data"],
+        replace("cnn = cnn.to(torch_xla.device())", "cnn = cnn"),
+        "the model is left on the CPU while the batches go to the XLA device",
+        DEVICE_MISMATCH,
+        # its CSVLogger writes in logs/, its last line saves into checkpoints/ (first run: not made, so the program
+        # failed at its end, the original as well)
+        setup=["mkdir -p logs checkpoints && echo logs > logs/README.txt && echo weights > checkpoints/README.txt"],
+    ),
+    Case(
+        "srresnet-train",
+        "sgrvinod__a-PyTorch-Tutorial-to-Super-Resolution",
+        "train_srresnet.py",
+        "python run_short.py",
+        ["image_classes:data/photos"],
+        # both moves: the one after the if, and the copy XLA215 puts where the model is built
+        both(replace("        model = model.to(device)\n", ""), replace("    model = model.to(device)\n", "\n")),
+        "the model is left on the CPU while the batches go to the XLA device",
+        DEVICE_MISMATCH,
+        extra={"run_short.py": SRRESNET_DRIVER},
+    ),
+]
+
 # Measured too, not in the six. recurrent-attention: its trainer imports tensorboard_logger, which this server's
 # environment cannot import (modern protobuf); validation says so (unvalidated, naming the package) instead of
 # rejecting the patch. gan-collection: the original program itself fails with this torchvision (a 3-channel
@@ -450,7 +576,18 @@ def run_http(cases: list[Case], projects: dict[str, Path]) -> list[dict]:
                 patch = answer.json()
                 row["correct"] = summary(patch.get("evidence", {})) if answer.status_code == 200 else patch
                 row["correct_s"] = round(time.perf_counter() - started, 1)
-                if answer.status_code == 200:
+                if answer.status_code == 200 and case.judge == "verify":
+                    wrong = {
+                        "project": {"archive": archive},
+                        "path": case.path,
+                        "migrated": case.wrong(patch["migrated"]),
+                    }
+                    wrong |= {"command": case.command, "cwd": case.cwd, "timeout_s": 3600}
+                    started = time.perf_counter()
+                    verified = client.post("/v1/verify", json=wrong)
+                    row["wrong"] = summary(verified.json()) if verified.status_code == 200 else verified.json()
+                    row["wrong_s"] = round(time.perf_counter() - started, 1)
+                elif answer.status_code == 200:
                     wrong = case.wrong(patch["migrated"])
                     check = {"source": wrong, "path": case.path, "project": {"archive": archive}, "timeout_s": 600}
                     check["cwd"] = case.cwd
@@ -496,15 +633,19 @@ def run_mcp(cases: list[Case], projects: dict[str, Path], work: Path) -> list[di
                     row["correct"] = summary(patch["evidence"])
                     row["correct_s"] = round(time.perf_counter() - started, 1)
                     check = {"project_root": root, "path": case.path, "source": case.wrong(patch["migrated"])}
-                    check["timeout_s"] = 600
                     check["cwd"] = case.cwd
-                    if case.command:
-                        check["command"] = case.command
                     started = time.perf_counter()
-                    checked = await client.call_tool("check_xla", check)
-                    row["wrong"] = (
-                        checked.content[0].text if checked.is_error else summary(checked.structured_content["check"])
-                    )
+                    if case.judge == "verify":
+                        command = case.command or f"python {case.path}"
+                        checked = await client.call_tool("verify_migration", {**check, "command": command})
+                        structured = checked.structured_content
+                    else:
+                        check["timeout_s"] = 600
+                        if case.command:
+                            check["command"] = case.command
+                        checked = await client.call_tool("check_xla", check)
+                        structured = None if checked.is_error else checked.structured_content["check"]
+                    row["wrong"] = checked.content[0].text if checked.is_error else summary(structured)
                     row["wrong_s"] = round(time.perf_counter() - started, 1)
                 rows.append(grade(case, row))
                 print(json.dumps(rows[-1])[:600], flush=True)
@@ -518,9 +659,8 @@ def grade(case: Case, row: dict) -> dict:
     correct, wrong = row.get("correct"), row.get("wrong")
     row["correct_ok"] = isinstance(correct, dict) and correct.get("status") == "validated"
     reasons = " ".join(wrong.get("reasons") or []) if isinstance(wrong, dict) else ""
-    row["wrong_ok"] = (
-        isinstance(wrong, dict) and wrong.get("passed") is False and re.search(case.because, reasons, re.I) is not None
-    )
+    failed = wrong.get("passed") is False or wrong.get("status") == "fail" if isinstance(wrong, dict) else False
+    row["wrong_ok"] = failed and re.search(case.because, reasons, re.I) is not None
     row["wrong_is"] = case.wrong_is
     return row
 
@@ -552,21 +692,21 @@ def main() -> None:
     parser.add_argument("--regrade", type=Path, nargs="*", help="grade and tabulate rows saved by --json, run nothing")
     args = parser.parse_args()
     if args.regrade:  # the files in order: a later row of the same case and front replaces an earlier one
-        by_name = {c.name: c for c in FIRST_CASES + CASES + EXTRA_CASES}
+        by_name = {c.name: c for c in FIRST_CASES + CASES + THIRD_CASES + EXTRA_CASES}
         latest = {(r["case"], r["front"]): r for path in args.regrade for r in json.loads(path.read_text())}
-        order = {c.name: i for i, c in enumerate(FIRST_CASES + CASES + EXTRA_CASES)}
+        order = {c.name: i for i, c in enumerate(FIRST_CASES + CASES + THIRD_CASES + EXTRA_CASES)}
         rows = [
             grade(by_name[r["case"]], r) for _, r in sorted(latest.items(), key=lambda kv: (kv[0][1], order[kv[0][0]]))
         ]
-        six = [r for r in rows if r["case"] in {c.name for c in CASES + FIRST_CASES}]
+        six = [r for r in rows if r["case"] in {c.name for c in CASES + FIRST_CASES + THIRD_CASES}]
         print(table(six))
         print("\nnot in the six (see EXTRA_CASES):")
         print(table([r for r in rows if r not in six]))
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         return
-    everything = FIRST_CASES + CASES + EXTRA_CASES
-    cases = [c for c in everything if c.name in (args.only or [c.name for c in CASES])]
+    everything = FIRST_CASES + CASES + THIRD_CASES + EXTRA_CASES
+    cases = [c for c in everything if c.name in (args.only or [c.name for c in THIRD_CASES])]
     work = args.work or Path(tempfile.mkdtemp(prefix="xlaport-context-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     projects = {case.name: prepare(case, args.corpus, work) for case in cases}

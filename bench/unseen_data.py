@@ -280,7 +280,73 @@ def labelled_jpgs(root: Path, classes: int = 6, per_split: int = 36, size: int =
             Image.fromarray(pixels).save(folder / f"{i % classes}_IMG_{i:04d}.jpg")
 
 
+def gridworld_npz(path: Path, size: int = 8, train: int = 96, test: int = 32) -> None:
+    """A value-iteration-network data file (`np.savez_compressed`, arrays arr_0..arr_7): train images (N, 2, size,
+    size) of obstacle and goal maps, the agent's row and column, the action label (0-7); then the same for test."""
+    rng = np.random.default_rng(8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = []
+    for count in (train, test):
+        images = np.zeros((count, 2, size, size), dtype=np.float32)
+        images[:, 0] = rng.random((count, size, size)) < 0.2  # obstacles
+        goals = rng.integers(0, size, size=(count, 2))
+        images[np.arange(count), 1, goals[:, 0], goals[:, 1]] = 10.0  # the goal's reward
+        arrays += [images, rng.integers(0, size, count), rng.integers(0, size, count), rng.integers(0, 8, count)]
+    np.savez_compressed(path, *arrays)
+
+
+def _sr_h5(path: Path, lr_size: int, hr_size: int, count: int, grouped: bool) -> None:
+    """A super-resolution data file (h5py): datasets `lr` and `hr` of uint8-range patches (count, size, size), or
+    (`grouped`) groups `lr` and `hr` holding one image per index, "0", "1", ... (an evaluation file)."""
+    import h5py
+
+    rng = np.random.default_rng(9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hr = rng.integers(0, 256, size=(count, hr_size, hr_size)).astype(np.float32)
+    step = hr_size // lr_size
+    lr = hr[:, ::step, ::step][:, :lr_size, :lr_size] if step > 1 else hr + rng.normal(0, 8, hr.shape)
+    lr = lr.astype(np.float32)  # what the repositories' prepare.py writes: float32 luminance
+    with h5py.File(path, "w") as f:
+        if not grouped:
+            f.create_dataset("lr", data=lr)
+            f.create_dataset("hr", data=hr)
+            return
+        for name, images in (("lr", lr), ("hr", hr)):
+            group = f.create_group(name)
+            for index, image in enumerate(images):
+                group.create_dataset(str(index), data=image)
+
+
+def srcnn_train(path: Path) -> None:
+    """SRCNN's training file: 33x33 low- and high-resolution patches of the same size (the low one upscaled)."""
+    _sr_h5(path, 33, 33, 64, grouped=False)
+
+
+def srcnn_eval(path: Path) -> None:
+    _sr_h5(path, 48, 48, 4, grouped=True)
+
+
+def fsrcnn_train(path: Path) -> None:
+    """FSRCNN's training file at scale 3: 10x10 low-resolution patches, 30x30 high-resolution ones."""
+    _sr_h5(path, 10, 30, 64, grouped=False)
+
+
+def fsrcnn_eval(path: Path) -> None:
+    _sr_h5(path, 16, 48, 4, grouped=True)
+
+
+def cifar10_small(root: Path) -> None:
+    """The same, 16 images a batch (80 to train on): a ResNet-18 step takes seconds on a shared CPU."""
+    cifar10(root, per_batch=16)
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
+    "cifar10_small": cifar10_small,
+    "srcnn_train": srcnn_train,
+    "srcnn_eval": srcnn_eval,
+    "fsrcnn_train": fsrcnn_train,
+    "fsrcnn_eval": fsrcnn_eval,
+    "gridworld_npz": gridworld_npz,
     "labelled_jpgs": labelled_jpgs,
     "shakespeare_char": shakespeare_char,
     "image_classes": image_classes,

@@ -18,7 +18,8 @@ its numerics as close as the CPU allows:
 - `GradScaler` is disabled: scale is 1, `scale(loss)` returns the loss, `step(opt)` calls `opt.step()`.
 - `torch.cuda.manual_seed(_all)` seeds the CPU generator (the "CUDA" generator is the CPU one);
   random numbers therefore differ from a real GPU's, but runs are reproducible.
-- `dist.init_process_group("nccl")` uses gloo; `DistributedDataParallel(device_ids=...)` drops the ids.
+- `dist.init_process_group("nccl")` uses gloo; `DistributedDataParallel(device_ids=...)` drops the ids;
+  `nn.DataParallel` wraps the module as it does on a machine without a GPU (forward calls the module).
 - `torch.load` of CUDA checkpoints maps them to the CPU.
 - `torch.accelerator` reports CUDA (one device); `DataLoader(pin_memory=True)` does not pin.
 - `torch.cuda.synchronize/empty_cache/set_device/memory_*/Event` are CPU equivalents or no-ops;
@@ -80,7 +81,8 @@ class CudaToCpuMode(TorchFunctionMode):
         if name == "to" and len(args) > 1:
             # Tensor.to(0) means cuda:0; elsewhere ints are sizes, so only `to` maps them
             args = (args[0], _map_device(args[1]), *args[2:])
-        args = tuple(_CPU if _is_cuda(a) else a for a in args)
+        # a device name stays a name: `torch.device("cuda", 0)` becomes `torch.device("cpu", 0)`
+        args = tuple((("cpu" if isinstance(a, str) else _CPU) if _is_cuda(a) else a) for a in args)
         return func(*args, **kwargs)
 
 
@@ -248,6 +250,9 @@ def install() -> None:
         real_loader_init(self, *args, **kwargs)
 
     _patch(torch.utils.data.DataLoader, "__init__", loader_init)
+    # DataParallel asks for the device type to scatter to; without one it only holds the module, as on a CPU host
+    # (the module by its name: `torch.nn.parallel.data_parallel` is also a function of that package)
+    _patch(sys.modules["torch.nn.parallel.data_parallel"], "_get_available_device_type", lambda: None)
     if dist.is_available():
         _patch(dist, "init_process_group", functools.partial(_init_process_group, dist.init_process_group))
 

@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import json
 import os
+import shlex
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -88,11 +89,38 @@ class CheckRequest(BaseModel):
 
 class VerifyRequest(BaseModel):
     model_config = STRICT
-    original: str = Field(description="The original (CUDA) script's text: the reference run.")
-    migrated: str = Field(description="The migrated script's text.")
-    name: str = Field("train.py", description="The script's file name (both are run under it).")
-    args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '40'].")
+    original: str | None = Field(
+        None,
+        description="The original (CUDA) script's text: the reference run. With `project`: optional, the text of "
+        "`path` in the original (default: the project's file as sent).",
+    )
+    migrated: str = Field(description="The migrated script's text (with `project`: the migrated text of `path`).")
+    name: str = Field("train.py", description="The script's file name (both are run under it); not with `project`.")
+    args: list[str] = Field([], description="Arguments of the script, e.g. ['--steps', '40']; not with `project`.")
     timeout_s: float = Field(1800.0, gt=0, le=7200, description="How long the request may take in all.")
+    project: ProjectFiles | None = Field(
+        None,
+        description="The original project (as for /v1/suggest): both runs use a private copy of it, the migrated "
+        "one with `migrated` at `path` (and `migrated_files`).",
+    )
+    path: str | None = Field(None, description="With `project`: the migrated file's path in it, e.g. 'train.py'.")
+    migrated_files: dict[str, str] = Field(
+        {}, description="With `project`: further migrated files, relative path -> text (a migration of several)."
+    )
+    command: str | None = Field(
+        None,
+        description="With `project`: the training command run in both copies, as typed in `cwd`, e.g. 'python "
+        "train.py --epochs 1' (enough steps for a loss curve: 20 or more). Default: `python PATH`.",
+    )
+    cwd: str | None = Field(None, description='With `project`: the folder the command is run from (default ".").')
+    loss_pattern: str | None = Field(
+        None,
+        description="A regular expression with a `value` group that finds the loss in the program's output, when "
+        "verify reports that it found none (e.g. 'Loss (?P<value>[0-9.]+)'). Default: the common formats.",
+    )
+    migrated_args: list[str] = Field(
+        [], description="Arguments added to the migrated run only, e.g. ['--device', 'xla']. Default none."
+    )
 
 
 class OptimizeRequest(BaseModel):
@@ -324,7 +352,7 @@ def create_app(
         except ValueError as exc:  # SourceError (unparsable or too big to analyse) is a ValueError
             raise bad_input(str(exc)) from None
 
-    def project_of(body: SuggestRequest | CheckRequest):
+    def project_of(body: SuggestRequest | CheckRequest | VerifyRequest):
         """The sent project, checked before any work: 413 over the bounds, 422 for a bad path or archive."""
         if body.project is None:
             return None
@@ -403,7 +431,24 @@ def create_app(
         if server_token is None:
             raise HTTPException(403, "running submitted code is disabled: start the server with XLAPORT_TOKEN set")
         may_execute(authorization)
-        run = lambda: state["pipeline"].verify_sources(body.original, body.migrated, body.args, body.name)  # noqa: E731
+        project = project_of(body)
+        if project is None:
+            if body.original is None:
+                raise bad_input("send the original script's text (`original`), or a `project` and the `path` in it")
+            run = lambda: state["pipeline"].verify_sources(body.original, body.migrated, body.args, body.name)  # noqa: E731
+        else:
+            if body.path is None:
+                raise bad_input("`path` is needed with a project: the migrated file's path in it, e.g. 'train.py'")
+            migrated = {**body.migrated_files, body.path: body.migrated}
+            run = lambda: state["pipeline"].verify_in_project(  # noqa: E731
+                project,
+                migrated,
+                body.command or shlex.join(["python", body.path]),
+                original={body.path: body.original} if body.original is not None else None,
+                cwd=body.cwd,
+                loss_pattern=body.loss_pattern,
+                migrated_args=body.migrated_args,
+            )
         return in_api_wording(
             await limited(run, timeout_s + body.timeout_s, "heavy", client_of(request, authorization))
         )

@@ -404,8 +404,6 @@ def create_server(
 
     @server.tool()
     async def verify_migration(
-        original_dir: Annotated[str, Field(description="The original (CUDA) tree, relative to the server's root.")],
-        migrated_dir: Annotated[str, Field(description="The migrated tree, relative to the server's root.")],
         command: Annotated[
             str,
             Field(
@@ -413,12 +411,36 @@ def create_server(
                 '"python train.py --steps 40" (enough steps for a loss curve: 20 or more).'
             ),
         ],
+        original_dir: Annotated[
+            str | None,
+            Field(
+                description="The original (CUDA) tree, relative to the server's root. Give this and migrated_dir, "
+                "or project_root, path and source."
+            ),
+        ] = None,
+        migrated_dir: Annotated[
+            str | None, Field(description="The migrated tree, relative to the server's root.")
+        ] = None,
         cwd: Annotated[
             str | None,
             Field(
                 description="The folder of both trees the command is run from, relative to their roots. "
                 "Default: their roots."
             ),
+        ] = None,
+        project_root: Annotated[
+            str | None,
+            Field(
+                description="Instead of two trees: the original project's folder, relative to the server's root; "
+                "both runs use a private copy of it, the migrated one with source written at path (a patch "
+                "suggest_patch returned, before it is applied). Default none."
+            ),
+        ] = None,
+        path: Annotated[
+            str | None, Field(description='With project_root: the migrated file\'s path in it, e.g. "train.py".')
+        ] = None,
+        source: Annotated[
+            str | None, Field(description="With project_root: the migrated text of path (the patch's `migrated`).")
         ] = None,
         loss_pattern: Annotated[
             str | None,
@@ -439,8 +461,17 @@ def create_server(
         """Grade a migrated tree against a reference run of the original (L0-L4: runs, numerics, on the XLA
         device, the goal, speed): pass / fail / inconclusive, with reasons and what would decide."""
         access.need(execute=True, tool="verify_migration")
-        original, migrated = access.path(original_dir), access.path(migrated_dir)
         with _as_tool_errors():
+            if project_root is not None:
+                if path is None or source is None:
+                    raise ProjectError("with project_root, give path (the migrated file in it) and source (its text)")
+                project = local_project(access.path(project_root))
+                _refuse_hidden(project.folder)  # its copies are what the runs see
+                call = (_verify_in_project, project, path, source, command, cwd, loss_pattern, migrated_args)
+                return in_api_wording(await _stoppable(*call))
+            if original_dir is None or migrated_dir is None:
+                raise ProjectError("give original_dir and migrated_dir, or project_root, path and source")
+            original, migrated = access.path(original_dir), access.path(migrated_dir)
             _refuse_hidden(original, migrated)
             call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
             return in_api_wording(await runs.call(*call))
@@ -576,6 +607,20 @@ def _verify(
 ) -> VerifyOutcome:
     return get_pipeline().verify(
         original, migrated, command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
+    )
+
+
+def _verify_in_project(
+    project: ProjectSource,
+    path: str,
+    source: str,
+    command: str,
+    cwd: str | None = None,
+    loss_pattern: str | None = None,
+    migrated_args: list[str] | None = None,
+) -> VerifyOutcome:
+    return get_pipeline().verify_in_project(
+        project, {path: source}, command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
     )
 
 

@@ -61,7 +61,7 @@ from .results import (
 )
 from .source import unified_diff
 from .tree import rewrite_tree
-from .validation import check_in_project, validate_in_project
+from .validation import check_in_project, project_pair, validate_in_project
 
 if TYPE_CHECKING:
     from xlaport.kb.retrieval import FixIndex
@@ -353,6 +353,28 @@ class Pipeline:
             Path(original), Path(migrated), command, cwd=cwd, loss_pattern=loss_pattern, migrated_args=migrated_args
         )
         return verify_outcome(report, command)
+
+    def verify_in_project(
+        self,
+        project: ProjectSource,
+        migrated: dict[str, str],
+        command: str,
+        *,
+        original: dict[str, str] | None = None,
+        cwd: str | None = None,
+        loss_pattern: str | None = None,
+        migrated_args: list[str] | None = None,
+    ) -> VerifyOutcome:
+        """`verify` of a project whose files `migrated` (relative path -> text) are the migration: the original is
+        the project as it is (with `original`'s texts, when given), the migrated one the same with `migrated`'s;
+        `command` runs in both copies from their folder `cwd`."""
+        parse_command(command)
+        for text in [*migrated.values(), *(original or {}).values()]:
+            parse(text.removeprefix(BOM))
+        texts = {rel: text.removeprefix(BOM) for rel, text in migrated.items()}
+        before = {rel: text.removeprefix(BOM) for rel, text in (original or {}).items()}
+        with project_pair(project, texts, before, cwd) as (original_root, migrated_root, folder):
+            return self.verify(original_root, migrated_root, command, folder, loss_pattern, migrated_args)
 
     def verify_sources(self, original: str, migrated: str, args: list[str], name: str = "train.py") -> VerifyOutcome:
         """`verify` of a one-file program given as two texts (the HTTP service's form)."""

@@ -20,6 +20,8 @@ import importlib.util
 import os
 import re
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from .inputs import parse_command
@@ -353,3 +355,27 @@ def _fails_in_unmigrated_file(run: CheckRun, root: Path, rel_path: str) -> Check
         f"with it migrated ({last[:300]})"
     )
     return run.model_copy(update={"passed": None, "reasons": [why]})
+
+
+@contextmanager
+def project_pair(
+    project: ProjectSource, migrated: dict[str, str], original: dict[str, str] | None, cwd: str | None
+) -> Iterator[tuple[Path, Path, str]]:
+    """Two copies of a project, the original and the migrated, side by side in a scratch folder the sandbox user
+    can read: `migrated` (relative path -> text) written into the second, `original` (the same, optional: the
+    files as they were, when the project sent holds the migrated ones) into the first. (original root, migrated
+    root, the working folder); ProjectError for a path that leaves the project or a `cwd` that is not in it."""
+    from xlaport.eval.sandbox import readable_scratch
+
+    folder = relative_folder(cwd)
+    if not migrated:
+        raise ProjectError("name at least one migrated file of the project (its path and text)")
+    with readable_scratch("xlaport-verify-") as tmp:
+        roots = Path(tmp, "original", PROJECT), Path(tmp, "migrated", PROJECT)
+        for root, texts in zip(roots, (original or {}, migrated), strict=True):
+            project.write_to(root)
+            for rel_path, text in texts.items():
+                write_in_copy(root, rel_path, text)  # never outside the copy (absolute, `..`, a link)
+            if not (root / folder).is_dir():
+                raise ProjectError(f"`cwd` {folder!r} is not a folder of the project")
+        yield roots[0], roots[1], folder

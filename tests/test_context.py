@@ -375,3 +375,60 @@ def test_the_failing_line_is_the_deepest_frame_in_the_users_code():
     assert failing_line(error, "/scratch/project/src/train.py") == "model.py:12 `return self.fc(x)`"
     assert failing_line(error, "/elsewhere/run.py") == "model.py:12 `return self.fc(x)`"  # not below: the name
     assert failing_line("RuntimeError: no traceback", "/x/train.py") is None
+
+
+# --- verify in the project's context (HTTP /v1/verify `project`, MCP verify_migration `project_root`) -----------
+def _migrated_train() -> str:
+    return Pipeline().suggest((PROJECT / "train.py").read_text(), "train.py", SuggestOptions(k=0)).migrated
+
+
+@pytest.mark.slow
+def test_http_verify_runs_both_copies_of_a_sent_project_and_rejects_a_wrong_sign():
+    """The project travels with the migrated file (its siblings and data): the correct migration reaches L3 on
+    the loss its original logs; the same with the loss's sign flipped fails on the training loss."""
+    migrated = _migrated_train()
+    body = {
+        "project": {"files": project_files()},
+        "path": "train.py",
+        "migrated": migrated,
+        "command": "python train.py",
+    }
+    with running(create_app(Pipeline(), token=TOKEN, warm_up=False)) as url:
+        with httpx.Client(base_url=url, headers=AUTH, timeout=1200) as c:
+            good = c.post("/v1/verify", json=body)
+            flipped = migrated.replace("loss = ((model", "loss = -((model", 1)
+            assert flipped != migrated
+            wrong = c.post("/v1/verify", json={**body, "migrated": flipped})
+            no_path = c.post("/v1/verify", json={**body, "path": None})
+            bad_cwd = c.post("/v1/verify", json={**body, "cwd": "../elsewhere"})
+    assert good.status_code == 200, good.text
+    outcome = good.json()
+    assert (outcome["status"], outcome["level"]) == ("pass", "L3"), outcome["reasons"]
+    assert outcome["report"]["loss"]["steps_compared"] == 6 and outcome["report"]["migrated_run"]["device"].startswith(
+        "xla"
+    )
+    assert wrong.status_code == 200 and wrong.json()["status"] == "fail", wrong.json()["reasons"]
+    assert any("training loss" in r for r in wrong.json()["reasons"]), wrong.json()["reasons"]
+    assert no_path.status_code == 422 and "`path` is needed" in no_path.text
+    assert bad_cwd.status_code == 422 and "cwd" in bad_cwd.text
+
+
+@pytest.mark.slow
+def test_mcp_stdio_verify_migration_takes_the_project_root_and_the_patch():
+    """An agent verifies a patch suggest_patch returned before applying it: project_root, path and source."""
+    exe = Path(sys.executable).with_name("xlaport")
+    env = {**os.environ, "XLAPORT_CACHE_DIR": str(cache_dir())}
+    params = StdioServerParameters(command=str(exe), args=["mcp", "--root", str(PROJECT.parent)], env=env)
+    arguments = {"project_root": PROJECT.name, "path": "train.py", "source": _migrated_train()}
+
+    async def go():
+        async with mcp.Client(params, read_timeout_seconds=1200) as client:
+            verified = await client.call_tool("verify_migration", {**arguments, "command": "python train.py"})
+            half = await client.call_tool("verify_migration", {"project_root": PROJECT.name, "command": "x.py"})
+            return verified, half
+
+    verified, half = asyncio.run(go())
+    assert not verified.is_error, verified.content[0].text
+    outcome = verified.structured_content
+    assert (outcome["status"], outcome["level"]) == ("pass", "L3"), outcome["reasons"]
+    assert half.is_error and "path" in half.content[0].text and "source" in half.content[0].text

@@ -218,6 +218,9 @@ def test_shim_maps_cuda_to_the_cpu_in_process():
         scaler = torch.cuda.amp.GradScaler()
         loss = model(torch.randn(2, 3)).sum()
         assert scaler.scale(loss) is loss and scaler.get_scale() == 1.0
+        assert torch.device("cuda", 0) == torch.device("cpu", 0)  # a name and an index (DataParallel's form)
+        parallel = torch.nn.DataParallel(model, device_ids=range(torch.cuda.device_count()))
+        assert parallel(torch.randn(2, 3)).shape == (2, 3) and parallel.module is model
     finally:
         cuda_to_cpu.uninstall()
     assert torch.zeros(1).device.type == "cpu" and not torch.cuda.is_available()

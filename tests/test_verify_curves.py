@@ -227,6 +227,13 @@ def test_too_few_steps_is_inconclusive():
     assert result.verdict == "inconclusive" and "too few" in result.reasons[0]
 
 
+def test_a_different_first_loss_decides_even_with_few_points():
+    # a loss whose sign was flipped: six points of a seeded program, the first already -100%
+    ref = decaying(n=6, start=6.7, end=1.0)
+    result = cv.compare_loss(series(ref), series([-v for v in ref]), LIMITS)
+    assert result.verdict == "worse" and "first logged loss differs by -200.0%" in result.reasons[0], result.reasons
+
+
 def test_different_first_loss_is_a_changed_objective_even_when_lower():
     ref = decaying()
     mig = [v - 0.3 for v in ref]  # lower everywhere, from the first step on
@@ -325,7 +332,8 @@ def test_few_points_give_figures_and_an_honest_verdict():
     assert "agree point by point" in same.reasons[0]
     spread = cv.measure_spread([ref, series([2.4, 2.0, 1.95])], "two runs")
     unseeded = cv.compare_loss(ref, series([2.25, 2.2, 1.8]), LIMITS, spread)
-    assert unseeded.verdict == "inconclusive" and "a fixed seed" in unseeded.reasons[0]
+    assert unseeded.verdict == "inconclusive" and "a fixed seed" in unseeded.reasons[-1]
+    assert "inside it, randomness" in unseeded.reasons[0]  # its first loss is held against the original's runs
     apart = cv.compare_loss(ref, series([2.3, 2.4, 2.5]), LIMITS)
     assert apart.verdict == "inconclusive" and "more logged steps" in apart.reasons[0]
     two = cv.compare_loss(series([2.3, 2.0]), series([2.3, 2.0]), LIMITS)

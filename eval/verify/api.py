@@ -163,8 +163,10 @@ def capture_summary(run: RunRecord, config: VerifyConfig) -> dict:
     }
     if not found:
         summary["loss_formats_tried"] = [config.loss_pattern] if config.loss_pattern else list(cv.LOSS_FORMATS)
+        summary["read"] = list(run.read)
         summary["hint"] = (
-            "set loss_pattern (a regex with a `value` group) or log_file (the JSON/JSONL/CSV the script writes)"
+            "set loss_pattern (a regex with a `value` group) or log_file (the JSON/JSONL/CSV or text log the script "
+            "writes)"
         )
     return summary
 

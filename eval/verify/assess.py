@@ -169,8 +169,8 @@ def assess(
                 else:
                     reasons.append(f"L1: {reason}")
         else:
-            side = "reference" if not len(ref.curves.loss) else "migrated run"
-            reasons.append(f"L1: {no_loss_message(side, config)}")
+            side, silent = ("reference", ref) if not len(ref.curves.loss) else ("migrated run", mig)
+            reasons.append(f"L1: {no_loss_message(side, config, silent.read)}")
         # the reference defines the goal: its metric is the one the migrated run must keep
         preferred = config.metric or (cv.parse_claim(config.claim).name if config.claim else None)
         primary = cv.primary_metric(ref.curves, preferred)
@@ -250,17 +250,22 @@ def _first_loss_without_seed(loss_cmp: cv.LossComparison) -> None:
     )
 
 
-def no_loss_message(side: str, config: VerifyConfig) -> str:
-    """Why there is no loss comparison, the formats tried, and how to point verify at the loss."""
+def no_loss_message(side: str, config: VerifyConfig, read: list[str] | None = None) -> str:
+    """Why there is no loss comparison: what was read (the streams, the files the run wrote), the formats tried, and
+    how to point verify at the loss."""
     if config.loss_pattern:
         tried = f"the loss_pattern `{config.loss_pattern}` matched no line"
     else:
         tried = "tried: " + "; ".join(f"`{form}`" for form in cv.LOSS_FORMATS)
-    files = f"the log_file {config.log_file}" if config.log_file else "JSON/JSONL/CSV files the run wrote"
+    if read:
+        where = "read: " + ", ".join(read)
+    else:
+        where = "read: " + (f"the log_file {config.log_file}" if config.log_file else "the run's stdout and stderr")
     return (
-        f"no training loss found in the {side}'s output ({tried}; and a `loss` key or column in {files}); set "
-        "loss_pattern to a regex with a `value` group (e.g. --loss-pattern 'cost (?P<value>[0-9.eE+-]+)'), or "
-        "log_file to the file the script writes its losses to"
+        f"no training loss found in the {side}'s output ({where}; {tried}; and a `loss` key or column in the "
+        "JSON/JSONL/CSV files and a loss line in the .log/.txt files the run wrote); set loss_pattern to a regex with "
+        "a `value` group (e.g. --loss-pattern 'cost (?P<value>[0-9.eE+-]+)'), or log_file to the file the script "
+        "writes its losses to"
     )
 
 

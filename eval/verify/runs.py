@@ -19,8 +19,11 @@ from ..sandbox import read_child_file, run_sandboxed
 from . import curves as cv
 from .config import VerifyConfig, VerifyUsageError
 
-CACHE_VERSION = 1
-LOG_SUFFIXES = (".json", ".jsonl", ".csv")
+CACHE_VERSION = 2  # 2: the reference's stderr is kept too
+# the files a run writes that may hold its losses: JSON, JSON lines, CSV, and text logs (a `logging.FileHandler`'s
+# train.log, a log.txt written by hand); bigger ones are data or checkpoints, not logs
+LOG_SUFFIXES = (".json", ".jsonl", ".csv", ".log", ".txt")
+MAX_LOG_BYTES = 8 * 1024 * 1024
 HASH_WHOLE_FILE_BYTES = 16 * 1024 * 1024  # bigger files (data) are fingerprinted by size and mtime
 
 
@@ -38,6 +41,7 @@ class RunRecord:
     timing: cv.Timing
     stdout_tail: str = ""
     cached: bool = False
+    read: list[str] = field(default_factory=list)  # the streams and files the curves were looked for in
     log: str | None = None  # the recorded log this run comes from (verify --reference-log), None for a run here
     notes: list[str] = field(default_factory=list)
 
@@ -81,16 +85,18 @@ def _files_of(folder: Path) -> dict[str, float]:
     }
 
 
-def _stamp_env(run_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], Path]:
-    """Environment that makes the child time-stamp its stdout lines (see curves.STAMP_SITECUSTOMIZE)."""
+def _stamp_env(run_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], Path, Path]:
+    """Environment that makes the child time-stamp its stdout and stderr lines (see curves.STAMP_SITECUSTOMIZE);
+    (environment, stdout stamps, stderr stamps)."""
     hook_dir = run_dir / "hook"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(cv.STAMP_SITECUSTOMIZE, encoding="utf-8")
-    stamps = run_dir / "stamps.txt"
+    stamps, stamps_err = run_dir / "stamps.txt", run_dir / "stamps-stderr.txt"
     python_path = os.pathsep.join(
         p for p in (str(hook_dir), extra.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p
     )
-    return {**extra, "PYTHONPATH": python_path, "XLAPORT_STAMPS": str(stamps)}, stamps
+    env = {**extra, "PYTHONPATH": python_path, "XLAPORT_STAMPS": str(stamps), "XLAPORT_STAMPS_ERR": str(stamps_err)}
+    return env, stamps, stamps_err
 
 
 def working_folder(original: Path, migrated: Path, cwd: Path | None = None) -> str:
@@ -105,43 +111,58 @@ def working_folder(original: Path, migrated: Path, cwd: Path | None = None) -> s
 
 
 def _written_logs(work: Path, before: dict[str, float], config: VerifyConfig, cwd: Path | None = None) -> list[Path]:
-    """The log file the config names (relative to the run's working folder `cwd`), else the JSON/JSONL/CSV files
-    the run created or changed anywhere in its tree."""
+    """The log file the config names (relative to the run's working folder `cwd`), else the JSON/JSONL/CSV and
+    .log/.txt files (up to MAX_LOG_BYTES) the run created or changed anywhere in its tree."""
     if config.log_file:
         path = (cwd or work) / config.log_file
         return [path] if path.is_file() else []
     after = _files_of(work)
     return [
-        work / rel for rel, mtime in sorted(after.items()) if rel.endswith(LOG_SUFFIXES) and before.get(rel) != mtime
+        work / rel
+        for rel, mtime in sorted(after.items())
+        if rel.endswith(LOG_SUFFIXES) and before.get(rel) != mtime and (work / rel).stat().st_size <= MAX_LOG_BYTES
     ]
 
 
-def capture_curves(stdout: str, logs: dict[str, str], config: VerifyConfig) -> tuple[cv.RunCurves, list[str]]:
-    """Loss and metrics from the run's log files and its stdout: the source with the most loss points wins the loss,
-    metrics are merged (a log file's value wins over stdout's for the same name)."""
-    notes = []
-    from_stdout = cv.parse_text(stdout, config.loss_pattern, config.metric_pattern)
-    best = from_stdout
+def capture_curves(
+    streams: dict[str, tuple[str, cv.Timing]], logs: dict[str, str], config: VerifyConfig
+) -> tuple[cv.RunCurves, cv.Timing, list[str], list[str]]:
+    """Loss and metrics from the run's output streams (`streams`: "stdout"/"stderr" -> (text, timing from its
+    stamps)) and its log files: the source with the most loss points wins the loss (the first on a tie: stdout,
+    stderr, then the files), and the timing is that stream's (stdout's when a file wins); metrics are merged, a
+    later source's value winning for the same name (stderr, stdout, files). (curves, timing, notes, read)."""
+    notes, read = [], []
+    parsed_streams = []
+    for name, (text, _) in streams.items():
+        read.append(f"{name} ({len(text.splitlines())} lines)")
+        parsed = cv.parse_text(text, config.loss_pattern, config.metric_pattern)
+        parsed.source = name
+        parsed_streams.append(parsed)
     files = []
     for name, text in logs.items():
+        read.append(name)
         try:
-            parsed = cv.parse_log_file(Path(name), text)
+            parsed = cv.parse_log_file(Path(name), text, config.loss_pattern, config.metric_pattern)
         except ValueError as exc:
             notes.append(f"log file {name} ignored: {exc}")
             continue
         if len(parsed.loss) or parsed.metrics:
             files.append(parsed)
     if config.log_file and not logs:
-        notes.append(f"the log file {config.log_file} was not written; curves come from stdout")
-    for parsed in files:
+        notes.append(f"the log file {config.log_file} was not written; curves come from the output")
+    if not logs:
+        read.append(f"no {'/'.join(LOG_SUFFIXES)} file written by the run" if not config.log_file else "no log_file")
+    best = parsed_streams[0]
+    for parsed in [*parsed_streams[1:], *files]:
         if len(parsed.loss) > len(best.loss):
             best = parsed
+    timing = streams[best.source][1] if best.source in streams else next(iter(streams.values()))[1]
     merged = cv.RunCurves(loss=best.loss, source=best.source)
-    for source in [from_stdout, *files]:
+    for source in [*reversed(parsed_streams), *files]:
         for name, series in source.metrics.items():
             if len(series):
                 merged.metrics[name] = series
-    return merged, notes
+    return merged, timing, notes, read
 
 
 def _log_texts(paths: list[Path], work: Path) -> dict[str, str]:
@@ -164,7 +185,7 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
     run_dir = scratch / "migrated"
     work = run_dir / "work"
     copy_tree(migrated, work)
-    env, stamps = _stamp_env(run_dir, dict(config.env))
+    env, stamps, stamps_err = _stamp_env(run_dir, dict(config.env))
     before = _files_of(work)
     report = run_check(
         work / subdir / script,
@@ -176,13 +197,14 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
         workdir=work / subdir,
         writable=[run_dir],
     )
-    stdout, timing = cv.parse_stamps(_read(stamps), config.loss_pattern, config.warmup_steps)
+    streams = _streams(_read(stamps), _read(stamps_err), config)
+    logs = _written_logs(work, before, config, work / subdir)
+    curves, timing, notes, read = capture_curves(streams, _log_texts(logs, work), config)
     steady = [s.wall_s for s in report.per_step[config.warmup_steps :]]
     if steady:  # the check times each XLA step; better than the time between printed lines
         timing.per_step_s = [s.wall_s for s in report.per_step]
         timing.step_s = float(sorted(steady)[len(steady) // 2])
-    logs = _written_logs(work, before, config, work / subdir)
-    curves, notes = capture_curves(stdout, _log_texts(logs, work), config)
+    stdout = streams["stdout"][0]
     record = RunRecord(
         role="migrated",
         device=f"xla ({report.pjrt_device})",
@@ -194,8 +216,17 @@ def run_migrated(migrated: Path, script: str, args: list[str], config: VerifyCon
         timing=timing,
         stdout_tail=_tail(stdout) or report.stdout_tail,
         notes=notes,
+        read=read,
     )
     return record, report
+
+
+def _streams(stamps: str, stamps_err: str, config: VerifyConfig) -> dict[str, tuple[str, cv.Timing]]:
+    """stdout and stderr from their stamp files: each one's text and the timing of its loss lines."""
+    return {
+        name: cv.parse_stamps(text, config.loss_pattern, config.warmup_steps)
+        for name, text in (("stdout", stamps), ("stderr", stamps_err))
+    }
 
 
 def _read(path: Path) -> str:
@@ -310,7 +341,7 @@ def run_reference(
     run_dir = scratch / ("reference" if not repeat else f"reference-{repeat + 1}")
     work = run_dir / "work"
     copy_tree(original, work)
-    env, stamps = _stamp_env(run_dir, dict(config.env))
+    env, stamps, stamps_err = _stamp_env(run_dir, dict(config.env))
     if mode == "cpu":
         argv = [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(work / subdir / script), *args]
         env.setdefault("USE_TORCH_XLA", "0")
@@ -332,6 +363,7 @@ def run_reference(
         "cut_at_s": timeout_s if cut else None,
         "wall_s": result.wall_s,
         "stamps": _read(stamps) or "\n".join(f"0\t{line}" for line in result.stdout.splitlines()),
+        "stamps_err": _read(stamps_err) or "\n".join(f"0\t{line}" for line in result.stderr.splitlines()),
         "logs": _log_texts(_written_logs(work, before, config, work / subdir), work),
     }
     if cache_file is not None and saved["returncode"] == 0:
@@ -341,8 +373,9 @@ def run_reference(
 
 
 def _reference_record(saved: dict, script: str, args: list[str], device: str, config: VerifyConfig, cached: bool):
-    stdout, timing = cv.parse_stamps(saved["stamps"], config.loss_pattern, config.warmup_steps)
-    curves, notes = capture_curves(stdout, saved["logs"], config)
+    streams = _streams(saved["stamps"], saved.get("stamps_err", ""), config)
+    curves, timing, notes, read = capture_curves(streams, saved["logs"], config)
+    stdout = streams["stdout"][0]
     if timing.step_s is not None and timing.step_s < 1e-4:
         timing.step_s = None  # all loss lines were printed at once: the stamps say nothing about step time
         notes.append("the loss lines were printed all at once; the reference's step time is unknown")
@@ -360,4 +393,5 @@ def _reference_record(saved: dict, script: str, args: list[str], device: str, co
         stdout_tail=_tail(stdout),
         cached=cached,
         notes=notes,
+        read=read,
     )

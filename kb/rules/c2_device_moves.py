@@ -246,6 +246,17 @@ class OptimizerBeforeMove(Rule):
                     target=block,
                 )
                 return
+        copied = self._move_copied_before(opt, block, i, j, move) if blocker else None
+        if copied is not None:
+            inner, body = copied
+            self.report(
+                opt,
+                f"{self.message} ({where}); the model is moved where it is built, before the optimizer (the "
+                f"move at line {move_line} stays: moving it again to the same device changes nothing)",
+                replacement=inner.with_changes(body=body),
+                target=inner,
+            )
+            return
         if blocker:
             self.report(
                 opt,
@@ -267,6 +278,36 @@ class OptimizerBeforeMove(Rule):
             replacement=block.with_changes(body=new_body),
             target=block,
         )
+
+    def _move_copied_before(self, opt: cst.Call, block, i: int, j: int, move: cst.Call):
+        """(the inner block, its new statements) when the optimizer is built in a block nested in statement `i`
+        (an `if` that builds the model, or loads model and optimizer from a checkpoint) right after the model is
+        made there, and statement `j` is a plain move of that model (`model = model.to(device)`) whose other names
+        nothing from `i` to `j` rebinds: a copy of the move goes before the optimizer's statement; else None."""
+        stmt = block.body[j]
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        small, model = stmt.body[0], dotted(move.func.value)
+        plain = isinstance(small, cst.Expr) and small.value is move
+        reassigned = (
+            isinstance(small, cst.Assign)
+            and small.value is move
+            and len(small.targets) == 1
+            and dotted(small.targets[0].target) == model
+        )
+        inner_stmt = self.statement_of(opt)
+        inner = self.parent(inner_stmt) if inner_stmt is not None else None
+        if not (plain or reassigned) or model is None or not isinstance(inner, cst.IndentedBlock):
+            return None
+        if inner_stmt is block.body[i] or self.statement_of_in(opt, block) is not block.body[i]:
+            return None  # the optimizer is a statement of the move's own block: the other rewrites' case
+        k = list(inner.body).index(inner_stmt)
+        if model not in set().union(*(bound_names(s) for s in inner.body[:k])):
+            return None  # the model this optimizer reads is not made here
+        changed = set().union(*(bound_names(s) for s in block.body[i:j]))
+        if (used_names(stmt) - {model.split(".")[0]}) & changed:
+            return None  # the device (or what the move reads) is assigned in between
+        return inner, [*inner.body[:k], stmt.with_changes(leading_lines=()), *inner.body[k:]]
 
     def statement_of_in(self, node: cst.CSTNode, block) -> cst.CSTNode | None:
         """The statement of `block` that holds `node`."""

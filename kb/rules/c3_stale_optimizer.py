@@ -156,7 +156,12 @@ class OptimizerBeforeCalleeMove(Rule):
                         continue
                     if any(moved in bound_names(s) for s in body[:k]):
                         continue  # the parameter was replaced first: the caller's model is not the one moved
-                    certain = isinstance(stmt, cst.SimpleStatementLine) and self._becomes_xla(call)
+                    own = self.statement_of(call)
+                    certain = (
+                        isinstance(own, cst.SimpleStatementLine)
+                        and self._runs_each_call(own, function)
+                        and self._becomes_xla(call, function)
+                    )
                     index = params.index(moved) - offset if moved in params else None
                     movers.setdefault(name, Mover(name, function, moved, index, call, certain, takes_optimizer))
         return movers
@@ -171,13 +176,33 @@ class OptimizerBeforeCalleeMove(Rule):
             return owner.name.value, 1
         return None, 0
 
-    def _becomes_xla(self, move: cst.Call) -> bool:
+    def _runs_each_call(self, stmt: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        """Does `stmt` run whenever `function` runs: in its body, or in loops and `with` blocks of it (a move in
+        the training loop), never under an `if` or `try`?"""
+        node = self.parent(stmt)
+        while node is not None and node is not function:
+            if not isinstance(node, (cst.IndentedBlock, cst.For, cst.While, cst.With)):
+                return False
+            node = self.parent(node)
+        return node is function
+
+    def _becomes_xla(self, move: cst.Call, function: cst.FunctionDef | None = None) -> bool:
         """Is the move's target the XLA device after migration (a CUDA device, an int rank, `torch_xla.device()`,
-        `'xla'`)? A device in a variable may be anything the user configures."""
+        `'xla'`)? A device in a variable may be anything the user configures, unless `function` assigns that
+        variable once, from such a device (`device = torch_xla.device()`, what the migration writes for
+        `torch.device("cuda:0" if torch.cuda.is_available() else "cpu")`)."""
         if move.func.attr.value == "cuda":
             return not move.args
         args = positional_args(move)
         target = args[0].value if args else keyword_arg(move, "device").value
+        if isinstance(target, cst.Name) and function is not None:
+            assigned = [
+                a.value
+                for a in find_nodes(function.body, cst.Assign)
+                if any(isinstance(t.target, cst.Name) and t.target.value == target.value for t in a.targets)
+            ]
+            if len(assigned) == 1 and isinstance(assigned[0], cst.Call):
+                return "torch_xla.device" in self.qualified_names(assigned[0].func)
         text = string_value(target)
         if text is not None:
             return text.split(":")[0] in ("cuda", "xla")

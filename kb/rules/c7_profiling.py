@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import expr, is_cuda_string, keyword_arg
+from ..cst_helpers import dotted, expr, is_cuda_string, keyword_arg
 from ..rule import Rule
 
 IMPORT_XP = ("torch_xla.debug.profiler", None, "xp")
@@ -227,3 +227,64 @@ class TracedGraphLogging(Rule):
         if isinstance(node, cst.With):
             return any(self.is_call_to(item.item, "torch.no_grad", "torch.inference_mode") for item in node.items)
         return False
+
+
+class LoggingConfigAfterTorchXla(Rule):
+    code = "XLA714"
+    needs = ("basicconfig",)
+    title = "`logging.basicConfig` after `import torch_xla` does nothing"
+    category = "C7"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`logging.basicConfig(...)` without `force=` in a file of a torch program. The fix adds `force=True`, which "
+        "replaces the root handler torch_xla installed (and any the program added before the call, which the "
+        "original call would have kept)."
+    )
+    why = (
+        "`import torch_xla` runs `logging.basicConfig()` itself (torch_xla/__init__.py, measured on 2.9): the root "
+        "logger then has a stderr handler and level WARNING, and a later `basicConfig(level=INFO, filename=..., "
+        "format=...)` is a no-op. The migrated program loses its INFO records, its format and its log file: the "
+        "training log a user (or `xlaport verify`) reads is empty. `force=True` (Python 3.8+) applies the call as "
+        "the original program did."
+    )
+    before = "import logging\n\nimport torch_xla\n\nlogging.basicConfig(level=logging.INFO, filename='train.log')\n"
+    after = (
+        "import logging\n\nimport torch_xla\n\n"
+        "logging.basicConfig(level=logging.INFO, filename='train.log', force=True)\n"
+    )
+    message = (
+        "`import torch_xla` already called `logging.basicConfig()`, so this call does nothing (its level, format "
+        "and log file are ignored: INFO records are dropped); pass `force=True`"
+    )
+    valid = (
+        "import logging\nimport torch\n\nlogging.basicConfig(level=logging.INFO, force=True)\n",
+        "import logging\n\nlogging.basicConfig(level=logging.INFO)\n",  # no torch: not a program torch_xla joins
+    )
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.torch_program = any(_imports_torch(stmt) for stmt in self.analysis.nodes.imports)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.torch_program or not self.is_call_to(node, "logging.basicConfig"):
+            return
+        if keyword_arg(node, "force") is not None or any(arg.star for arg in node.args):
+            return
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        force = cst.Arg(keyword=cst.Name("force"), value=cst.Name("True"), equal=tight)
+        args = list(node.args)
+        if args and isinstance(args[-1].comma, cst.Comma):  # a trailing comma: the new argument takes its place
+            trailing = args[-1].comma
+            between = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else trailing
+            args[-1] = args[-1].with_changes(comma=between)
+            force = force.with_changes(comma=trailing)
+        self.report(node, replacement=node.with_changes(args=[*args, force]))
+
+
+def _imports_torch(stmt: cst.Import | cst.ImportFrom) -> bool:
+    """`import torch...` / `from torch... import ...` (torch_xla too)."""
+    if isinstance(stmt, cst.ImportFrom):
+        names = [dotted(stmt.module) or ""] if stmt.module is not None and not stmt.relative else []
+    else:
+        names = [dotted(alias.name) or "" for alias in stmt.names]
+    return any(name.split(".")[0] in ("torch", "torch_xla") for name in names)

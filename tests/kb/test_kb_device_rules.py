@@ -56,6 +56,33 @@ def test_optimizer_chosen_in_if_else_moves_the_model_before_the_whole_if():
     assert lines(out, "XLA215") == []
 
 
+def test_model_built_with_its_optimizer_in_an_if_is_moved_where_it_is_built():
+    # a fresh model and its optimizer, or both from a checkpoint; the move comes after the whole if
+    src = textwrap.dedent(
+        """\
+        import torch
+        device = torch.device("cuda")
+        def main(checkpoint=None):
+            if checkpoint is None:
+                model = Net(blocks=2)
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+            else:
+                state = torch.load(checkpoint)
+                model, optimizer = state["model"], state["optimizer"]
+            model = model.to(device)
+            return model, optimizer
+        """
+    )
+    assert lines(src, "XLA215") == [6]
+    out = fixed(src, "XLA215")
+    branch = out[out.index("model = Net(blocks=2)") : out.index("else:")]
+    assert branch.index("model = model.to(device)") < branch.index("optimizer = torch.optim.Adam")
+    assert out.count("model = model.to(device)") == 2 and lines(out, "XLA215") == []
+    # the device assigned between the if and the move: the copy would move it elsewhere, so it is reported only
+    rebound = src.replace("    model = model.to(device)", "    device = pick()\n    model = model.to(device)")
+    assert lines(rebound, "XLA215") == [6] and fixed(rebound, "XLA215") == rebound
+
+
 def test_two_optimizers_for_two_models_are_both_fixed():
     src = "import torch\nG, D = Gen(), Disc()\nog = torch.optim.Adam(G.parameters())\nod = torch.optim.Adam(D.parameters())\nG.to(dev)\nD.to(dev)\n"
     out = fixed(src, "XLA215")
@@ -316,6 +343,49 @@ def test_model_built_with_its_optimizer_in_a_helper_is_moved_before_the_optimize
     out = fixed(src, "XLA315")
     assert "net = torch.nn.Linear(2, 2)\n    net.to(torch_xla.device())\n    opt = torch.optim.SGD" in out
     assert lines(out, "XLA315") == []
+
+
+VIN_LIKE = textwrap.dedent(
+    """\
+    import torch
+    import torch_xla
+
+
+    def train(net, loader, optimizer):
+        device = torch_xla.device()
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            net = net.to(device)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            optimizer.step()
+
+
+    net = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.RMSprop(net.parameters(), lr=0.005)
+    train(net, [], optimizer)
+    """
+)
+
+
+def test_a_model_moved_in_the_training_loop_of_the_called_function_is_moved_before_the_optimizer():
+    # the move sits in the loop, to a device the function assigns once from torch_xla.device() (the migration's
+    # rewrite of `torch.device("cuda:0" if torch.cuda.is_available() else "cpu")`): it runs whenever train runs
+    assert lines(VIN_LIKE, "XLA315") == [16]
+    out = fixed(VIN_LIKE, "XLA315")
+    assert "net = torch.nn.Linear(4, 3)\nnet.to(torch_xla.device())\noptimizer = torch.optim.RMSprop" in out
+    assert lines(out, "XLA315") == []
+    # a device the function takes from its caller, or a move under an `if`: reported, not rewritten
+    for change in [
+        (
+            "def train(net, loader, optimizer):\n    device = torch_xla.device()",
+            "def train(net, loader, optimizer, device):",
+        ),
+        ("        net = net.to(device)", "        if x.shape[0] > 1:\n            net = net.to(device)"),
+    ]:
+        unclear = VIN_LIKE.replace(*change)
+        assert [f.fix for f in lint_source(unclear, rules=[get_rule("XLA315")])] == ["manual"], change
+        assert fixed(unclear, "XLA315") == unclear
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Capture: per-step loss and evaluation metrics from what a run prints (stdout) or writes (JSON, JSONL, CSV)."""
+"""Capture: per-step loss and evaluation metrics from what a run prints (stdout, stderr) or writes (JSON, JSONL, CSV,
+text logs)."""
 
 from __future__ import annotations
 
@@ -40,10 +41,19 @@ LOSS_FORMATS = (
     "step 10 | loss 1.23",
     "iter 10: loss 1.23",
     "loss: tensor(1.23, ...)",
+    "| loss 1.23 |",
+    "Loss 1.23 (1.40) (value and running average)",
+    "tqdm postfix `50/100 [00:01<00:01, loss=1.23]`",
+    "a printed table: a header `Epoch | Train Loss | ...` and rows of numbers",
+    "logging records (stderr, or the .log/.txt file a FileHandler writes)",
+    "a CSV file with a loss column (train_loss, loss_train, ...)",
 )
 # Kept for callers that match one line at a time (a `value` group): the plain `loss` form only.
 DEFAULT_LOSS_PATTERN = rf"(?<![\w.])['\"]?loss['\"]?\s*[:=]?\s*(?P<value>{NUMBER})(?![\w.])"
 STEP_PATTERN = re.compile(r"(?<![\w.])['\"]?(?:global_step|step|iter|iteration)['\"]?\s*[:=]?\s*(?P<step>\d+)", re.I)
+# tqdm's bar: `50%|#####     | 50/100 [00:01<00:01, 41.2it/s, loss=1.23]`; the count is the step, since the bar is
+# redrawn on a timer (two runs show different steps) and several times at the same count
+TQDM_COUNT = re.compile(r"\|\s*(?P<step>\d+)/(?P<total>\d+|\?)\s*\[")
 
 METRIC_WORDS = (
     "accuracy|acc|top1|top5|f1|precision|recall|auc|bleu|rouge[\\w]*|exact_match|matthews_correlation"
@@ -194,8 +204,28 @@ def classify_key(key: str, before: str) -> tuple[str, str] | None:
 
 
 def _line_step(line: str) -> int | None:
-    match = STEP_PATTERN.search(line)
+    match = STEP_PATTERN.search(line) or TQDM_COUNT.search(line)
     return int(match.group("step")) if match else None
+
+
+def _last_per_redraw(points: list[tuple[int, int | None, float]], lines: list[str]):
+    """One point per tqdm count: a bar redrawn at the same count keeps its latest value; a new bar (one per
+    epoch: its count starts again) continues after the previous bar's total, so steps keep increasing."""
+    kept: list[tuple[int, int | None, float]] = []
+    offset, last_count, last_total = 0, None, None
+    for index, step, value in points:
+        bar = TQDM_COUNT.search(lines[index]) if not STEP_PATTERN.search(lines[index]) else None
+        if bar is not None:
+            count = int(bar.group("step"))
+            if last_count is not None and count < last_count:
+                offset += last_total or last_count
+            last_count, last_total = count, int(bar.group("total")) if bar.group("total").isdigit() else None
+            step = offset + count
+            if kept and kept[-1][1] == step and TQDM_COUNT.search(lines[kept[-1][0]]):
+                kept[-1] = (index, step, value)
+                continue
+        kept.append((index, step, value))
+    return kept
 
 
 def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[int, int | None, float]]:
@@ -213,7 +243,7 @@ def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[
             if match:
                 value = match.group("value") if "value" in loss_re.groupindex else match.group(1)
                 points.append((index, _line_step(line), parse_number(value)))
-        return points
+        return _last_per_redraw(points, lines)
     by_key: dict[str, list[tuple[int, int | None, float]]] = {}
     for index, line in enumerate(lines):
         if CONFIG_LINE.search(line):
@@ -226,8 +256,40 @@ def loss_lines(lines: list[str], loss_pattern: str | None = None) -> list[tuple[
             seen.add(kind[1])
             by_key.setdefault(kind[1], []).append((index, _line_step(line), parse_number(match.group("value"))))
     if not by_key:
-        return []
-    return max(by_key.items(), key=lambda item: (len(item[1]), item[0] == "loss"))[1]
+        return table_loss_lines(lines)
+    return _last_per_redraw(max(by_key.items(), key=lambda item: (len(item[1]), item[0] == "loss"))[1], lines)
+
+
+def _cells(line: str) -> list[str]:
+    """A printed table row's cells: split at `|`, else at runs of two or more spaces or tabs."""
+    parts = line.split("|") if "|" in line else re.split(r"\s{2,}|\t", line)
+    return [cell.strip() for cell in parts if cell.strip()]
+
+
+def _is_number(text: str) -> bool:
+    return re.fullmatch(rf"(?:{NUMBER})%?", text, re.I) is not None
+
+
+def table_loss_lines(lines: list[str]) -> list[tuple[int, int | None, float]]:
+    """Loss points of a printed table: a header row naming its columns (`Epoch | Train Loss | Train Error`), then
+    rows of numbers with as many cells; the loss column is the one whose name is a training loss, the step the
+    `epoch`/`step`/`iter` column's value."""
+    points: list[tuple[int, int | None, float]] = []
+    loss_at = step_at = width = None
+    for index, line in enumerate(lines):
+        cells = _cells(line)
+        if len(cells) >= 2 and not any(_is_number(c) for c in cells):
+            kinds = [classify_key(c, "") if re.fullmatch(r"[A-Za-z][\w/\- ]*", c) else None for c in cells]
+            losses = [i for i, kind in enumerate(kinds) if kind is not None and kind[0] == "loss"]
+            if losses:
+                loss_at, width = losses[0], len(cells)
+                names = [normalize_key(c) for c in cells]
+                step_at = next((i for i, n in enumerate(names) if n in ("epoch", "step", "iter", "iteration")), None)
+            continue
+        if loss_at is not None and len(cells) == width and all(_is_number(c) for c in cells):
+            step = int(float(cells[step_at])) if step_at is not None else None
+            points.append((index, step, parse_number(cells[loss_at].rstrip("%"))))
+    return points
 
 
 def parse_text(text: str, loss_pattern: str | None = None, metric_pattern: str | None = None) -> RunCurves:
@@ -277,16 +339,25 @@ def _metrics_of(line: str, metric_re: re.Pattern | None) -> list[tuple[str, str]
     return found
 
 
-def add_record(curves: RunCurves, record: dict, index: int) -> None:
+def loss_key(keys: list[str]) -> str | None:
+    """The training loss's key among a record's or a CSV header's: `loss`, `train_loss`, else any key that names a
+    training loss (`loss_train`, `Train Loss`, `train/loss`)."""
+    for key in ("loss", "train_loss"):
+        if key in keys:
+            return key
+    return next((k for k in keys if (classify_key(str(k), "") or ("",))[0] == "loss"), None)
+
+
+def add_record(curves: RunCurves, record: dict, index: int, loss: str | None = None) -> None:
+    """One record (a JSON object, a CSV row) of a log file; `loss` is its loss key (default: found in the record)."""
     step = next(
         (int(record[k]) for k in ("step", "global_step", "iter", "iteration") if is_number(record.get(k))), None
     )
-    for key in ("loss", "train_loss"):
-        if is_number(record.get(key)):
-            curves.loss.add(step if step is not None else len(curves.loss), float(record[key]))
-            break
+    loss = loss or loss_key(list(record))
+    if loss is not None and is_number(record.get(loss)):
+        curves.loss.add(step if step is not None else len(curves.loss), float(record[loss]))
     for key, value in record.items():
-        if key in NOT_METRIC_KEYS or NOT_METRICS.search(key) or not is_number(value):
+        if key == loss or key in NOT_METRIC_KEYS or NOT_METRICS.search(key) or not is_number(value):
             continue
         series = curves.metric(key)
         series.add(step if step is not None else (curves.loss.steps[-1] if curves.loss.steps else index), float(value))
@@ -296,14 +367,24 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def parse_log_file(path: Path, text: str | None = None) -> RunCurves:
-    """Loss and metrics from a JSON, JSONL or CSV file the script wrote (`text`: its content, if already read);
-    ValueError when it cannot be read."""
+def parse_log_file(
+    path: Path, text: str | None = None, loss_pattern: str | None = None, metric_pattern: str | None = None
+) -> RunCurves:
+    """Loss and metrics from a JSON, JSONL or CSV file the script wrote, or a text log (.log, .txt: read like the
+    output, with the patterns); `text`: its content, if already read. ValueError when it cannot be read."""
     text = path.read_text(encoding="utf-8") if text is None else text
+    if path.suffix.lower() in (".log", ".txt"):
+        curves = parse_text(text, loss_pattern, metric_pattern)
+        curves.source = str(path)
+        return curves
     curves = RunCurves(source=str(path))
     if path.suffix.lower() == ".csv":
-        for index, row in enumerate(csv.DictReader(io.StringIO(text))):
-            add_record(curves, {k: csv_value(v) for k, v in row.items() if k}, index)
+        rows = list(csv.reader(io.StringIO(text)))
+        at = csv_header(rows)
+        header = rows[at] if rows else []
+        loss = loss_key(header)
+        for index, row in enumerate(rows[at + 1 :]):
+            add_record(curves, {k: csv_value(v) for k, v in zip(header, row, strict=False) if k}, index, loss)
         return curves
     try:
         data = json.loads(text)
@@ -344,6 +425,22 @@ def add_summary(curves: RunCurves, data: dict) -> None:
     for key, value in data.items():
         if is_number(value) and key not in NOT_METRIC_KEYS and not NOT_METRICS.search(key):
             curves.metric(key).add(max([last_step, *curves.metric(key).steps]), float(value))
+
+
+def csv_header(rows: list[list[str]]) -> int:
+    """The header's row: a logger may write its settings above the table (`lr,0.1` rows, a blank row). The first
+    row of names (two or more, none a number) followed by a row as long with a number in it, one naming a loss
+    column first; else the first row."""
+    candidates = [
+        at
+        for at, (row, after) in enumerate(zip(rows, rows[1:], strict=False))
+        if len([cell for cell in row if cell.strip()]) >= 2
+        and len(after) == len(row)
+        and not any(isinstance(csv_value(cell), float) for cell in row)
+        and any(isinstance(csv_value(cell), float) for cell in after)
+    ]
+    with_loss = [at for at in candidates if loss_key(rows[at]) is not None]
+    return (with_loss or candidates or [0])[0]
 
 
 def csv_value(text: str | None) -> float | str | None:

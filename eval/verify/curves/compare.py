@@ -69,13 +69,14 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
         noise = max(noise, result.run_to_run_noise)
     result.confidence = _confidence(result, limits, spread)
 
-    if len(steps) < limits.min_steps:
-        return _few_points(result, rel, limits, random)
+    # the first logged loss is one point, before training changed anything: it decides even when few were logged
     first_diff = view.first_diff if view is not None else result.initial_rel_diff
     if abs(first_diff) > limits.initial_loss_tolerance:
         first = _first_loss_verdict(result, r[0], m[0], steps[0], limits, view, spread)
         if first is not None:
             return first
+    if len(steps) < limits.min_steps:
+        return _few_points(result, rel, limits, random)
     strict = limits.spread_z if random else limits.noise_z
     spread_words = "the original's run-to-run spread" if random else "the step-to-step noise of the difference"
     if diff > limits.loss_tolerance and diff > strict * noise:

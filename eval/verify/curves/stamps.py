@@ -8,29 +8,33 @@ import numpy as np
 
 from .capture import loss_lines
 
-# Installed as `sitecustomize` in the child (through PYTHONPATH): copies every stdout line, with the
-# time it was written, to $XLAPORT_STAMPS. It only observes output; the script computes the same.
+# Installed as `sitecustomize` in the child (through PYTHONPATH): copies every stdout line, with the time it was
+# written, to $XLAPORT_STAMPS, and every stderr line to $XLAPORT_STAMPS_ERR (Python `logging` and tqdm write there).
+# A carriage return ends a line too: tqdm redraws its bar (and its `loss=` postfix) with `\r`, never `\n`.
+# It only observes output; the script computes the same.
 STAMP_SITECUSTOMIZE = """
-import os, sys, time
-_path = os.environ.get("XLAPORT_STAMPS")
-if _path:
-    class _Stamped:
-        def __init__(self, inner, log):
-            self._inner, self._log, self._pending = inner, log, ""
-        def write(self, text):
-            self._pending += text
-            *lines, self._pending = self._pending.split("\\n")
-            now = time.monotonic()
-            for line in lines:
+import os, re, sys, time
+class _Stamped:
+    def __init__(self, inner, log):
+        self._inner, self._log, self._pending = inner, log, ""
+    def write(self, text):
+        self._pending += text
+        *lines, self._pending = re.split("\\r\\n|\\r|\\n", self._pending)
+        now = time.monotonic()
+        for line in lines:
+            if line.strip():
                 self._log.write(f"{now:.6f}\\t{line}\\n")
-            if lines:
-                self._log.flush()
-            return self._inner.write(text)
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
-    _log = open(_path, "a", encoding="utf-8", buffering=1)
-    _log.write(f"{time.monotonic():.6f}\\t#xlaport-start\\n")
-    sys.stdout = _Stamped(sys.stdout, _log)
+        if lines:
+            self._log.flush()
+        return self._inner.write(text)
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+for _name, _var in (("stdout", "XLAPORT_STAMPS"), ("stderr", "XLAPORT_STAMPS_ERR")):
+    _path = os.environ.get(_var)
+    if _path:
+        _log = open(_path, "a", encoding="utf-8", buffering=1)
+        _log.write(f"{time.monotonic():.6f}\\t#xlaport-start\\n")
+        setattr(sys, _name, _Stamped(getattr(sys, _name), _log))
 """
 
 STAMP_START = "#xlaport-start"
