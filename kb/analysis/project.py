@@ -27,6 +27,7 @@ from .device_regions import region_verdict
 from .devices import FLAG_NAME, DeviceAnalysis
 from .devices import analyse as analyse_devices
 from .project_steps import UNKNOWN
+from .sparse import is_sparse
 
 if TYPE_CHECKING:
     from .view import StepView
@@ -297,12 +298,27 @@ def device_gates(rule: StepView) -> tuple[tuple[str, str], ...]:
         verdict = region_verdict(devices, region)
         if verdict is None:
             continue
+        if verdict == "device" and _moves_sparse(rule, region):
+            verdict = "blocked"  # no device rule moves a sparse tensor by default (XLA520 densifies: unsafe)
         function = _function_with_parameter(devices, flag)
         if function is not None:
             found.add((f"param:{definition_name(rule, function)}:{flag.value}", verdict))  # type: ignore[union-attr]
         else:
             found.add((f"key:{key_of(flag)}", verdict))
     return tuple(sorted(found))
+
+
+def _moves_sparse(rule: StepView, region: cst.CSTNode) -> bool:
+    """Does `region` move a sparse tensor (`adj.cuda()`, `adj.to(device)`)?"""
+    for call in walk(region):
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("cuda", "to")
+        ):
+            if is_sparse(rule, call.func.value):
+                return True
+    return False
 
 
 def _function_with_parameter(devices: DeviceAnalysis, flag: cst.CSTNode) -> cst.FunctionDef | None:

@@ -61,3 +61,17 @@ def test_no_flip_when_the_flag_guards_a_cuda_only_call_anywhere_in_the_tree(tmp_
 
 def test_a_module_alone_keeps_its_guard(tmp_path):
     assert "args.cuda and torch.cuda.is_available()" in fix_source(TRAINER).fixed
+
+
+def test_no_flip_when_the_flag_moves_a_sparse_tensor_that_no_safe_fix_moves(tmp_path):
+    """`adj.cuda()` of a sparse adjacency stays as it is by default (XLA520's densifying is unsafe): flipping the
+    flag would make it run on a host without CUDA (a graph trainer crashed where it had run on the CPU)."""
+    data = (
+        "import torch\n\n\ndef to_sparse(m):\n    return torch.sparse.FloatTensor(m.i, m.v, m.shape)\n\n\n"
+        "def load(m, cuda):\n    adj = to_sparse(m).float()\n    if cuda:\n        adj = adj.cuda()\n    return adj\n"
+    )
+    options = "import torch\n\n\ndef get_args(args):\n    args.cuda = not args.no_cuda and torch.cuda.is_available()\n"
+    main = "from options import get_args\nfrom data import load\n\nargs = get_args(parse())\nadj = load(m, args.cuda)\n"
+    fixed = migrate(tmp_path, {"options.py": options, "data.py": data, "main.py": main})
+    assert "not args.no_cuda and torch.cuda.is_available()" in fixed["options.py"]
+    assert "adj = adj.cuda()" in fixed["data.py"]  # never `.to(torch_xla.device())` of a sparse tensor
