@@ -54,7 +54,9 @@ def test_the_flag_set_in_one_module_passed_in_a_second_and_tested_in_a_third(tmp
 def test_no_flip_when_the_flag_guards_a_cuda_only_call_anywhere_in_the_tree(tmp_path):
     timing = "import torch\n\n\ndef timed(fn, use_cuda):\n    if use_cuda:\n        torch.cuda.synchronize()\n    return fn()\n"
     trainer = TRAINER + "        timed(self.net, self.use_cuda)\n"
-    trainer = trainer.replace("from helpers import to_device", "from helpers import to_device\nfrom timing import timed")
+    trainer = trainer.replace(
+        "from helpers import to_device", "from helpers import to_device\nfrom timing import timed"
+    )
     fixed = migrate(tmp_path, {"helpers.py": HELPER, "timing.py": timing, "trainer.py": trainer})
     assert "args.cuda and torch.cuda.is_available()" in fixed["trainer.py"]
 
