@@ -19,7 +19,7 @@ its numerics as close as the CPU allows:
 - `torch.cuda.manual_seed(_all)` seeds the CPU generator (the "CUDA" generator is the CPU one);
   random numbers therefore differ from a real GPU's, but runs are reproducible.
 - `dist.init_process_group("nccl")` uses gloo; `DistributedDataParallel(device_ids=...)` drops the ids.
-- `torch.load` of CUDA checkpoints maps them to the CPU.
+- `torch.load` of CUDA checkpoints maps them to the CPU; `DataParallel` calls its module as it does without GPUs.
 - `torch.accelerator` reports CUDA (one device); `DataLoader(pin_memory=True)` does not pin.
 - `torch.cuda.synchronize/empty_cache/set_device/memory_*/Event` are CPU equivalents or no-ops;
   `pin_memory()` returns the tensor itself; `torch.backends.cudnn` flags already work on the CPU.
@@ -70,6 +70,8 @@ class CudaToCpuMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
+        if func is torch.device and args and _is_cuda(args[0]):
+            return _CPU  # `torch.device("cuda", 0)` (DataParallel's): the index goes with the type
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
             return args[0].to(_CPU)
         if name == "pin_memory" and args and isinstance(args[0], torch.Tensor):
@@ -155,7 +157,7 @@ def _cuda_functions() -> dict[str, Any]:
 
     def properties(device: object = None) -> Any:
         return types.SimpleNamespace(
-            name="cpu (xlaport cuda_to_cpu shim)", major=8, minor=0, total_memory=0, multi_processor_count=1
+            name="cpu (xlaport cuda_to_cpu shim)", major=8, minor=0, total_memory=16 * 2**30, multi_processor_count=1
         )
 
     zero = lambda *args, **kwargs: 0  # noqa: E731
@@ -248,6 +250,10 @@ def install() -> None:
         real_loader_init(self, *args, **kwargs)
 
     _patch(torch.utils.data.DataLoader, "__init__", loader_init)
+    # DataParallel on a machine without an accelerator wraps the module and calls it as it is: so here, as the
+    # original runs on a CPU (its scatter and replicas would ask for real CUDA streams)
+    # (the module: `torch.nn.parallel.data_parallel` is the function of that name)
+    _patch(sys.modules["torch.nn.parallel.data_parallel"], "_get_available_device_type", lambda: None)
     if dist.is_available():
         _patch(dist, "init_process_group", functools.partial(_init_process_group, dist.init_process_group))
 
