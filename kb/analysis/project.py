@@ -316,7 +316,11 @@ def _moves_sparse(rule: StepView, region: cst.CSTNode) -> bool:
             and isinstance(call.func, cst.Attribute)
             and call.func.attr.value in ("cuda", "to")
         ):
-            if is_sparse(rule, call.func.value):
+            receiver = call.func.value
+            # a name that is sparse after any of its assignments may be sparse here (`adj, x = prep(adj)` then
+            # `adj = to_sparse(adj).float()` before `adj.cuda()`): the flip is withheld on a doubt
+            values = rule.assigned_values(receiver) if isinstance(receiver, cst.Name) else []
+            if is_sparse(rule, receiver) or any(is_sparse(rule, v) for v in values):
                 return True
     return False
 

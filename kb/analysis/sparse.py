@@ -53,8 +53,8 @@ def is_sparse(rule: ScopedView, node: cst.CSTNode, depth: int = 0) -> bool:
 
 def _returns_sparse(rule: ScopedView, call: cst.Call, depth: int) -> bool:
     """A call of a function defined at this module's top level whose every `return` gives a sparse tensor."""
-    if not isinstance(call.func, cst.Name) or rule.qualified_names(call.func):
-        return False  # an import, or not a plain name
+    if not isinstance(call.func, cst.Name) or call.func.value in rule.analysis.names().imported_heads:
+        return False  # an import, or not a plain name (a tree summary names the module's own functions too)
     name = call.func.value
     for stmt in rule.analysis.module.body:
         if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:

@@ -77,3 +77,15 @@ def test_no_flip_when_the_flag_moves_a_sparse_tensor_that_no_safe_fix_moves(tmp_
     fixed = migrate(tmp_path, {"options.py": options, "data.py": data, "main.py": main})
     assert "not args.no_cuda and torch.cuda.is_available()" in fixed["options.py"]
     assert "adj = adj.cuda()" in fixed["data.py"]  # never `.to(torch_xla.device())` of a sparse tensor
+
+
+def test_a_name_sparse_after_one_of_its_assignments_blocks_the_flip(tmp_path):
+    data = (
+        "import torch\n\n\ndef to_sparse(m):\n    return torch.sparse.FloatTensor(m.i, m.v, m.shape)\n\n\n"
+        "def load(m, cuda):\n    adj = graph_matrix(m)\n    adj, feats = prepare(adj)\n    adj = to_sparse(adj).float()\n"
+        "    if cuda:\n        adj = adj.cuda()\n    return adj, feats\n"
+    )
+    options = "import torch\n\n\ndef get_args(args):\n    args.cuda = not args.no_cuda and torch.cuda.is_available()\n"
+    main = "from options import get_args\nfrom data import load\n\nargs = get_args(parse())\nadj = load(m, args.cuda)\n"
+    fixed = migrate(tmp_path, {"options.py": options, "data.py": data, "main.py": main})
+    assert "not args.no_cuda and torch.cuda.is_available()" in fixed["options.py"]
