@@ -40,10 +40,14 @@ class Program:
     script: str
     cwd: str = "."  # where a user stands to run it, relative to the repository
     args: list[str] = field(default_factory=list)
-    data: str | None = None
+    data: str | list[str] | None = None  # KIND:PATH of bench/unseen_data.py, or several
     max_steps: int = 30
     deps: list[str] = field(default_factory=list)
     timeout_s: float = 600
+    # variables a user sets in the shell before running it (WANDB_MODE=disabled without a wandb account)
+    env: dict[str, str] = field(default_factory=dict)
+    # options of `xlaport check` a user adds for this program (`--project ..` when its data lies beside the clone)
+    check_args: list[str] = field(default_factory=list)
 
 
 def load_manifest(path: Path = MANIFEST) -> tuple[list[Repo], list[Program]]:
@@ -148,6 +152,9 @@ def check_report(python: Path | str, tree: Path, program: CheckedProgram) -> tup
     cwd = tree / program.cwd
     command = [*xlaport_command(python), "check", os.path.relpath(tree / program.script, cwd), "--format", "json"]
     command += ["--max-steps", str(program.max_steps), "--timeout", str(program.timeout_s)]
+    for name, value in getattr(program, "env", {}).items():  # the run sees only an allowlist of ours
+        command += ["--env", f"{name}={value}"]
+    command += getattr(program, "check_args", [])
     if program.args:
         command += ["--", *program.args]
     done = subprocess.run(command, cwd=cwd, env={**os.environ, "PJRT_DEVICE": "CPU"}, capture_output=True, text=True)

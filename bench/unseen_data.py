@@ -340,6 +340,32 @@ def cifar10_small(root: Path) -> None:
     cifar10(root, per_batch=16)
 
 
+def hourly_series(path: Path, hours: int = 14_400, columns: int = 7) -> None:
+    """An ETT-style CSV of hourly readings: a `date` column (from 2016-07-01 00:00) and `columns` float columns,
+    the last named OT (the usual target). 14,400 rows: loaders that split 12/4/4 months of 30 days need 20 months."""
+    rng = np.random.default_rng(12)
+    names = [f"load{i}" for i in range(columns - 1)] + ["OT"]
+    start = np.datetime64("2016-07-01T00:00")
+    values = np.cumsum(rng.standard_normal((hours, columns)), axis=0).round(3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        out.write(",".join(["date", *names]) + "\n")
+        for hour, row in enumerate(values):
+            stamp = str(start + np.timedelta64(hour, "h")).replace("T", " ")
+            out.write(stamp + ":00," + ",".join(map(str, row)) + "\n")
+
+
+def image_folder_64(root: Path) -> None:
+    """One class of 48 random 64x64 RGB images (scripts that only support 64x64 inputs)."""
+    image_classes(root, classes=1, per_class=48, size=64)
+
+
+def folder(path: Path) -> None:
+    """An empty folder a program writes into but its repository does not hold (git keeps no empty folders):
+    what a user creates after the first `FileNotFoundError` of a fresh clone."""
+    path.mkdir(parents=True, exist_ok=True)
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
     "cifar10_small": cifar10_small,
     "srcnn_train": srcnn_train,
@@ -347,6 +373,9 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "fsrcnn_train": fsrcnn_train,
     "fsrcnn_eval": fsrcnn_eval,
     "gridworld_npz": gridworld_npz,
+    "folder": folder,
+    "hourly_series": hourly_series,
+    "image_folder_64": image_folder_64,
     "labelled_jpgs": labelled_jpgs,
     "shakespeare_char": shakespeare_char,
     "image_classes": image_classes,

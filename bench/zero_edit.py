@@ -69,8 +69,8 @@ def measure(program: Program, corpus: Path, env_dir: Path, work: Path) -> Progra
     python = bench_python(deps, env_dir)
     original, migrated = work / "original", work / "migrated"
     shutil.copytree(source, original, symlinks=True)
-    if program.data:
-        make_data(program.data, original)
+    for spec in [program.data] if isinstance(program.data, str) else program.data or []:
+        make_data(spec, original)
     done = subprocess.run(
         [*xlaport_command(python), "migrate", str(original), "--out", str(migrated), "--format", "json"],
         capture_output=True,

@@ -302,7 +302,13 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
                     linked.add(rel)
                 if rel in summaries:
                     old = summaries[rel]
-                    found = replace(found, signatures=old.signatures, passes=old.passes)
+                    found = replace(
+                        found,
+                        signatures=old.signatures,
+                        passes=old.passes,
+                        gates=old.gates,
+                        flag_passes=old.flag_passes,
+                    )
                 summaries[rel] = found
         unread = _link_all_callers(plan, index, summaries, linked, tokens, executor, project)
         combined = ProjectSteps.combine(list(summaries.values()))
@@ -314,6 +320,7 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
             exports=plan.start.exports,
             per_step=combined.per_step,
             defined=plan.start.defined,
+            device_flags=combined.device_flags,
         )
         if found_project == project:
             break

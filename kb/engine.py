@@ -17,7 +17,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from .analysis.devices import analyse as analyse_devices
-from .analysis.devices import cpu_utility
+from .analysis.devices import cpu_utility, tree_device_flags
 from .analysis.module import ModuleAnalysis
 from .analysis.project_steps import ProjectSteps
 from .codegen import ModuleTexts
@@ -170,6 +170,20 @@ def _detect(
     path: str = "",
     tree: ast.Module | None = None,
     analysis: ModuleAnalysis | None = None,
+) -> list[_Detection]:
+    # a device flag that the tree's other modules use to choose the device flips here (devices.py)
+    with tree_device_flags(project.device_flags if project is not None else frozenset()):
+        return _detect_in_tree(module, rules, source, project, path, tree, analysis)
+
+
+def _detect_in_tree(
+    module: cst.Module,
+    rules: list[type[Rule]],
+    source: str,
+    project: ProjectSteps | None,
+    path: str,
+    tree: ast.Module | None,
+    analysis: ModuleAnalysis | None,
 ) -> list[_Detection]:
     chosen = may_report(rules, source)
     implied = _implied_words(project, path)

@@ -24,7 +24,7 @@ from typing import Protocol
 import libcst as cst
 
 from .analysis.device_facts import key_of
-from .analysis.device_regions import cuda_reference_list
+from .analysis.device_regions import HARMLESS_CALLS, cuda_reference_list
 from .analysis.devices import DeviceAnalysis
 from .cst_walk import walk
 
@@ -34,22 +34,6 @@ GUARD_CODES = frozenset({"XLA230", "TPU207"})
 FALLBACK_CODES = frozenset({"XLA203", "TPU204"})
 FLIP_CODES = ORIGIN_CODES | GUARD_CODES | FALLBACK_CODES
 HARMLESS_WITHOUT_CUDA = frozenset({"XLA501"})
-# CUDA references that run without a CUDA driver (measured with torch 2.9 on a host without one): settings, probes
-# that answer False or 0, seeds and cache calls that do nothing. What they mean on a TPU is other rules' business;
-# they do not stop a program. (`synchronize`, `Event(...).record()`, `set_device`, `current_device`,
-# `get_device_name`, `reset_peak_memory_stats` raise.)
-HARMLESS_CALLS = (
-    "torch.backends.",
-    "torch.cuda.is_available",
-    "torch.cuda.device_count",
-    "torch.cuda.is_bf16_supported",
-    "torch.cuda.manual_seed",
-    "torch.cuda.manual_seed_all",
-    "torch.cuda.empty_cache",
-    "torch.cuda.memory_allocated",
-    "torch.cuda.max_memory_allocated",
-    "torch.cuda.nvtx.",
-)
 Span = tuple[tuple[int, int], tuple[int, int]]
 
 

@@ -166,9 +166,25 @@ def rewrite_tree(
                 record.kind, record.rules = "config", result
 
 
+def folders_of(src: Path) -> list[Path]:
+    """The folders under `src` (relative, not through links) that plan_tree does not skip: a folder the program
+    writes into (`logs/`, `checkpoints/`) may hold no file, and the migrated copy needs it as the original has it."""
+    folders = []
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if any(part in SKIP_DIRS or part == IN_PLACE_REPORT_DIR for part in rel.parts):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            folders.append(rel)
+    return folders
+
+
 def write_tree(src: Path, dst: Path, records: list[FileRecord]) -> int:
-    """Writes the migrated copy: migrated text where there is one, the original bytes otherwise. Returns the
-    number of files that are not Python (copied, or config files rewritten)."""
+    """Writes the migrated copy: migrated text where there is one, the original bytes otherwise, and every folder
+    of the original, empty ones too. Returns the number of files that are not Python (copied, or config files
+    rewritten)."""
+    for rel in folders_of(src):
+        (dst / rel).mkdir(parents=True, exist_ok=True)
     for record in records:
         if record.text is None:
             copy_file(src / record.rel, dst / record.rel)  # never written as migrated

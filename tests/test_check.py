@@ -517,6 +517,21 @@ def test_cli_passes_script_args_and_exit_code(tmp_path):
     assert data["stdout_tail"] == f"['--lr', '3', '--fail'] {workdir}"
 
 
+def test_cli_env_reaches_the_run_and_a_shell_variable_does_not(tmp_path, monkeypatch):
+    """The run gets an allowlist of the caller's environment: a variable the program needs (a tracker's mode,
+    a data path) reaches it only through --env; a bad --env is a usage error."""
+    script = tmp_path / "show_env.py"
+    script.write_text("import os\nprint(os.environ.get('TRACKER_MODE'), os.environ.get('DATA_ROOT'))\n")
+    monkeypatch.setenv("TRACKER_MODE", "from-the-shell")
+    common = ["check", str(script), "--format", "json", "--workdir", str(tmp_path)]
+    plain = json.loads(CliRunner().invoke(app, common).output)
+    assert plain["stdout_tail"] == "None None"
+    given = CliRunner().invoke(app, [*common, "--env", "TRACKER_MODE=disabled", "--env", "DATA_ROOT=a=b"])
+    assert json.loads(given.output)["stdout_tail"] == "disabled a=b"
+    bad = CliRunner().invoke(app, [*common, "--env", "TRACKER_MODE"])
+    assert bad.exit_code == 2 and "NAME=VALUE" in bad.output
+
+
 def test_script_without_torch_xla_is_l0(tmp_path):
     # runs like `python SCRIPT`: its folder is importable, its working directory a fresh temporary one
     (tmp_path / "helper.py").write_text("GREETING = 'hello'\n")

@@ -123,6 +123,18 @@ def test_unreadable_and_unparsable_files_are_counted_and_copied_as_is(tmp_path):
     assert "Files not migrated" in (tmp_path / "out" / "xlaport-report.md").read_text()
 
 
+def test_empty_folders_of_the_original_are_in_the_copy(tmp_path):
+    """A training script that opens `logs/run.csv` runs from a clone where the user made `logs/`: the migrated copy
+    must have it too (an unseen trainer died of FileNotFoundError in the copy, not in the original)."""
+    src = copy_project(tmp_path)
+    (src / "logs").mkdir()
+    (src / "runs" / "ckpt").mkdir(parents=True)
+    (src / ".git").mkdir(exist_ok=True)
+    Pipeline().migrate(src, tmp_path / "out", NO_RETRIEVAL)
+    assert (tmp_path / "out" / "logs").is_dir() and (tmp_path / "out" / "runs" / "ckpt").is_dir()
+    assert not (tmp_path / "out" / ".git").exists()
+
+
 def test_destination_rules(tmp_path):
     src = copy_project(tmp_path)
     (tmp_path / "full").mkdir()

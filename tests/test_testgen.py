@@ -226,6 +226,19 @@ def test_shim_maps_cuda_to_the_cpu_in_process():
     assert torch.zeros(1).device.type == "cpu" and not torch.cuda.is_available()
 
 
+def test_shim_runs_a_data_parallel_model():
+    """`nn.DataParallel(model).cuda()` (CIFAR trainers): DataParallel builds `torch.device("cuda", 0)` and checks the
+    GPUs' memory balance; under the shim both are the CPU's (a reference run died of TypeError, then of
+    ZeroDivisionError)."""
+    cuda_to_cpu.install()
+    try:
+        model = torch.nn.DataParallel(torch.nn.Linear(3, 2)).cuda()
+        assert model(torch.randn(4, 3).cuda()).shape == (4, 2)
+        assert torch.device("cuda", 0).type == "cpu"
+    finally:
+        cuda_to_cpu.uninstall()
+
+
 def test_bad_input_gets_a_clear_error(tmp_path):
     with pytest.raises(TestgenError, match="no such file"):
         generate_tests(tmp_path / "missing.py", MIGRATED, tmp_path / "out")

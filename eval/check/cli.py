@@ -88,6 +88,16 @@ def check(
             "(said in the report's first line).",
         ),
     ] = False,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env",
+            help="NAME=VALUE set in the run's environment (repeatable). The run gets only an allowlist of yours "
+            "(PATH, LANG, PJRT_*, XLA_*, PYTHON*, ...): what else your program reads (WANDB_MODE=disabled, a "
+            "data path) goes here.",
+            show_default=False,
+        ),
+    ] = None,
     target: TargetOption = "torch_xla",
 ) -> None:
     """Run SCRIPT under torch_xla and report fallbacks, recompiles, host syncs, NaN and stale optimizers.
@@ -103,6 +113,10 @@ def check(
         typer.echo(f"error: no such script: {script} (in {workdir})", err=True)
         raise typer.Exit(EXIT_USAGE)
     no_evidence_here(target)
+    variables = dict(item.partition("=")[::2] for item in env or ())
+    if any("=" not in item or not item.partition("=")[0] for item in env or ()):
+        typer.echo(f"error: --env takes NAME=VALUE, got {env}", err=True)
+        raise typer.Exit(EXIT_USAGE)
     if memory_mb is None:
         memory_mb = min(DEFAULT_MEMORY_MB, host_memory_mb())
     elif memory_mb > host_memory_mb():
@@ -115,6 +129,7 @@ def check(
             steps_warmup=steps_warmup,
             timeout_s=timeout,
             memory_mb=memory_mb,
+            env=variables,
             workdir=workdir,
             project=project,
             reveal=True,  # the user who runs xlaport shows the sandboxed run what this user may read

@@ -83,6 +83,33 @@ def device_path(analysis: DeviceLookup, region: cst.CSTNode) -> bool:
     return False
 
 
+# CUDA references that run without a CUDA driver (measured with torch 2.9 on a host without one): settings, probes
+# that answer False or 0, seeds and cache calls that do nothing. What they mean on a TPU is other rules' business;
+# they do not stop a program. (`synchronize`, `Event(...).record()`, `set_device`, `current_device`,
+# `get_device_name`, `reset_peak_memory_stats` raise.)
+HARMLESS_CALLS = (
+    "torch.backends.",
+    "torch.cuda.is_available",
+    "torch.cuda.device_count",
+    "torch.cuda.is_bf16_supported",
+    "torch.cuda.manual_seed",
+    "torch.cuda.manual_seed_all",
+    "torch.cuda.empty_cache",
+    "torch.cuda.memory_allocated",
+    "torch.cuda.max_memory_allocated",
+    "torch.cuda.nvtx.",
+)
+
+
+def region_verdict(analysis: DeviceLookup, region: cst.CSTNode) -> str | None:
+    """ "blocked" when `region` calls CUDA-only code that needs a driver (beyond device values and moves, which the
+    device rules rewrite everywhere, and HARMLESS_CALLS), else "device" when it chooses the device, else None."""
+    for _, what in cuda_reference_list(analysis, region):
+        if what.startswith("torch.") and not what.startswith(HARMLESS_CALLS):
+            return "blocked"
+    return "device" if device_path(analysis, region) else None
+
+
 CUDA_MODULES = ("torch.cuda", "torch.backends.cuda", "torch.backends.cudnn", "torch.accelerator")
 CUDA_METHODS = frozenset({"cuda", "pin_memory"})
 

@@ -20,6 +20,9 @@ housekeeping that a TPU host never runs: nothing inside it is rewritten or repor
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import libcst as cst
 
@@ -33,6 +36,23 @@ INT_DEVICE_NAME = re.compile(r"((\w+_)?rank|gpu|gpu_id|gpu_idx|device_id|device_
 AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
 AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# A flag that may carry a CUDA test to another function or module (`args.cuda`, `self.use_cuda`, `use_gpu`): only
+# such names are followed across the tree (project_steps.py `device_flags`).
+FLAG_NAME = re.compile(r"cuda|gpu", re.IGNORECASE)
+# The keys that the tree shows to choose the device elsewhere (ProjectSteps.device_flags), for the module analysed
+# now: set by the engine around one module's rules (`tree_device_flags`).
+_TREE_DEVICE_FLAGS: ContextVar[frozenset[str]] = ContextVar("tree_device_flags", default=frozenset())
+
+
+@contextmanager
+def tree_device_flags(keys: frozenset[str]) -> Iterator[None]:
+    """Within: a guard assigned to one of `keys` flips (another module or function tests it, or takes it as the
+    parameter that guards a device move, and no CUDA-only call of the tree is behind it)."""
+    token = _TREE_DEVICE_FLAGS.set(keys)
+    try:
+        yield
+    finally:
+        _TREE_DEVICE_FLAGS.reset(token)
 
 
 def _boolean_pair(node: cst.IfExp) -> bool | None:
@@ -48,7 +68,8 @@ def _boolean_pair(node: cst.IfExp) -> bool | None:
 class DeviceAnalysis:
     """Runs once per module (see `analyse`); rules read its `facts`."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, tree_flags: frozenset[str] = frozenset()) -> None:
+        self.tree_flags = tree_flags  # keys the tree shows to choose the device in other modules or functions
         self.nodes, self.parents = module_walk(module)
         self.walker = DeviceWalker(self.nodes)
         self.facts = DeviceFacts()
@@ -282,6 +303,7 @@ class DeviceAnalysis:
                     self._has_device_path(guard.condition)
                     or any(self._has_device_path(r) for r in guard.regions)
                     or self._gives_up_otherwise(guard)
+                    or not guard.keys.isdisjoint(self.tree_flags)
                 )
                 guard.quiet = not guard.flips and (
                     any(self.has_cuda_reference(r) for r in guard.regions)
@@ -430,6 +452,27 @@ class DeviceAnalysis:
                 regions.append(up.body if positive else up.orelse)
         return regions
 
+    def flag_tests(self) -> Iterator[tuple[cst.Name | cst.Attribute, cst.CSTNode]]:
+        """(flag, region) for each name or attribute named like a device flag (FLAG_NAME) that is the test, or an
+        `and` operand of the test, of an `if` or a conditional expression (`not` taking the other branch)."""
+        for node in self.nodes:
+            if not isinstance(node, (cst.If, cst.IfExp)):
+                continue
+            stack: list[tuple[cst.CSTNode, bool]] = [(node.test, True)]
+            while stack:
+                test, positive = stack.pop()
+                if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                    stack.append((test.expression, not positive))
+                elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and positive:
+                    stack += [(test.left, True), (test.right, True)]
+                elif isinstance(test, (cst.Name, cst.Attribute)) and FLAG_NAME.search(key_of(test) or ""):
+                    if isinstance(node, cst.If):
+                        regions = self._branch(node, positive)
+                    else:
+                        regions = [node.body if positive else node.orelse]
+                    for region in regions:
+                        yield test, region
+
     def _named(self, keys: set[str]) -> list[cst.CSTNode]:
         """The names and attributes held under `keys`, in walk order; indexed once per module, not scanned
         once per guard (a module of joined scripts has many guards: that was quadratic)."""
@@ -566,12 +609,14 @@ _CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}
 
 
 def analyse(module: cst.Module) -> DeviceAnalysis:
-    """The analysis of `module`, shared by every rule that visits the same module object."""
+    """The analysis of `module`, shared by every rule that visits the same module object (within the same
+    `tree_device_flags`)."""
+    flags = _TREE_DEVICE_FLAGS.get()
     cached = _CACHE.get(id(module))
-    if cached is not None and cached[0] is module:
+    if cached is not None and cached[0] is module and cached[1].tree_flags == flags:
         return cached[1]
     if len(_CACHE) > 16:
         _CACHE.clear()
-    analysis = DeviceAnalysis(module)
+    analysis = DeviceAnalysis(module, flags)
     _CACHE[id(module)] = (module, analysis)
     return analysis

@@ -22,7 +22,12 @@ from ..cst_helpers import code_of, positional_args
 from ..cst_walk import walk
 from .bindings import TopLevelBindings
 from .cst_scopes import full_name
+from .device_facts import key_of
+from .device_regions import region_verdict
+from .devices import FLAG_NAME, DeviceAnalysis
+from .devices import analyse as analyse_devices
 from .project_steps import UNKNOWN
+from .sparse import is_sparse
 
 if TYPE_CHECKING:
     from .view import StepView
@@ -258,6 +263,80 @@ def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
             klass = next(iter(classes)) if len(classes) == 1 else UNKNOWN
             found += [(callee, where, klass) for callee in callees]
     return tuple(found)
+
+
+def flag_passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
+    """The device flags this module passes to the tree's functions: (function, position or keyword, the flag's
+    key) for each argument named like one (`load_data(path, args.cuda)`, `to_device(x, self.use_cuda)`)."""
+    project = rule.analysis.project
+    if project is None:
+        return ()
+    found = []
+    defined, imported = project.defined, rule.analysis.names().imported_heads
+    for call in rule.analysis.nodes.calls:
+        positions = {id(a): i for i, a in enumerate(positional_args(call))}
+        flags = [
+            (arg.keyword.value if arg.keyword is not None else positions[id(arg)], key)
+            for arg in call.args
+            if not arg.star
+            and isinstance(arg.value, (cst.Name, cst.Attribute))
+            and FLAG_NAME.search(key := key_of(arg.value) or "")
+        ]
+        if not flags or (defined is not None and not _may_name_function(call.func, defined, imported)):
+            continue
+        callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
+        found += [(callee, where, key) for callee in sorted(callees) for where, key in flags]
+    return tuple(found)
+
+
+def device_gates(rule: StepView) -> tuple[tuple[str, str], ...]:
+    """What this module's tests of device flags guard (ModuleSteps.gates): a parameter of the function around the
+    test is named by the function, any other flag by its key."""
+    devices = analyse_devices(rule.analysis.module)
+    found = set()
+    for flag, region in devices.flag_tests():
+        verdict = region_verdict(devices, region)
+        if verdict is None:
+            continue
+        if verdict == "device" and _moves_sparse(rule, region):
+            verdict = "blocked"  # no device rule moves a sparse tensor by default (XLA520 densifies: unsafe)
+        function = _function_with_parameter(devices, flag)
+        if function is not None:
+            found.add((f"param:{definition_name(rule, function)}:{flag.value}", verdict))  # type: ignore[union-attr]
+        else:
+            found.add((f"key:{key_of(flag)}", verdict))
+    return tuple(sorted(found))
+
+
+def _moves_sparse(rule: StepView, region: cst.CSTNode) -> bool:
+    """Does `region` move a sparse tensor (`adj.cuda()`, `adj.to(device)`)?"""
+    for call in walk(region):
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("cuda", "to")
+        ):
+            receiver = call.func.value
+            # a name that is sparse after any of its assignments may be sparse here (`adj, x = prep(adj)` then
+            # `adj = to_sparse(adj).float()` before `adj.cuda()`): the flip is withheld on a doubt
+            values = rule.assigned_values(receiver) if isinstance(receiver, cst.Name) else []
+            if is_sparse(rule, receiver) or any(is_sparse(rule, v) for v in values):
+                return True
+    return False
+
+
+def _function_with_parameter(devices: DeviceAnalysis, flag: cst.CSTNode) -> cst.FunctionDef | None:
+    """The function around `flag` when `flag` is one of its parameters."""
+    if not isinstance(flag, cst.Name):
+        return None
+    node = devices.parent(flag)
+    while node is not None and not isinstance(node, cst.FunctionDef):
+        node = devices.parent(node)
+    if node is None:
+        return None
+    params = node.params
+    names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+    return node if flag.value in names else None
 
 
 def _may_name_function(func: cst.CSTNode, defined: frozenset[str], imported: frozenset[str]) -> bool:

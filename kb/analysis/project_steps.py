@@ -31,6 +31,11 @@ class ModuleSteps:
     # the tree's functions (full names) that this module calls once per training step: from a step loop, or
     # from a function that itself runs every step (a `forward`, a helper the loop calls)
     per_step_calls: frozenset[str] = frozenset()
+    # what the module's tests of device flags guard (devices.py `flag_tests`): ("key:KEY" or
+    # "param:FUNCTION:PARAMETER", "device" or "blocked"), and the flags it passes to the tree's functions
+    # (function, position or keyword, the flag's key)
+    gates: tuple[tuple[str, str], ...] = ()
+    flag_passes: tuple[tuple[str, int | str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,11 @@ class ProjectSteps:
     # every name the tree's texts define with `def` (None: not known). `combine` keeps only what is passed to the
     # tree's functions, so project.py `passes` resolves no call that cannot name one of them
     defined: frozenset[str] | None = None
+    # keys of device flags that choose the device somewhere in the tree, and guard no CUDA-only call anywhere in
+    # it: tested by that key (`if args.cuda: model.cuda()`), or passed to a parameter that is (`load(path,
+    # args.cuda)` with `def load(path, cuda): ... x.cuda() if cuda else x`). A CUDA test assigned to one of them
+    # flips (devices.py `tree_device_flags`).
+    device_flags: frozenset[str] = frozenset()
 
     def module_of(self, path: str) -> str:
         """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
@@ -72,7 +82,13 @@ class ProjectSteps:
                     seen.setdefault((function, where), set()).add(owner)
         bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
         per_step = frozenset(f for m in summaries for f in m.per_step_calls)
-        return cls(modules=project.modules, steppers=steppers, param_classes=bound, per_step=per_step)
+        return cls(
+            modules=project.modules,
+            steppers=steppers,
+            param_classes=bound,
+            per_step=per_step,
+            device_flags=_device_flags(summaries, signatures),
+        )
 
     def resolve(self, name: str) -> str | None:
         """The tree's full name of a definition that code names `name` (absolute, as imported); None when
@@ -89,6 +105,25 @@ class ProjectSteps:
 
     def class_of_param(self, function: str, param: str) -> str | None:
         return next((k for f, p, k in self.param_classes if f == function and p == param), None)
+
+
+def _device_flags(summaries: list[ModuleSteps], signatures: dict[str, tuple[str, ...]]) -> frozenset[str]:
+    verdicts: dict[str, set[str]] = {}
+    for summary in summaries:
+        for gated, verdict in summary.gates:
+            verdicts.setdefault(gated, set()).add(verdict)
+    for summary in summaries:
+        for function, where, key in summary.flag_passes:
+            params = signatures.get(function, ())
+            if isinstance(where, int):
+                where = params[where] if where < len(params) else None
+            if where in params:
+                verdicts.setdefault(f"key:{key}", set()).update(verdicts.get(f"param:{function}:{where}", ()))
+    return frozenset(
+        name.removeprefix("key:")
+        for name, found in verdicts.items()
+        if name.startswith("key:") and "device" in found and "blocked" not in found
+    )
 
 
 @lru_cache(maxsize=8)

@@ -28,6 +28,8 @@ SPARSE_BUILDERS = frozenset(
 SPARSE_METHODS = frozenset({"to_sparse", "to_sparse_csr", "to_sparse_csc", "to_sparse_coo"})
 # matmuls whose first operand is sparse: `torch.spmm(adj, x)` (graph convolutions)
 SPARSE_MATMULS = frozenset({"torch.spmm", "torch.sparse.mm", "torch.sparse.addmm", "torch.smm", "torch.hspmm"})
+# methods that give a tensor of the receiver's layout: `to_torch_sparse(m).float()` is sparse too
+KEEPS_LAYOUT = frozenset({"float", "double", "half", "bfloat16", "coalesce", "detach", "clone", "requires_grad_"})
 MAX_DEPTH = 3
 
 
@@ -36,6 +38,8 @@ def is_sparse(rule: ScopedView, node: cst.CSTNode, depth: int = 0) -> bool:
     if isinstance(node, cst.Call):
         if rule.qualified_names(node.func) & SPARSE_BUILDERS or method_name(node) in SPARSE_METHODS:
             return True
+        if method_name(node) in KEEPS_LAYOUT and isinstance(node.func, cst.Attribute):
+            return depth < MAX_DEPTH and is_sparse(rule, node.func.value, depth + 1)
         return depth < MAX_DEPTH and _returns_sparse(rule, node, depth + 1)
     if isinstance(node, cst.Name) and depth < MAX_DEPTH:
         values = rule.assigned_values(node)
@@ -49,8 +53,8 @@ def is_sparse(rule: ScopedView, node: cst.CSTNode, depth: int = 0) -> bool:
 
 def _returns_sparse(rule: ScopedView, call: cst.Call, depth: int) -> bool:
     """A call of a function defined at this module's top level whose every `return` gives a sparse tensor."""
-    if not isinstance(call.func, cst.Name) or rule.qualified_names(call.func):
-        return False  # an import, or not a plain name
+    if not isinstance(call.func, cst.Name) or call.func.value in rule.analysis.names().imported_heads:
+        return False  # an import, or not a plain name (a tree summary names the module's own functions too)
     name = call.func.value
     for stmt in rule.analysis.module.body:
         if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:

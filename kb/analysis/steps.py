@@ -27,7 +27,16 @@ from ..cst_helpers import (
     method_name,
     positional_args,
 )
-from .project import absolute_names, classes_of, definition_name, passes, project_step, star_imported
+from .project import (
+    absolute_names,
+    classes_of,
+    definition_name,
+    device_gates,
+    flag_passes,
+    passes,
+    project_step,
+    star_imported,
+)
 from .project_steps import ModuleSteps
 
 if TYPE_CHECKING:
@@ -466,6 +475,8 @@ def module_steps(rule: StepView, with_passes: bool = True) -> ModuleSteps:
         signatures=tuple(signatures),
         passes=passes(rule) if with_passes else (),
         per_step_calls=per_step_calls(rule),
+        gates=device_gates(rule),
+        flag_passes=flag_passes(rule),
     )
 
 

@@ -383,7 +383,7 @@ class CudaCurrentDevice(Rule):
     needs = ("cuda",)
     title = "`torch.cuda.current_device()` / `torch.cuda.device(i)` select a GPU index"
     category = "C2"
-    fix = "manual"
+    fix = "safe"  # `with torch.cuda.device(i):` blocks; the other uses are manual
     detects = "Calls of `torch.cuda.current_device()` and `torch.cuda.device(i)` (often as a context manager)."
     why = (
         "Both initialise CUDA: on a TPU host they raise `RuntimeError: Found no NVIDIA driver on your system`. "
@@ -391,7 +391,9 @@ class CudaCurrentDevice(Rule):
         "Use `xr.local_ordinal()` / `xr.global_ordinal()` where the code wanted the process' index, and drop "
         "`with torch.cuda.device(i):` blocks (keep their body)."
     )
-    before = "import torch\n\nrank = torch.cuda.current_device()\n"
+    before = "import torch\n\n\ndef fit(args):\n    with torch.cuda.device(args.gpu):\n        torch.save(train(args), args.out)\n"
+    after = "import torch\n\n\ndef fit(args):\n    torch.save(train(args), args.out)\n"
+    autofix = True
     message = "`torch.cuda.current_device()` raises on TPU; use `torch_xla.device()` / `xr.local_ordinal()`"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
     references = ("torch_xla/runtime.py local_ordinal",)
@@ -399,12 +401,34 @@ class CudaCurrentDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.is_call_to(node, "torch.cuda.current_device"):
-            self.report(node)
+            self.report(node, fix="manual")
         elif self.is_call_to(node, "torch.cuda.device"):
-            self.report(
-                node,
-                "`torch.cuda.device(i)` raises on TPU; drop it (each process sees its chip as `torch_xla.device()`)",
+            self._report_device_context(node)
+
+    def _report_device_context(self, node: cst.Call) -> None:
+        """`with torch.cuda.device(i):` only selects the GPU its body runs on (no value, no numbers change): its
+        body runs as it is, safely. Without CUDA the context is a no-op only for a negative index, which a
+        device flip no longer reaches (`gpu_index = -1` stays in the CPU branch). Other uses stay manual."""
+        message = "`torch.cuda.device(i)` raises on TPU; drop it (each process sees its chip as `torch_xla.device()`)"
+        item = self.parent(node)
+        statement = self.parent(item) if isinstance(item, cst.WithItem) and item.asname is None else None
+        if not isinstance(statement, cst.With) or statement.asynchronous is not None:
+            self.report(node, message, fix="manual")
+            return
+        if len(statement.items) > 1:
+            items = [i for i in statement.items if i is not item]
+            items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            replacement = statement.with_changes(
+                items=items, lpar=cst.MaybeSentinel.DEFAULT, rpar=cst.MaybeSentinel.DEFAULT
             )
+            self.report(node, message, replacement=replacement, target=statement, fix="safe")
+            return
+        body = list(statement.body.body) if isinstance(statement.body, cst.IndentedBlock) else None
+        if not body:  # `with torch.cuda.device(i): run()` on one line
+            body = [cst.SimpleStatementLine(list(statement.body.body))]
+        first = body[0]
+        body[0] = first.with_changes(leading_lines=[*statement.leading_lines, *getattr(first, "leading_lines", ())])
+        self.report(node, message, replacement=cst.FlattenSentinel(body), target=statement, fix="safe")
 
 
 # --- device-type branches ---------------------------------------------------------------
