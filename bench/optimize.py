@@ -143,6 +143,47 @@ PROGRAMS = [
         "python train.py --epochs 12 --nb_heads 2 --dropout 0.0",
         data="citation_graph:data/cora",  # the snapshot lacks cora.content (a large blob)
     ),
+    # fetched for issue #26 (2026-12-04): per-step logging reads, and a GradScaler + float16 autocast loop
+    Program(
+        "RMT enwik8",  # lucidrains/recurrent-memory-transformer-pytorch: backward inside the model's call
+        CORPUS / "lucidrains__recurrent-memory-transformer-pytorch",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch={
+            **ENWIK8_SMALL,
+            r"^SEQ_LEN = .*$": "SEQ_LEN = 64",
+            r"^PRIME_LENGTH = .*$": "PRIME_LENGTH = 8",
+            r"^    depth = 6,$": "    depth = 2,",
+            r"^    dim_head = 64,$": "    dim_head = 16,",
+            r"^    heads = 8,$": "    heads = 2,",
+            r"^    seq_len = 512,$": "    seq_len = 32,",
+            r"^    num_memory_tokens = 128,$": "    num_memory_tokens = 4,",
+            r"^    xl_mem_len = 256$": "    xl_mem_len = 16",
+        },
+    ),
+    Program(
+        "WideResNet cifar10",  # xternalz/WideResNet-pytorch: AverageMeter.update(loss.item()) every step
+        CORPUS / "xternalz__WideResNet-pytorch",
+        "python train.py --epochs 1 --layers 10 --widen-factor 1 -b 16 --print-freq 1 --no-augment",
+        data="cifar10:data",
+        patch={
+            # its optional logger no longer imports (tensorboard_logger's protobuf files fail on protobuf 7)
+            r"^from tensorboard_logger import .*$": "configure = log_value = None",
+            r"'\.\./data'": "'./data'",  # the data beside the program, not above it (the runs copy the tree)
+            r"'num_workers': 1": "'num_workers': 0",
+        },
+    ),
+    Program(
+        "ViT cifar10 (GradScaler + float16)",  # kentaroy47/vision-transformers-cifar10
+        CORPUS / "kentaroy47__vision-transformers-cifar10",
+        "python train_cifar10.py --net vit_small --n_epochs 1 --bs 16 --patch 8 --dimhead 32 --nowandb --noaug",
+        data="cifar10:data",
+        script="train_cifar10.py",
+        patch={
+            r"^usewandb = .*$": "usewandb = False",  # `~args.nowandb` is -1 or -2: wandb on always (its own bug)
+            r"num_workers=8": "num_workers=0",
+        },
+    ),
     Program("ours: GradScaler + float16", ROOT / "tests" / "programs" / "optimize", "python train.py --steps 12 --amp"),
     Program(
         "ours: growing generation",
