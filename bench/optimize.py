@@ -43,6 +43,9 @@ ENWIK8_SMALL = {
     r"^    depth = \(4, 2, 4\),$": "    depth = (1, 1, 1),",
     r"^    heads = 8$": "    heads = 2",
 }
+# their loop generates at step 0 too (`i % GENERATE_EVERY == 0`): a sampling run with a host read per token that
+# the check judges as graphs growing without a barrier (L0); the training loop is what is measured here
+NO_GENERATION_AT_STEP_0 = {r"^    if i % GENERATE_EVERY == 0:$": "    if i % GENERATE_EVERY == 0 and i > 0:"}
 
 
 @dataclass
@@ -114,6 +117,7 @@ PROGRAMS = [
             r"^SEGMENT_LENGTH = .*$": "SEGMENT_LENGTH = 32",
             r"^    dim_head = 64,$": "    dim_head = 16,",
             r"^    heads = 8,$": "    heads = 2,",
+            **NO_GENERATION_AT_STEP_0,
         },
     ),
     Program(
@@ -159,12 +163,14 @@ PROGRAMS = [
             r"^    seq_len = 512,$": "    seq_len = 32,",
             r"^    num_memory_tokens = 128,$": "    num_memory_tokens = 4,",
             r"^    xl_mem_len = 256$": "    xl_mem_len = 16",
+            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 8",  # one run of 12 took 10 min at load 10 (memory replay)
+            **NO_GENERATION_AT_STEP_0,
         },
     ),
     Program(
         "WideResNet cifar10",  # xternalz/WideResNet-pytorch: AverageMeter.update(loss.item()) every step
         CORPUS / "xternalz__WideResNet-pytorch",
-        "python train.py --epochs 1 --layers 10 --widen-factor 1 -b 16 --print-freq 1 --no-augment",
+        "python train.py --epochs 1 --layers 10 --widen-factor 1 -b 32 --print-freq 1 --no-augment",
         data="cifar10:data",
         patch={
             # its optional logger no longer imports (tensorboard_logger's protobuf files fail on protobuf 7)
