@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,8 +314,11 @@ def main() -> int:
             try:
                 rows.append(measure(program, Path(tmp), args.timeout, args.timing_runs))
             except Exception as exc:  # one program's failure must not lose the others' numbers
-                rows.append({"program": program.name, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                where = traceback.extract_tb(exc.__traceback__)[-1]  # the line that failed, not only its message
+                rows.append({"program": program.name, "status": "error",
+                             "reason": f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})",
                              "baseline": {}, "final": {}, "candidates": []})  # fmt: skip
+                traceback.print_exc()
         print(table(rows[-1:]), flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2) + "\n")
