@@ -451,6 +451,18 @@ def test_host_syncs_are_performance_findings_located_and_costed_never_reasons():
     assert "per-step ms (tracing and dispatch/compiling/host waits): 4/0/6 4/0/6 4/0/6 4/0/56 " in text
 
 
+def test_scaler_read_only_after_the_last_step_is_one_event():
+    # a checkpoint saving `scaler.state_dict()` after training: the GradScaler's site is renamed for the finding,
+    # and counting its events by the new name found none (ZeroDivisionError on a real ViT training program)
+    scaler = {"site": "/w/train.py:12 (GradScaler.step: inf check)", "kind": "item", "count": 2, "wait_s": 0.002}
+    result = SandboxResult(0, "", "", wall_s=5.0, peak_rss_mb=100.0)
+    events = _steps_events([0.01] * 4, [[] for _ in range(4)], [scaler])
+    report = build_report(Path("/w/train.py"), [], 2, 600, result, events, [], 0.0, "CPU")
+    [finding] = [f for f in report.performance if f.kind == "host_sync"]
+    assert finding.site == "/w/train.py:12" and finding.when == "once, after the last step"
+    assert "2.0 ms per event, 2 read(s) each" in finding.what and finding.code == "XLA502"
+
+
 def test_slow_step_and_one_off_compile_are_performance_findings():
     reads = [[] for _ in range(8)]
     walls = [0.01] * 8

@@ -351,6 +351,9 @@ def test_lora_batches_have_fixed_shapes_and_warm_up_every_bucket_first(tokenizer
         pad = ids == tokenizer.pad_token_id
         assert (labels[pad] == IGNORE_INDEX).all()
         assert (labels != IGNORE_INDEX).any(dim=1).all()
+    # a longer job starts with the same batches (a resumed job with more --steps prepares them again)
+    longer = lora_batches(tokenizer, [short, long], buckets, batch_size=3, steps=14, seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(batches.input_ids, longer.input_ids[:9], strict=True))
 
 
 def test_pretrain_batches_are_full_blocks(tokenizer):
@@ -572,3 +575,55 @@ def test_target_loss_is_the_models_own_loss_from_fewer_logits():
     with torch.no_grad():
         expected = model(input_ids=ids, labels=labels).loss
         assert torch.allclose(target_loss(model, ids, None, positions, targets), expected, atol=1e-6)
+
+
+def test_a_resumed_job_takes_the_steps_asked_again(tmp_path):
+    """`train lora/base --out DIR --steps N` on an interrupted job: N is its new length (it was ignored)."""
+    from xlaport.training.dataset import Batches
+    from xlaport.training.loop import BATCHES_FILE, JOB_FILE, write_job
+    from xlaport.training.workflow import TrainingError, prepare_base_job
+
+    batches = Batches([torch.zeros(1, 4, dtype=torch.int32)] * 6, [None] * 6, warmup_steps=2)
+    loop = LoopConfig(steps=4, lr=1e-3, warmup_steps=1, checkpoint_every=2, log_every=1, device="eager")
+    write_job(tmp_path / "_job", {"kind": "base", "base_model": "unused", "loop": loop.__dict__}, batches)
+
+    def steps() -> int:
+        return json.loads((tmp_path / "_job" / JOB_FILE).read_text())["loop"]["steps"]
+
+    assert prepare_base_job(TINY, out=tmp_path) == tmp_path and steps() == 4  # no --steps: the job's own
+    prepare_base_job(TINY, out=tmp_path, steps=6)
+    assert steps() == 6
+    prepare_base_job(TINY, out=tmp_path, steps=3)
+    assert steps() == 3
+    with pytest.raises(TrainingError, match="fewer batches than --steps 7"):
+        prepare_base_job(TINY, out=tmp_path, steps=7)
+    assert len(Batches.load(tmp_path / "_job" / BATCHES_FILE)) == 6 and steps() == 3
+
+
+@pytest.mark.slow
+def test_lora_resumed_with_more_steps_prepares_them_and_continues(tmp_path, monkeypatch, tiny_base):
+    """An interrupted LoRA job resumed by the CLI with a larger --steps: the missing batches are prepared, the
+    run continues from its checkpoint and stops at the new length."""
+    from xlaport.training.dataset import Batches
+    from xlaport.training.loop import BATCHES_FILE, CHECKPOINT, run_job
+    from xlaport.training.workflow import JOB_DIR, prepare_data, prepare_lora_job
+
+    from xlaport.cli import app
+
+    monkeypatch.setenv("XLAPORT_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "none.jsonl"))
+    size = TINY.with_overrides(buckets=(192, 256), lora_steps=2)
+    data = prepare_data(size, roots=[CORPUS])
+    out = prepare_lora_job(size, data=data, base=tiny_base, out=tmp_path / "adapter", device="eager")
+    assert len(Batches.load(out / JOB_DIR / BATCHES_FILE)) == 2
+    run_job(out / JOB_DIR, log=lambda m: None)  # the job's 2 steps, then "interrupted": the job stays
+    assert torch.load(out / JOB_DIR / CHECKPOINT, weights_only=True)["step"] == 2
+
+    result = CliRunner().invoke(
+        app, ["train", "lora", "--size", "tiny", "--out", str(out), "--steps", "4", "--device", "eager"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "resumed at step 2" in result.output and "step 4/4" in result.output
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    assert report["steps"] == 4
+    assert not (out / JOB_DIR).exists() and (out / "xlaport.json").exists()

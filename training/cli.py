@@ -34,7 +34,8 @@ DataOption = Annotated[
 OutOption = Annotated[
     Path | None,
     typer.Option(
-        "--out", help="Output directory (default: a new one in the models dir); an interrupted run resumes there."
+        "--out",
+        help="Output directory (default: a new one in the models dir); an interrupted run resumes there (with --steps: to that length).",
     ),
 ]
 DeviceOption = Annotated[
@@ -162,7 +163,14 @@ def base(
     _train(
         "base",
         lambda: prepare_base_job(
-            _size(size, base_steps=steps), data=data, out=out, device=device.value, seed=seed, log=_log, threads=threads
+            _size(size, base_steps=steps),
+            data=data,
+            out=out,
+            device=device.value,
+            seed=seed,
+            log=_log,
+            threads=threads,
+            steps=steps,
         ),
     )
 
@@ -201,6 +209,7 @@ def lora(
             seed=seed,
             log=_log,
             threads=threads,
+            steps=steps,
         ),
     )
 

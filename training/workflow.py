@@ -23,7 +23,7 @@ from xlaport.paths import models_dir, traces_path
 from .configs import SizeConfig
 from .corpus import package_roots
 from .dataset import Dataset, build_dataset, load_dataset, lora_batches, pretrain_batches, save_dataset
-from .loop import CHECKPOINT, JOB_FILE, RESULT_FILE, LoopConfig, TrainResult, run_job, write_job
+from .loop import BATCHES_FILE, CHECKPOINT, JOB_FILE, RESULT_FILE, LoopConfig, TrainResult, run_job, write_job
 from .tokenizer import train_tokenizer
 from .traces import serving_view
 
@@ -123,10 +123,12 @@ def prepare_base_job(
     seed: int = 0,
     log: Log = _quiet,
     threads: int | None = None,
+    steps: int | None = None,
 ) -> Path:
     """Writes the pretraining job (tokenizer, random-init model, batches) into `out/_job`; returns `out`.
 
-    When `out` already holds a job, it is kept as it is (its checkpoint lets the run resume).
+    When `out` already holds a job, it is kept (its checkpoint lets the run resume), with `steps` (the steps
+    asked again, None: the job's own) as its length; more than its batches is refused (another `--out`).
     """
     import torch
 
@@ -135,6 +137,11 @@ def prepare_base_job(
     out = out or new_artifact_dir("base", size.name)
     job_dir = out / JOB_DIR
     if _job_exists(job_dir, log):
+        if not _resume_with_steps(job_dir, steps, log):
+            raise TrainingError(
+                f"the job in {job_dir} prepared fewer batches than --steps {steps}: a longer pretraining needs "
+                "a new job (another --out)"
+            )
         return out
     data, dataset = resolve_dataset(data, size, log)
     texts = dataset.texts("train")
@@ -194,6 +201,23 @@ def finish_job(out: Path, result: TrainResult | None = None) -> Path:
     return out
 
 
+def _resume_with_steps(job_dir: Path, steps: int | None, log: Log) -> bool:
+    """A job being resumed takes the steps asked again (`--steps`; None keeps its own): True when its batches
+    cover them (job.json updated), False when more batches must be prepared. The learning-rate schedule of the
+    steps still to run follows the new length; the steps already done and the checkpoint stay."""
+    from .dataset import Batches
+
+    job = json.loads((job_dir / JOB_FILE).read_text(encoding="utf-8"))
+    if steps is None or steps == job["loop"]["steps"]:
+        return True
+    if steps > len(Batches.load(job_dir / BATCHES_FILE)):
+        return False
+    log(f"the job's length: {job['loop']['steps']} -> {steps} steps (--steps)")
+    job["loop"]["steps"] = steps
+    (job_dir / JOB_FILE).write_text(json.dumps(job, indent=2) + "\n", encoding="utf-8")
+    return True
+
+
 def _job_exists(job_dir: Path, log: Log) -> bool:
     """True when `job_dir` already holds a job: it is kept as it is, and its checkpoint lets the run resume."""
     if not (job_dir / JOB_FILE).exists():
@@ -248,14 +272,26 @@ def prepare_lora_job(
     seed: int = 0,
     log: Log = _quiet,
     threads: int | None = None,
+    steps: int | None = None,
 ) -> Path:
-    """Writes the LoRA job (padded batches of the train-split traces) into `out/_job`; returns `out`."""
+    """Writes the LoRA job (padded batches of the train-split traces) into `out/_job`; returns `out`.
+
+    When `out` already holds a job, it is resumed with `steps` (the steps asked again; None: the job's own):
+    beyond its batches, they are prepared again from the job's base, dataset and seed (the same batches first:
+    `lora_batches` draws them in order) and its checkpoint stays.
+    """
     from transformers import AutoConfig, AutoTokenizer
 
     out = out or new_artifact_dir("lora", size.name)
     job_dir = out / JOB_DIR
     if _job_exists(job_dir, log):
-        return out
+        if _resume_with_steps(job_dir, steps, log):
+            return out
+        job = json.loads((job_dir / JOB_FILE).read_text(encoding="utf-8"))
+        log(f"preparing {steps} batches for the job in {job_dir} (it had fewer); its checkpoint stays")
+        size = size.with_overrides(lora_steps=steps)
+        base, data = Path(job["base_model"]), Path(job["meta"]["dataset"])
+        seed = job["loop"].get("seed", seed)
     if base is None and size.pretrained:
         try:
             base = default_base_model(log=log)

@@ -422,7 +422,9 @@ def _host_sync_findings(report: CheckReport, reads_after_last_step: list[dict]) 
             if step is not None and step >= report.steps_warmup:
                 site["after"] += read["wait_s"]
     findings = []
+    after_last = {r["site"] for r in reads_after_last_step}
     for location, site in by_site.items():
+        read_after_last_step = location in after_last  # by the recorded site, before the scaler's is renamed
         kind = max(site["kinds"], key=site["kinds"].get)
         label, code, fix = READ_KINDS.get(kind, READ_KINDS["item"])
         if location is not None and location.endswith(GRAD_SCALER_READ):
@@ -430,7 +432,7 @@ def _host_sync_findings(report: CheckReport, reads_after_last_step: list[dict]) 
             label, code, fix = "GradScaler's inf check (`scaler.step`)", "XLA502", GRAD_SCALER_FIX
         steps_after = [i for i in site["steps"] if i >= report.steps_warmup]
         every_step = bool(after_warmup) and len(steps_after) / len(after_warmup) > EVERY_STEP_SHARE
-        events = len(site["steps"]) + (location in {r["site"] for r in reads_after_last_step})
+        events = len(site["steps"]) + read_after_last_step
         if every_step:
             when = (
                 "every step"

@@ -424,14 +424,25 @@ def _climb(rule: StepView) -> tuple[list[tuple[cst.Call, Loop, str | None]], lis
     if analysis.climb is None or analysis.climb[0] is not key:
         calls = analysis.nodes.calls
         project = analysis.project
-        if not any(method_name(c) == "backward" for c in calls) and not (project and project.steppers):
+        backward = any(method_name(c) == "backward" for c in calls)
+        # without a `.backward()` in sight, only an optimizer this module builds (torch.optim) is a training
+        # step: its gradients come from a call that runs the backward itself (`wrapper(x, backward=True)`)
+        built = rule.facts().optimizer_keys
+        if not backward and not built and not (project and project.steppers):
             analysis.climb = (key, ([], []))
         else:
-            starts: list[tuple[cst.Call, str | None]] = [(c, None) for c in calls if is_optimizer_update(rule, c)]
+            starts: list[tuple[cst.Call, str | None]] = [
+                (c, None) for c in calls if is_optimizer_update(rule, c) and (backward or _steps_built(c, built))
+            ]
             if project and project.steppers:
                 starts += [(c, code_of(c.func)) for c in calls if project_step(rule, c)]
             analysis.climb = (key, _climb_from(rule, starts))
     return analysis.climb[1]
+
+
+def _steps_built(call: cst.Call, built: set[str]) -> bool:
+    """`optim.step()` on an optimizer the module built from torch.optim."""
+    return method_name(call) == "step" and not call.args and code_of(call.func.value) in built
 
 
 def _climb_from(
