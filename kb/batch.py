@@ -313,6 +313,8 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
             bound,
             exports=plan.start.exports,
             per_step=combined.per_step,
+            called=combined.called,
+            looped_names=combined.looped_names,
             defined=plan.start.defined,
         )
         if found_project == project:

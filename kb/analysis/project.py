@@ -219,20 +219,25 @@ def classes_of(rule: StepView, value: cst.CSTNode) -> set[str]:
 def project_step(rule: StepView, call: cst.Call) -> bool:
     """Does `call` run one of the tree's stepping callables: `train_step(...)`, `scaler(...)` (an instance of
     a class whose `__call__` steps), `self.trainer.optimize(opt)`?"""
+    return bool(project_steppers(rule, call))
+
+
+def project_steppers(rule: StepView, call: cst.Call) -> set[str]:
+    """The full names of the tree's stepping callables that `call` runs (see `project_step`)."""
     project = rule.analysis.project
     if project is None or not project.steppers:
-        return False
-    names = {project.resolve(n) for n in absolute_names(rule, call.func)}
-    if names & project.steppers:
-        return True
+        return set()
+    names = {project.resolve(n) for n in absolute_names(rule, call.func)} & project.steppers
+    if names:
+        return names
     func = call.func
     if isinstance(func, cst.Attribute):
         receiver, method = func.value, func.attr.value
     else:
         receiver, method = func, "__call__"
     if isinstance(receiver, cst.Name) and receiver.value == "self":
-        return False  # the module's own methods: steps.py follows them
-    return any(f"{klass}.{method}" in project.steppers for klass in classes_of(rule, receiver))
+        return set()  # the module's own methods: steps.py follows them
+    return {f"{klass}.{method}" for klass in classes_of(rule, receiver)} & project.steppers
 
 
 def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:

@@ -31,6 +31,12 @@ class ModuleSteps:
     # the tree's functions (full names) that this module calls once per training step: from a step loop, or
     # from a function that itself runs every step (a `forward`, a helper the loop calls)
     per_step_calls: frozenset[str] = frozenset()
+    # the tree's stepping callables (full names) that this module calls, from a loop or not: a stepper nobody in
+    # the tree calls gets its barrier at its own end (steps.py `barrier_sites`)
+    stepper_calls: frozenset[str] = frozenset()
+    # the last names of the tree's stepping callables that this module calls in a loop, resolved or not
+    # (`agent.train()` with `agent = build(kind)`)
+    looped_names: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class ProjectSteps:
     exports: frozenset[tuple[str, str]] = frozenset()
     # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
     per_step: frozenset[str] = frozenset()
+    # the tree's stepping callables that some module of the tree calls (`ModuleSteps.stepper_calls`)
+    called: frozenset[str] = frozenset()
+    looped_names: frozenset[str] = frozenset()  # `ModuleSteps.looped_names` of every module
     # every name the tree's texts define with `def` (None: not known). `combine` keeps only what is passed to the
     # tree's functions, so project.py `passes` resolves no call that cannot name one of them
     defined: frozenset[str] | None = None
@@ -72,7 +81,9 @@ class ProjectSteps:
                     seen.setdefault((function, where), set()).add(owner)
         bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
         per_step = frozenset(f for m in summaries for f in m.per_step_calls)
-        return cls(modules=project.modules, steppers=steppers, param_classes=bound, per_step=per_step)
+        called = frozenset(f for m in summaries for f in m.stepper_calls)
+        looped = frozenset(n for m in summaries for n in m.looped_names)
+        return cls(project.modules, steppers, bound, per_step=per_step, called=called, looped_names=looped)
 
     def resolve(self, name: str) -> str | None:
         """The tree's full name of a definition that code names `name` (absolute, as imported); None when

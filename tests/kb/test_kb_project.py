@@ -65,6 +65,22 @@ def test_the_barrier_goes_in_the_batch_loop_not_in_the_helper_nor_the_epoch_loop
     assert barriers("helper_syncs") == {"helpers.py": 1, "main.py": 0}  # the helper's own, no second one
 
 
+def test_a_method_that_is_the_step_gets_one_barrier_where_one_step_ends():
+    """An agent's `train()` method runs the optimizer step; the loop that calls it is elsewhere (issue 24)."""
+    # the caller's loop in another file: there, after the call (run.py names no device: still the device's step)
+    assert barriers("agent_across_files") == {"learner.py": 0, "run.py": 1}
+    # in one file: after the call; `self.net.train()` in `pick()` is the network's mode switch, not a step
+    expected = (PROJECTS / "agent_same_file" / "expected" / "dqn.py").read_text()
+    assert expected.count("torch_xla.sync()") == 1
+    assert "learner.train()\n            torch_xla.sync()" in expected
+    # no caller the tree can resolve (the agent comes from a factory): at the end of the method
+    assert barriers("agent_unresolved") == {"learner.py": 1, "run.py": 0}
+    learner = (PROJECTS / "agent_unresolved" / "expected" / "learner.py").read_text()
+    assert "self.opt.step()\n        torch_xla.sync()" in learner
+    # called from several places: each loop that calls it, never also in the method; a single call needs none
+    assert barriers("agent_several_callers") == {"learner.py": 0, "run.py": 2, "tune.py": 1}
+
+
 def test_summary_names_the_stepping_callables_and_binds_the_parameter():
     src = PROJECTS / "callable_scaler" / "input"
     project = summarize_project(src, python_files(src))
