@@ -479,7 +479,9 @@ def _climb_from(
             continue
         helpers[id(func)] = func
         name = func.name.value
-        pending += [(c, helper or name) for c in calls if _calls(rule, c, func) and rule.enclosing_function(c) is not func]
+        pending += [
+            (c, helper or name) for c in calls if _calls(rule, c, func) and rule.enclosing_function(c) is not func
+        ]
     return found, list(helpers.values())
 
 
