@@ -150,6 +150,102 @@ class RemovedRuntimeGetters(Rule):
             self.report(node, "import of names removed in torch_xla 2.7")
 
 
+# Libraries whose released code still calls the runtime getters torch_xla 2.7 removed: (what it calls, where)
+LIBRARIES_CALLING_REMOVED_GETTERS = {
+    "ignite": "`xm.xrt_world_size()` and `xm.get_ordinal()` (ignite/distributed/comp_models/xla.py, through 0.5.5)",
+}
+GETTER_SHIM = "xm.xrt_world_size, xm.get_ordinal = xr.world_size, xr.global_ordinal"
+
+
+class DependencyCallsRemovedGetters(Rule):
+    code = "XLA117"
+    needs = ("ignite",)
+    title = "A library the program imports calls `xm.xrt_world_size()` / `xm.get_ordinal()`, removed in 2.7"
+    category = "C1"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "Unguarded imports of a library whose released code still calls the runtime getters torch_xla 2.7 removed "
+        "(pytorch-ignite's XLA computation model, through 0.5.5), in a module without the shim."
+    )
+    why = (
+        "Once the program imports torch_xla, pytorch-ignite picks its XLA computation model, which asks "
+        "`xm.xrt_world_size()` for the world size (every metric's `compute`, `idist.get_world_size()`, "
+        "`auto_dataloader`): the migrated program crashes inside ignite with `AttributeError: module "
+        "'torch_xla.core.xla_model' has no attribute 'xrt_world_size'`, although the program's own code is "
+        "migrated. A migration cannot change the library; what to do: a release of the library that calls "
+        "`torch_xla.runtime` (none yet for ignite), or the two-name shim the fix adds after the import: "
+        "`torch_xla.runtime.world_size()` / `global_ordinal()` return the numbers the removed getters returned, "
+        "so the library computes the same. Pinning torch_xla below 2.7 gives up the 2.9 target."
+    )
+    before = "import torch\nfrom ignite.engine import create_supervised_trainer\n"
+    after = (
+        "import torch\nfrom ignite.engine import create_supervised_trainer\n"
+        "import torch_xla.core.xla_model as xm\nimport torch_xla.runtime as xr\n\n"
+        f"{GETTER_SHIM}  # `ignite` calls the getters torch_xla 2.7 removed (XLA117)\n"
+    )
+    message = "this library calls runtime getters torch_xla 2.7 removed; the shim maps them to `torch_xla.runtime`"
+    symptoms = (
+        "AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'",
+        "AttributeError: module 'torch_xla.core.xla_model' has no attribute 'get_ordinal'",
+    )
+    references = ("pytorch/xla PR #7679", "pytorch-ignite ignite/distributed/comp_models/xla.py")
+    valid = (
+        "import torch\n",
+        "try:\n    import ignite\nexcept ImportError:\n    ignite = None\n",
+        f"import ignite\nimport torch_xla.core.xla_model as xm\nimport torch_xla.runtime as xr\n{GETTER_SHIM}\n",
+    )
+
+    def visit_Module(self, node: cst.Module) -> None:
+        assigns = [a for a in self.analysis.nodes.assigns if isinstance(a, cst.Assign)]
+        if any("xrt_world_size" in code_of(t.target) for a in assigns for t in a.targets):
+            return  # the shim is there already
+        body = list(node.body)
+        found = next(((i, lib) for i, s in enumerate(body) if (lib := self._library_imported(s)) is not None), None)
+        if found is None:
+            return
+        index, library = found
+        where = body[index]
+        while index + 1 < len(body) and self._is_import(body[index + 1]):
+            index += 1  # after the import block the library's import is in: the shim needs the torch_xla imports
+        shim = [
+            cst.parse_statement("import torch_xla.core.xla_model as xm\n"),
+            cst.parse_statement("import torch_xla.runtime as xr\n"),
+            cst.parse_statement(
+                f"{GETTER_SHIM}  # `{library}` calls the getters torch_xla 2.7 removed (XLA117)\n"
+            ).with_changes(leading_lines=[cst.EmptyLine()]),
+        ]
+        what = LIBRARIES_CALLING_REMOVED_GETTERS[library]
+        self.report(
+            where,
+            f"`{library}` calls {what}, removed in torch_xla 2.7: the migrated program crashes inside it; "
+            "the shim maps them to `torch_xla.runtime` (the same numbers)",
+            replacement=cst.FlattenSentinel([body[index], *shim]),
+            target=body[index],
+        )
+
+    @staticmethod
+    def _is_import(stmt: cst.CSTNode) -> bool:
+        return isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        )
+
+    def _library_imported(self, stmt: cst.CSTNode) -> str | None:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return None
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                modules = [module_name(a.name) for a in small.names]
+            elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
+                modules = [module_name(small.module)]
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] in LIBRARIES_CALLING_REMOVED_GETTERS:
+                    return module.split(".")[0]
+        return None
+
+
 class XmpSpawn(Rule):
     code = "XLA104"
     needs = ("xla_multiprocessing",)
