@@ -315,6 +315,7 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
             per_step=combined.per_step,
             called=combined.called,
             looped_names=combined.looped_names,
+            sparse_returns=combined.sparse_returns,
             defined=plan.start.defined,
         )
         if found_project == project:

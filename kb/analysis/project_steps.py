@@ -37,6 +37,8 @@ class ModuleSteps:
     # the last names of the tree's stepping callables that this module calls in a loop, resolved or not
     # (`agent.train()` with `agent = build(kind)`)
     looped_names: frozenset[str] = frozenset()
+    # (function, position): this module's functions whose return holds a sparse tensor there (sparse.py)
+    sparse_returns: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class ProjectSteps:
     # the tree's stepping callables that some module of the tree calls (`ModuleSteps.stepper_calls`)
     called: frozenset[str] = frozenset()
     looped_names: frozenset[str] = frozenset()  # `ModuleSteps.looped_names` of every module
+    sparse_returns: frozenset[tuple[str, int]] = frozenset()  # `ModuleSteps.sparse_returns` of every module
     # every name the tree's texts define with `def` (None: not known). `combine` keeps only what is passed to the
     # tree's functions, so project.py `passes` resolves no call that cannot name one of them
     defined: frozenset[str] | None = None
@@ -83,7 +86,16 @@ class ProjectSteps:
         per_step = frozenset(f for m in summaries for f in m.per_step_calls)
         called = frozenset(f for m in summaries for f in m.stepper_calls)
         looped = frozenset(n for m in summaries for n in m.looped_names)
-        return cls(project.modules, steppers, bound, per_step=per_step, called=called, looped_names=looped)
+        sparse = frozenset(r for m in summaries for r in m.sparse_returns)
+        return cls(
+            project.modules,
+            steppers,
+            bound,
+            per_step=per_step,
+            called=called,
+            looped_names=looped,
+            sparse_returns=sparse,
+        )
 
     def resolve(self, name: str) -> str | None:
         """The tree's full name of a definition that code names `name` (absolute, as imported); None when

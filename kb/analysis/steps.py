@@ -37,6 +37,7 @@ from .project import (
     star_imported,
 )
 from .project_steps import ModuleSteps
+from .sparse import sparse_returns
 
 if TYPE_CHECKING:
     from .view import RuleView, StepView
@@ -516,6 +517,7 @@ def module_steps(rule: StepView, with_passes: bool = True) -> ModuleSteps:
         per_step_calls=per_step_calls(rule),
         stepper_calls=frozenset(name for c in rule.analysis.nodes.calls for name in project_steppers(rule, c)),
         looped_names=_looped_stepper_names(rule),
+        sparse_returns=sparse_returns(rule),
     )
 
 

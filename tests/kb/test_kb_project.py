@@ -352,3 +352,21 @@ def test_star_imports_export_what_python_binds():
         ("helpers", "Meter"),
         ("helpers", "RATE"),
     }
+
+
+def test_a_sparse_adjacency_built_in_another_module_is_not_moved_as_it_is():
+    """pygcn's layout (issue 24): the loader module returns a sparse adjacency among dense tensors; the training
+    script unpacks it and moves it with `.cuda()`. XLA520 needs the tree summary to see it."""
+    src = PROJECTS / "graph_sparse_adjacency" / "input"
+    rels = python_files(src)
+    project = summarize_project(src, rels)
+    assert project.sparse_returns == {("graphs.scipy_to_torch", -1), ("graphs.make_graph", 0)}
+    train = src / "train.py"
+    found = lint_file(train, display="train.py", project=project).findings
+    moves = [f.line for f in found if f.code == "XLA520" and "moving one to the device" in f.message]
+    assert moves == [22]  # `adjacency = adjacency.cuda()`; x and y (positions 1, 2) are dense
+    assert [f.line for f in found if f.code == "XLA201"] == [21, 23, 24]  # the sparse move is not made plain
+    alone = lint_source(train.read_text(), "train.py")
+    assert [
+        f.line for f in alone if f.code == "XLA520" and "moving one to the device" in f.message
+    ] == []  # one module shows nothing
