@@ -25,7 +25,7 @@ from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
 from .engine import fix_source, lint_source, run_rules, without_cycle_collection
 from .finding import Finding
-from .parsing import SourceError, parse_both
+from .parsing import SourceError, max_source_bytes, parse_both
 from .registry import get_rule
 from .rule import Rule
 from .step_rule import StepContextRule
@@ -48,7 +48,7 @@ class FileResult:
 
 def _read(path: Path) -> tuple[str | None, str | None]:
     try:
-        return read_source(path), None
+        return read_source(path, max_source_bytes()), None
     except UnreadableSource as exc:
         return None, str(exc)
     except OSError as exc:

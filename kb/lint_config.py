@@ -66,10 +66,13 @@ class LintSettings:
     source: Path | None = None  # the file they were read from; None: defaults
 
 
-def find_config(start: Path) -> Path | None:
-    """The configuration that governs `start` (a folder): the first config file in it or its parents; a
-    pyproject.toml counts only with a [tool.xlaport] table."""
+def find_config(start: Path, within: Path | None = None) -> Path | None:
+    """The configuration that governs `start` (a folder): the first config file in it or its parents (none above
+    `within`, when given: a server reads nothing outside the folder it was given); a pyproject.toml counts only
+    with a [tool.xlaport] table."""
     for folder in (start, *start.parents):
+        if within is not None and not folder.is_relative_to(within):
+            break
         for name in CONFIG_FILES:
             path = folder / name
             if path.is_file() and (name != "pyproject.toml" or _table(path) is not None):

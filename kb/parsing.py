@@ -43,6 +43,12 @@ def max_source_chars() -> int:
         raise SourceError(f"{MAX_SOURCE_CHARS_ENV} must be a number of characters, not {configured!r}") from None
 
 
+def max_source_bytes() -> int:
+    """A file over this many bytes is over `max_source_chars()` whatever it holds (UTF-8 takes at most 4 bytes a
+    character): refused without reading it."""
+    return 4 * max_source_chars()
+
+
 def check_size(source: str) -> None:
     limit = max_source_chars()
     if len(source) > limit:

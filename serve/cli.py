@@ -328,6 +328,7 @@ def suggest(
     """Rules first, then the code model on the functions they left; every proposal goes through the pipeline."""
 
     from xlaport.kb import SourceError
+    from xlaport.kb.parsing import max_source_bytes
     from xlaport.model.proposer import ModelNotUsable, load_proposer, no_model_message
 
     from xlaport.files import UnreadableSource, read_source
@@ -335,7 +336,7 @@ def suggest(
     from .pipeline import Pipeline, SuggestOptions
 
     try:
-        source = read_source(file)
+        source = read_source(file, max_source_bytes())
     except (OSError, UnreadableSource) as exc:
         fail_usage(str(exc))
     try:
@@ -422,6 +423,14 @@ def mcp(
             help="Serve HTTP without XLAPORT_TOKEN: any local process may call it; no tool runs code or writes.",
         ),
     ] = False,
+    max_runs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-runs",
+            min=1,
+            help="Long calls (check, validation, migrate, verify) at once \\[default: one per core].",
+        ),
+    ] = None,
 ) -> None:
     """Run the MCP server (tools: suggest_patch, search_fixes, check_xla, explain_fix, migrate_repo, verify_migration).
 
@@ -432,7 +441,7 @@ def mcp(
     if root is not None and not root.is_dir():
         fail_usage(f"--root: not a directory: {root}")
     try:
-        run_server(transport.value, host, port, allow_exec, allow_write, root, unauthenticated_read_only)
+        run_server(transport.value, host, port, allow_exec, allow_write, root, unauthenticated_read_only, max_runs)
     except StartRefused as exc:
         fail_usage(str(exc))
 

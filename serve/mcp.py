@@ -29,10 +29,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
-from xlaport.eval.sandbox import SANDBOX_USER, hidden_from_sandbox
+from xlaport.eval.sandbox import SANDBOX_USER, file_hidden_from_sandbox, hidden_from_sandbox
 from xlaport.kb.hits import FixHit
 
-from xlaport.files import DirtyTree, NotInside, read_bytes_inside
+from xlaport.files import DirtyTree, NotInside, UnreadableSource, read_bytes_inside
 from xlaport.targets import DEFAULT_TARGET, Target
 
 from .project import ProjectError, ProjectSource, ProjectTooLarge, local_project
@@ -185,10 +185,13 @@ def create_server(
     allow_execution: bool = True,
     allow_writes: bool = True,
     root: Path | None = None,
+    max_runs: int | None = None,
 ) -> MCPServer:
-    """The MCP server; `root` (default: the current folder) bounds every path a tool is given."""
+    """The MCP server; `root` (default: the current folder) bounds every path a tool is given; `max_runs` long
+    calls at once (default: one per core)."""
     server = MCPServer("xlaport", instructions=INSTRUCTIONS)
     access = Access(Path(os.path.realpath(root or Path.cwd())), allow_execution, allow_writes)
+    runs = RunLimit(max_runs or os.cpu_count() or 1)
 
     def pipe() -> Pipeline:
         return pipeline or get_pipeline()
@@ -249,7 +252,7 @@ def create_server(
                 timeout_s=timeout_s,
             )
             if validate and access.execute:  # runs the program: stoppable
-                patch = await _stoppable(_suggest_validated, source, path, options, project)
+                patch = await runs.call(_suggest_validated, source, path, options, project)
             else:
                 # the fix step runs in a killable worker process (serve/isolated.py), as for the HTTP service
                 patch = await anyio.to_thread.run_sync(
@@ -331,10 +334,10 @@ def create_server(
                 project = local_project(access.path(project_root or "."))
                 _refuse_hidden(project.folder)  # its copy is what the run sees
                 call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
-                return in_api_wording(await _stoppable(*call))
+                return in_api_wording(await runs.call(*call))
             script = access.path(script_path) if script_path else None
             workdir = access.path(cwd) if cwd else (script.parent if script else None)
-            return in_api_wording(await _stoppable(_check, source, script, args or [], timeout_s, workdir))
+            return in_api_wording(await runs.call(_check, source, script, args or [], timeout_s, workdir))
 
     @server.tool()
     async def migrate_repo(
@@ -380,6 +383,7 @@ def create_server(
         access.need(write=True, tool="migrate_repo")
         source, destination = access.path(src), access.path(dst) if dst else None
         with _as_tool_errors():
+            config = _config_within(source, access.root)
             options = MigrateOptions(
                 unsafe_fixes=unsafe_fixes,
                 jobs=jobs,
@@ -388,12 +392,14 @@ def create_server(
                 in_place=in_place,
                 force=force,
                 target=target,
+                config=str(config) if config else None,
+                isolated=config is None,
             )
             if access.execute and (validate_cmd or verify_cmd):
                 _refuse_hidden(source)
             # in a process of its own, as every long call: a cancelled or abandoned call stops writing
             call = (_migrate, source, destination, options, access.execute)
-            return in_api_wording(await _stoppable(*call, write_root=access.root))
+            return in_api_wording(await runs.call(*call, write_root=access.root))
 
     @server.tool()
     async def verify_migration(
@@ -436,7 +442,7 @@ def create_server(
         with _as_tool_errors():
             _refuse_hidden(original, migrated)
             call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
-            return in_api_wording(await _stoppable(*call))
+            return in_api_wording(await runs.call(*call))
 
     @server.tool()
     async def optimize_migration(
@@ -472,7 +478,7 @@ def create_server(
         with _as_tool_errors():
             if access.execute and (validate_cmd or verify_cmd):
                 _refuse_hidden(*[f for f in (migrated, original) if f is not None])
-            return await _stoppable(
+            return await runs.call(
                 _optimize, migrated, validate_cmd, verify_cmd, original, access.execute, access.write,
                 write_root=access.root if access.write else None,
             )  # fmt: skip
@@ -483,6 +489,29 @@ def create_server(
 # The tools that run a program run it in a StoppableCall (serve/isolated.py): a thread cannot be stopped, and the
 # SDK cancels a tool's task when the client cancels the call or closes its end of stdio; the process, and the
 # sandboxed run it started, are killed then. The work is done by the process-wide pipeline of that child.
+class RunLimit:
+    """Long calls (a validated suggestion, check, migrate, verify, optimize) in progress: at most `limit` at once.
+    Each is a process of its own and may start a sandboxed program of up to 4 GB; the holders of an HTTP server's
+    token are one client, and could otherwise start runs without bound. One event loop counts: no lock needed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    async def call(self, function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
+        if self.active >= self.limit:
+            raise tool_error(
+                "busy",
+                f"{self.active} long call(s) in progress; this server runs at most {self.limit} at once",
+                "retry when one of the calls in progress has returned",
+            )
+        self.active += 1
+        try:
+            return await _stoppable(function, *args, write_root=write_root)
+        finally:
+            self.active -= 1
+
+
 async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | None = None) -> T:
     from .isolated import StoppableCall  # the kb engine and every rule: see get_pipeline
 
@@ -550,13 +579,29 @@ def _verify(
 
 
 def _read_text(path: Path, root: Path) -> str:
-    """The file `Access.path` checked, as it is when read: one swapped for a link since is refused, not followed."""
+    """The file `Access.path` checked, as it is when read: one swapped for a link since is refused, not followed;
+    one the sandbox user could not read is refused as a run of it would be (its diff would show it)."""
     if not path.is_file():
         raise ProjectError(f"no such file in the project: {path}")
+    if hidden := file_hidden_from_sandbox(path, root):
+        raise ProjectError(
+            f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call shows no more than that user "
+            "could read. Send the file's text as source, or make it readable to other users"
+        )
+    from xlaport.kb.parsing import max_source_bytes  # libcst: not at start-up
+
     try:
-        return read_bytes_inside(path, root).decode("utf-8", errors="replace")
-    except NotInside as exc:
+        return read_bytes_inside(path, root, max_source_bytes()).decode("utf-8", errors="replace")
+    except (NotInside, UnreadableSource) as exc:
         raise ProjectError(str(exc)) from None
+
+
+def _config_within(src: Path, root: Path) -> Path | None:
+    """The lint configuration of `src` found no higher than the server's root: a pyproject.toml above it is not
+    the caller's to read (nor to change what the migration does)."""
+    from xlaport.kb.lint_config import find_config  # the kb: not at start-up
+
+    return find_config(src if src.is_dir() else src.parent, within=root)
 
 
 def _migrate(src: Path, dst: Path | None, options: MigrateOptions, may_execute: bool) -> dict[str, Any]:
@@ -612,6 +657,7 @@ def run_server(
     allow_writes: bool | None = None,
     root: Path | None = None,
     unauthenticated_read_only: bool = False,
+    max_runs: int | None = None,
 ) -> None:
     """Serves over stdio or streamable HTTP; loads the index before the first call.
 
@@ -634,7 +680,7 @@ def run_server(
     # the pipeline (libcst, the rules, a fix worker, the index) loads beside the session, not before it:
     # a client waits for `initialize` and may give up (it took 10-13 s); a tool called meanwhile waits for it
     threading.Thread(target=_warm_up, name="xlaport-warm-up", daemon=True).start()
-    server = create_server(None, execute, write, root)
+    server = create_server(None, execute, write, root, max_runs)
     if transport == "stdio":
         server.run("stdio")
         return

@@ -102,6 +102,47 @@ def test_migrate_repo(tmp_path, monkeypatch):
     assert again.is_error and "not empty" in again.content[0].text
 
 
+def test_long_calls_beyond_the_servers_limit_are_refused_as_busy(tmp_path):
+    """The holders of an HTTP server's token are one client: without a bound they could start any number of
+    sandboxed runs at once. With max_runs 1, a second check while one runs is refused (busy), then accepted."""
+    server = create_server(Pipeline(), allow_execution=True, root=tmp_path, max_runs=1)
+    slow = {"source": "import time\ntime.sleep(8)\n", "timeout_s": 60}
+    quick = {"source": "print('quick')\n", "timeout_s": 60}
+
+    async def go():
+        async with mcp.Client(server) as client:
+            first = asyncio.create_task(client.call_tool("check_xla", slow))
+            await asyncio.sleep(3)  # the first call holds the only run
+            second = await client.call_tool("check_xla", quick)
+            await first
+            third = await client.call_tool("check_xla", quick)
+            return first.result(), second, third
+
+    first, second, third = asyncio.run(go())
+    assert not first.is_error, first.content
+    assert second.is_error, second.content
+    assert "busy" in second.content[0].text, second.content
+    assert not third.is_error, third.content
+
+
+def test_migrate_repo_reads_no_configuration_above_the_servers_root(tmp_path, monkeypatch):
+    """A pyproject.toml above the root is not the caller's to read, nor to change what the migration does; one
+    inside the root is the project's own and still counts."""
+    monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
+    root = tmp_path / "served"
+    shutil.copytree(PROJECT, root / "project")
+    excluding = '[tool.xlaport]\nexclude = ["*.py"]\n'
+    (tmp_path / "pyproject.toml").write_text(excluding)
+    server = create_server(Pipeline(), allow_execution=False, root=root)
+    result = call(server, "migrate_repo", {"src": "project", "dst": "out"})
+    assert not result.is_error, result.content
+    assert result.structured_content["files_changed"] == 2
+    (root / "pyproject.toml").write_text(excluding)
+    inside = call(server, "migrate_repo", {"src": "project", "dst": "out2"})
+    assert not inside.is_error, inside.content
+    assert inside.structured_content["files_changed"] == 0
+
+
 @pytest.mark.slow
 def test_search_fixes_retrieves_from_the_index():
     server = create_server(Pipeline(index=FixIndex.load_or_build(directory=cache_dir())))
@@ -435,6 +476,30 @@ def test_verify_of_a_tree_the_sandbox_user_cannot_read_is_refused_without_its_co
         )
         text = result.content[0].text
         assert result.is_error and f"cannot read {secret} (-rw-------" in text and "hunter2" not in text
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user exists only for root")
+def test_suggest_patch_of_a_file_the_sandbox_user_cannot_read_shows_nothing_of_it():
+    """suggest_patch(project_root, path) answered with the diff of a root-only 0600 file: the client saw what
+    only the server's user could read. Refused like a run of it, naming the path and its mode."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="xlaport-test-hidden-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "project").mkdir()
+        secret = base / "project" / "train.py"
+        secret.write_text("import torch\nTOKEN = 'hunter2'\nx = torch.zeros(2).cuda()\n")
+        secret.chmod(0o600)
+        server = create_server(Pipeline(), allow_execution=False, root=base)
+        result = call(server, "suggest_patch", {"project_root": "project", "path": "train.py", "k": 0})
+        text = result.content[0].text
+        assert result.is_error and f"cannot read {secret} (-rw-------" in text and "hunter2" not in text
+        secret.chmod(0o644)
+        readable = call(server, "suggest_patch", {"project_root": "project", "path": "train.py", "k": 0})
+        assert not readable.is_error and "torch_xla" in readable.structured_content["migrated"]
     finally:
         shutil.rmtree(base)
 

@@ -547,3 +547,33 @@ def test_confined_writes_refuse_outside_and_allow_a_staging_folder(tmp_path: Pat
             atomic_write(stage / "b.txt", "x\n")
     atomic_write(stage / "b.txt", "x\n")  # not confined outside the block
     assert sorted(p.name for p in stage.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_a_huge_file_is_refused_before_it_is_read(tmp_path: Path):
+    """A 3 GB file (sparse: no disk used) in a tree, under a 1.5 GB address-space limit: read whole it would kill
+    the run; refused by its size it costs nothing, and the other files are still linted."""
+    import resource
+
+    from xlaport.serve.mcp import _read_text
+    from xlaport.serve.project import ProjectError
+
+    (tmp_path / "good.py").write_text(CUDA_SOURCE)
+    with open(tmp_path / "huge.py", "wb") as handle:
+        handle.truncate(3 * 2**30)
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
+
+    linted = subprocess.run(
+        [sys.executable, "-m", "xlaport", "lint", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "USE_TORCH_XLA": "0"},
+        timeout=300,
+        preexec_fn=limit_memory,
+    )
+    assert linted.returncode == 1, linted.stderr[-2000:]
+    assert "huge.py: too large to analyse: 3,221,225,472 bytes" in linted.stderr
+    assert "good.py:3:" in linted.stdout  # the other file was linted
+    with pytest.raises(ProjectError, match="too large to analyse"):
+        _read_text(tmp_path / "huge.py", tmp_path)  # MCP suggest_patch(project_root, path)

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from xlaport.eval.check import check_source, run_check
 from xlaport.eval.sandbox import Mechanisms, SandboxRefused, host_memory_mb, run_sandboxed, sandbox_status
 from xlaport.eval.sandbox.cgroups import own_v1 as own_cgroup
-from xlaport.eval.sandbox.files import remove_stale_scratch, scratch
+from xlaport.eval.sandbox.files import readable_scratch, remove_stale_scratch, scratch
 
 from xlaport.cli import app
 
@@ -216,6 +216,20 @@ def test_handed_over_folder_receives_results(tmp_path):
     result = python(f"open('{scratch}/result.txt', 'w').write('done')", writable=[scratch])
     assert result.returncode == 0, result.stderr
     assert (scratch / "result.txt").read_text() == "done"
+
+
+def test_submitted_code_is_readable_by_the_run_and_by_no_other_user():
+    """Copies of projects sent over HTTP or MCP wait in a scratch folder while they run: the sandbox user reads
+    them, other local users must not (it was 0755 in /tmp)."""
+    with readable_scratch("xlaport-validate-") as tmp:
+        (Path(tmp) / "model.py").write_text("WEIGHTS = 3\n")
+        info = os.stat(tmp)
+        assert info.st_mode & 0o077 == 0
+        if MECH.user is not None:
+            assert (info.st_uid, info.st_gid) == MECH.user
+        result = python("import model; print(model.WEIGHTS)", cwd=Path(tmp))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "3"
 
 
 def test_without_any_mechanism_the_run_works_and_is_not_called_sandboxed(monkeypatch):

@@ -80,9 +80,10 @@ def links_out_of(folders: list[Path], files: list[Path]) -> list[Path]:
 BOM = "\ufeff"
 
 
-def read_source(path: Path) -> str:
+def read_source(path: Path, max_bytes: int | None = None) -> str:
     """The file's text (without a UTF-8 BOM: `atomic_write` puts it back); raises UnreadableSource for
-    binary, non-UTF-8 or non-regular files (a FIFO would block the read forever)."""
+    binary, non-UTF-8 or non-regular files (a FIFO would block the read forever), and for files over `max_bytes`
+    before reading them (a multi-gigabyte file would be read whole only to be refused)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -94,6 +95,7 @@ def read_source(path: Path) -> str:
             raise UnreadableSource(f"{path}: not a regular file; skipped")
         if not _opened_inside_roots(fd):  # judged on what was opened: a file swapped for a link is not read
             raise UnreadableSource(f"{path}: outside the allowed folder; not read")
+        refuse_larger(fd, path, max_bytes)
         data = handle.read()
     if b"\0" in data[:8192]:
         raise UnreadableSource(f"{path}: binary file (contains NUL bytes)")
@@ -104,14 +106,22 @@ def read_source(path: Path) -> str:
     return text.removeprefix(BOM)
 
 
+def refuse_larger(fd: int, path: Path, max_bytes: int | None) -> None:
+    """UnreadableSource when the open file has more than `max_bytes` bytes (None: no bound)."""
+    size = os.fstat(fd).st_size
+    if max_bytes is not None and size > max_bytes:
+        raise UnreadableSource(f"{path}: too large to analyse: {size:,} bytes, the limit is {max_bytes:,}; not read")
+
+
 class NotInside(ValueError):
     """A file read for a caller that is a link, not a regular file, or not really inside the folder it was checked in."""
 
 
-def read_bytes_inside(path: Path, folder: Path) -> bytes:
+def read_bytes_inside(path: Path, folder: Path, max_bytes: int | None = None) -> bytes:
     """The bytes of `path` as it is opened: never through a link at its end (O_NOFOLLOW), only a regular file, and
     only when the file opened really lies inside `folder`. Judged on the open descriptor, so a file (or a folder
-    above it) swapped for a link between a caller's check and this read is refused, never followed out."""
+    above it) swapped for a link between a caller's check and this read is refused, never followed out. A file
+    over `max_bytes` is refused (UnreadableSource) before it is read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
@@ -127,6 +137,7 @@ def read_bytes_inside(path: Path, folder: Path) -> bytes:
             real = Path(os.path.realpath(path)) if (same.st_dev, same.st_ino) == (info.st_dev, info.st_ino) else None
         if not stat.S_ISREG(info.st_mode) or real is None or not real.is_relative_to(os.path.realpath(folder)):
             raise NotInside(f"{path}: not a regular file inside {folder}; not read")
+        refuse_larger(fd, path, max_bytes)
         return handle.read()
 
 

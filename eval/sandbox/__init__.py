@@ -32,7 +32,7 @@ from pathlib import Path
 from .files import read_child_file, readable_scratch, scratch
 from .mechanisms import SANDBOX_USER, Mechanisms, host_memory_mb, sandbox_status
 from .run import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, SandboxRefused, SandboxResult, python_argv, run_sandboxed
-from .view import project_root, unreadable_in_tree
+from .view import project_root, unreadable, unreadable_in_tree
 
 
 def hidden_from_sandbox(folder: Path) -> str | None:
@@ -42,6 +42,13 @@ def hidden_from_sandbox(folder: Path) -> str | None:
     return unreadable_in_tree(folder, user) if user else None
 
 
+def file_hidden_from_sandbox(path: Path, within: Path) -> str | None:
+    """`path`, or a folder between `within` and it, when the sandbox user could not read it on its own (None when
+    runs are the caller's user): a server's client is shown no more than that user could read."""
+    user = sandbox_status().user
+    return unreadable(str(path), user, str(within)) if user else None
+
+
 __all__ = [
     "DEFAULT_MEMORY_MB",
     "DEFAULT_TIMEOUT_S",
@@ -49,6 +56,7 @@ __all__ = [
     "Mechanisms",
     "SandboxRefused",
     "SandboxResult",
+    "file_hidden_from_sandbox",
     "hidden_from_sandbox",
     "host_memory_mb",
     "project_root",

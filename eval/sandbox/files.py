@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from .mechanisms import SANDBOX_USER
 
 # xlaport-KIND-PID.START-random: the process that made it and its start time (PIDs are reused)
 SCRATCH_NAME = re.compile(r"^xlaport-[a-z]+(?:-[a-z]+)*-(\d+)\.(\d+)-")
@@ -40,10 +43,26 @@ def read_child_file(path: Path, limit_bytes: int | None = 64 * 2**20) -> bytes |
 
 
 def readable_scratch(prefix: str) -> tempfile.TemporaryDirectory:
-    """A temporary folder for submitted code that the sandbox user may read (0755; in the sandbox /tmp is private)."""
+    """A temporary folder for submitted code that the sandbox user may read and nobody else may: 0700, owned by
+    the sandbox user when this process is root (root writes into it all the same; other local users must not read
+    the copies of projects sent over HTTP or MCP while they run), else by this user, who is then the child too."""
     folder = scratch(prefix)
-    os.chmod(folder.name, 0o755)
+    os.chmod(folder.name, 0o700)
+    user = _sandbox_user()
+    if user is not None:
+        os.chown(folder.name, *user)
     return folder
+
+
+def _sandbox_user() -> tuple[int, int] | None:
+    """The sandbox user's uid and gid when this process is root and the user exists."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
 
 
 def scratch(prefix: str, avoid: Sequence[Path | str] = ()) -> tempfile.TemporaryDirectory:
