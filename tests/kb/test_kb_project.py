@@ -370,3 +370,17 @@ def test_a_sparse_adjacency_built_in_another_module_is_not_moved_as_it_is():
     assert [
         f.line for f in alone if f.code == "XLA520" and "moving one to the device" in f.message
     ] == []  # one module shows nothing
+
+
+def test_a_script_that_names_nothing_sparse_still_gets_the_sparse_rule(tmp_path):
+    """pygcn's train.py never spells `sparse`: the rule runs there because it names the tree's sparse loader."""
+    src = PROJECTS / "graph_sparse_adjacency" / "input"
+    (tmp_path / "graphs.py").write_text((src / "graphs.py").read_text())
+    plain = (
+        (src / "train.py").read_text().replace("torch.spmm(adjacency, x @ self.weight)", "adjacency @ x @ self.weight")
+    )
+    assert "sparse" not in plain.lower() and "spmm" not in plain
+    (tmp_path / "train.py").write_text(plain)
+    project = summarize_project(tmp_path, python_files(tmp_path))
+    found = lint_file(tmp_path / "train.py", display="train.py", project=project).findings
+    assert [f.line for f in found if f.code == "XLA520"] == [22]
