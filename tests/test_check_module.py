@@ -94,3 +94,25 @@ def test_a_module_that_imports_its_sibling_package_is_checked(tmp_path):
     # by its path, sys.path[0] is scripts/: the sibling package is not found (what -m is for)
     by_path = check(root, "scripts/train.py", "--", "--steps", "3")
     assert by_path["level"] == "none" and "No module named 'nets'" in by_path["error"]
+
+
+def test_a_python_m_command_is_told_apart_from_a_script_command():
+    from xlaport.serve.inputs import module_command, parse_command
+
+    assert module_command("python -m scripts.train --steps 3") == ("scripts.train", ["--steps", "3"])
+    assert module_command("python3 -m scripts.train") == ("scripts.train", [])
+    assert module_command("python train.py -m x") is None
+    with pytest.raises(ValueError, match="must name a Python script"):
+        parse_command("python -m scripts.train")  # the commands that need a script file still say so
+
+
+@pytest.mark.slow
+def test_the_service_checks_a_python_m_command_in_its_project(tmp_path):
+    from xlaport.serve.pipeline import Pipeline
+    from xlaport.serve.project import local_project
+
+    root = make_project(tmp_path)
+    outcome = Pipeline().check(
+        project=local_project(root), rel_path="scripts/train.py", command="python -m scripts.train --steps 3"
+    )
+    assert outcome.check.level == "L2", outcome.check.reasons
