@@ -22,6 +22,8 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
+from xlaport.eval.check.run import module_file
+
 from .inputs import module_command, parse_command
 from .project import ProjectError, ProjectSource, project_path, write_in_copy
 from .results import CheckRun, Evidence, SuggestOptions, verdict
@@ -283,7 +285,6 @@ def check_in_project(
 ) -> CheckRun:
     """The execution check of `rel_path` (its text `source`, else the project's file) run inside a copy of its
     project from `cwd`; `command` (as typed in `cwd`) runs another script of the project instead."""
-    from xlaport.eval.check.run import module_file
     from xlaport.eval.sandbox import readable_scratch
 
     from .checks import run_xla_check
