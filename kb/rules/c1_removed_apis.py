@@ -246,6 +246,72 @@ class DependencyCallsRemovedGetters(Rule):
         return None
 
 
+# SPMD left `torch_xla.experimental` (2.3): the same modules, moved; the old paths raise ModuleNotFoundError in 2.9
+MOVED_MODULES = {
+    "torch_xla.experimental.xla_sharding": "torch_xla.distributed.spmd.xla_sharding",
+    "torch_xla.experimental.xla_sharded_tensor": "torch_xla.distributed.spmd.xla_sharded_tensor",
+}
+
+
+class MovedSpmdModules(Rule):
+    code = "XLA118"
+    needs = ("xla_shard",)
+    title = "`torch_xla.experimental.xla_sharding` moved to `torch_xla.distributed.spmd`"
+    category = "C1"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "Imports of `torch_xla.experimental.xla_sharding` and `torch_xla.experimental.xla_sharded_tensor` "
+        "(`import ... as xs`, `from ... import Mesh`, `from torch_xla.experimental import xla_sharding`)."
+    )
+    why = (
+        "SPMD moved out of `torch_xla.experimental` in 2.3: the same modules now live in "
+        "`torch_xla.distributed.spmd` (`xla_sharding.py`, `xla_sharded_tensor.py`), and torch_xla 2.9 has no "
+        "module at the old path (`ModuleNotFoundError`). The fix imports the moved module under the same name, "
+        "so every use (`xs.Mesh`, `xs.mark_sharding`) runs the same code. A plain `import` of the old dotted "
+        "path used as a whole name in the code is reported without a rewrite."
+    )
+    before = "import torch_xla.experimental.xla_sharding as xs\nfrom torch_xla.experimental.xla_sharding import Mesh\n"
+    after = "import torch_xla.distributed.spmd.xla_sharding as xs\nfrom torch_xla.distributed.spmd.xla_sharding import Mesh\n"
+    message = "moved in torch_xla 2.3: import it from `torch_xla.distributed.spmd`"
+    symptoms = (
+        "ModuleNotFoundError: No module named 'torch_xla.experimental.xla_sharding'",
+        "ModuleNotFoundError: No module named 'torch_xla.experimental.xla_sharded_tensor'",
+    )
+    references = ("torch_xla/distributed/spmd/__init__.py (v2.9.0)", "pytorch/xla docs: SPMD user guide")
+    valid = (
+        "import torch_xla.distributed.spmd as xs\n",
+        "from torch_xla.distributed.spmd import Mesh\n",
+        "import torch_xla.experimental.pjrt_backend\n",
+    )
+
+    def visit_Import(self, node: cst.Import) -> None:
+        names = [module_name(a.name) for a in node.names]
+        if not any(n in MOVED_MODULES for n in names):
+            return
+        if any(n in MOVED_MODULES and a.asname is None for n, a in zip(names, node.names, strict=True)):
+            self.report(node)  # `import torch_xla.experimental.xla_sharding`: its uses spell the old path
+            return
+        aliases = [
+            a.with_changes(name=expr(MOVED_MODULES[n])) if n in MOVED_MODULES else a
+            for n, a in zip(names, node.names, strict=True)
+        ]
+        self.report(node, replacement=node.with_changes(names=aliases))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        module = module_name(node.module)
+        if module in MOVED_MODULES:
+            self.report(node, replacement=node.with_changes(module=expr(MOVED_MODULES[module])))
+        elif module == "torch_xla.experimental" and not isinstance(node.names, cst.ImportStar):
+            moved = [a for a in node.names if f"{module}.{module_name(a.name)}" in MOVED_MODULES]
+            if moved and len(moved) == len(node.names):
+                self.report(node, replacement=node.with_changes(module=expr("torch_xla.distributed.spmd")))
+            elif moved:
+                self.report(node)  # moved and unmoved names in one import: split it by hand
+
+
 class XmpSpawn(Rule):
     code = "XLA104"
     needs = ("xla_multiprocessing",)
