@@ -1,6 +1,7 @@
 """Does the default migration break a working program? Each repository's own test suite, before and after.
 
     .venv/bin/python bench/repo_tests.py [--corpus /work/corpus] [--repos owner/name,...] [--json out.json]
+        [--manifest bench/repo_tests.toml] [--env DIR]
 
 For each repository of bench/unseen_repos.toml found under `--corpus/OWNER__NAME` (a snapshot you fetched;
 its code is never kept here): copy it, run its tests with PJRT_DEVICE=CPU (the original then runs on the
@@ -27,7 +28,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unseen import DEFAULT_CORPUS, DEFAULT_ENV, Repo, bench_python, load_manifest, snapshot_dir, xlaport_command
+from unseen import (
+    DEFAULT_CORPUS,
+    DEFAULT_ENV,
+    MANIFEST,
+    Repo,
+    bench_python,
+    load_manifest,
+    snapshot_dir,
+    xlaport_command,
+)
 
 PASSED = "passed"
 
@@ -170,9 +180,10 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--repos", help="comma-separated owner/name list (default: all in the manifest)")
     parser.add_argument("--env", type=Path, default=DEFAULT_ENV, help="the layered bench environment")
+    parser.add_argument("--manifest", type=Path, default=MANIFEST, help="the [[repo]] list (default: %(default)s)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    repos, _ = load_manifest()
+    repos, _ = load_manifest(args.manifest)
     if args.repos:
         wanted = set(args.repos.split(","))
         repos = [r for r in repos if r.name in wanted]

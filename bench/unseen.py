@@ -40,6 +40,7 @@ class Program:
     script: str
     cwd: str = "."  # where a user stands to run it, relative to the repository
     args: list[str] = field(default_factory=list)
+    module: str | None = None  # run as `python -m MODULE` from cwd (`script` is then the module's file)
     data: str | list[str] | None = None  # KIND:PATH of bench/unseen_data.py, or several
     max_steps: int = 30
     deps: list[str] = field(default_factory=list)
@@ -150,11 +151,13 @@ def check_report(python: Path | str, tree: Path, program: CheckedProgram) -> tup
     """`xlaport check --format json` of the program's script in `tree`, run from its working folder as a user would:
     (the report, None), or (None, why there is none)."""
     cwd = tree / program.cwd
-    command = [*xlaport_command(python), "check", os.path.relpath(tree / program.script, cwd), "--format", "json"]
+    command = [*xlaport_command(python), "check", "--format", "json"]
     command += ["--max-steps", str(program.max_steps), "--timeout", str(program.timeout_s)]
     for name, value in getattr(program, "env", {}).items():  # the run sees only an allowlist of ours
         command += ["--env", f"{name}={value}"]
     command += getattr(program, "check_args", [])
+    module = getattr(program, "module", None)
+    command += ["-m", module] if module else [os.path.relpath(tree / program.script, cwd)]
     if program.args:
         command += ["--", *program.args]
     done = subprocess.run(command, cwd=cwd, env={**os.environ, "PJRT_DEVICE": "CPU"}, capture_output=True, text=True)

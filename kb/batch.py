@@ -319,6 +319,9 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
             bound,
             exports=plan.start.exports,
             per_step=combined.per_step,
+            called=combined.called,
+            looped_names=combined.looped_names,
+            sparse_returns=combined.sparse_returns,
             defined=plan.start.defined,
             device_flags=combined.device_flags,
         )

@@ -186,7 +186,7 @@ def _detect_in_tree(
     analysis: ModuleAnalysis | None,
 ) -> list[_Detection]:
     chosen = may_report(rules, source)
-    implied = _implied_words(project, path)
+    implied = _implied_words(project, path, source)
     if implied:  # the tree runs this module's functions every step: its step rules may report here
         chosen += [rule for rule in rules if rule not in chosen and not implied.isdisjoint(rule.needs)]
     visitors = [rule() for rule in chosen]
@@ -243,13 +243,19 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
     return detections
 
 
-def _implied_words(project: ProjectSteps | None, path: str) -> frozenset[str]:
+def _implied_words(project: ProjectSteps | None, path: str, source: str = "") -> frozenset[str]:
     """{"step"} when the tree runs a function of this module once per training step (its text may name no
-    step: a helper of the loop, a model's method)."""
-    if project is None or not project.per_step or not path:
+    step: a helper of the loop, a model's method); {"sparse"} when the module names a function of the tree that
+    returns a sparse tensor (`adj, x, y = load_data()`: its text may name nothing sparse)."""
+    if project is None or not path:
         return frozenset()
+    words = set()
     prefix = project.module_of(path) + "."
-    return frozenset({"step"}) if any(name.startswith(prefix) for name in project.per_step) else frozenset()
+    if any(name.startswith(prefix) for name in project.per_step):
+        words.add("step")
+    if any(function.rsplit(".", 1)[-1] in source for function, _ in project.sparse_returns):
+        words.add("sparse")
+    return frozenset(words)
 
 
 def _inside(pos, regions) -> bool:

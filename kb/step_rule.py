@@ -397,7 +397,7 @@ class StepContextRule(ScopedRule):
     def per_step_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
         """The step loop that runs `node` every step on the device (a script that names no device runs its
         steps on the CPU, where host reads cost nothing)."""
-        if self.facts().cpu_script:
+        if steps.trains_on_cpu(self):
             return None
         return steps.per_step_loop(self, node)
 

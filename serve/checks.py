@@ -33,6 +33,7 @@ def run_xla_check(
     workdir: Path | None = None,
     project: Path | None = None,
     reveal: bool = True,
+    module: str | None = None,
 ) -> CheckRun:
     """The execution check on `script` (in a sandboxed child): passed means L2. `workdir`: the tree the command
     runs from (a project that reads files by relative path needs its root); the run sees it through a private
@@ -40,7 +41,8 @@ def run_xla_check(
     a client named) nothing the sandbox user could not read is shown to it: such a run is refused, with the
     reason, and never made as root. `project`: the tree around `workdir` the run sees (default: `workdir`).
     `reveal` False: a user's own folder named by a server's client (MCP `check_xla` with `cwd`): the project is
-    found around `workdir` and nothing the sandbox user could not read is shown to it."""
+    found around `workdir` and nothing the sandbox user could not read is shown to it. `module`: run
+    `python -m MODULE` from `workdir` instead of `script` (the module's file)."""
     try:
         if workdir is None:
             report = run_check(script, args, timeout_s=timeout_s, memory_mb=memory_mb, explain=explain_error)
@@ -56,6 +58,7 @@ def run_xla_check(
                 project=root,
                 reveal=reveal,
                 explain=explain_error,
+                module=module,
             )
     except SandboxRefused as refused:
         return CheckRun(name="xla_check", passed=None, reasons=[f"not run: {refused}"])

@@ -31,6 +31,20 @@ def check_file_name(path: str) -> None:
             raise ValueError(f"a file name is {size:,} bytes; at most {MAX_NAME_BYTES} are allowed: {part[:40]!r}...")
 
 
+def module_command(command: str) -> tuple[str, list[str]] | None:
+    """`python -m tools.train --steps 20` -> ("tools.train", ["--steps", "20"]); None for any other command."""
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"cannot parse the command {command!r}: {exc}") from None
+    if words and Path(words[0]).name.startswith("python") and not words[0].endswith(".py"):
+        words = words[1:]
+    if len(words) < 2 or words[0] != "-m":
+        return None
+    check_arguments(words[2:])
+    return words[1], words[2:]
+
+
 def parse_command(command: str) -> tuple[str, list[str]]:
     """`python train.py --steps 20` -> ("train.py", ["--steps", "20"]); the interpreter word is optional."""
     try:

@@ -41,7 +41,7 @@ from xlaport.files import (
 )
 from xlaport.targets import DEFAULT_TARGET, evidence_note
 
-from .inputs import check_arguments, check_file_name, parse_command
+from .inputs import check_arguments, check_file_name, module_command, parse_command
 from .isolated import FIX_WORKERS, fix_source_killable
 from .lines import in_original_lines
 from .migration import TreeRun, finish_migration, library_pin_notes, optimize_copy, plan_migration, write_and_prove
@@ -304,7 +304,7 @@ class Pipeline:
         from .checks import run_xla_check
 
         check_arguments(args or [])
-        if command:
+        if command and module_command(command) is None:  # `python -m pkg.mod` runs as python -m does
             parse_command(command)
         if project is not None:
             if rel_path is None:

@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from .inputs import parse_command
+from xlaport.eval.check.run import module_file
+
+from .inputs import module_command, parse_command
 from .project import ProjectError, ProjectSource, project_path, write_in_copy
 from .results import CheckRun, Evidence, SuggestOptions, verdict
 from .tree import GENERATED_TESTS_DIR
@@ -300,13 +302,22 @@ def check_in_project(
             raise ProjectError(f"{rel_path!r} is not a file of the project")
         if not (root / folder).is_dir():
             raise ProjectError(f"`cwd` {folder!r} is not a folder of the project")
-        if command:
+        module = None
+        if command and (as_module := module_command(command)) is not None:
+            module, args = as_module
+            try:
+                script = os.path.relpath(module_file(root / folder, module), root / folder)
+            except (ValueError, FileNotFoundError) as exc:
+                raise ProjectError(f"{exc} (the project's folder {folder!r})") from None
+        elif command:
             script, args = parse_command(command)
         else:
             script = os.path.relpath(rel_path, folder)
         if not (root / folder / script).is_file():
             raise ProjectError(f"the script {script!r} is not in the project's folder {folder!r}")
-        run = run_xla_check(root / folder / script, args, timeout_s, memory_mb, root / folder, project=root)
+        run = run_xla_check(
+            root / folder / script, args, timeout_s, memory_mb, root / folder, project=root, module=module
+        )
         return _context_failure(run, True, folder) or _fails_in_unmigrated_file(run, root, rel_path) or run
 
 

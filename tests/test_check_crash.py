@@ -8,7 +8,7 @@ import json
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval.check.crash import crash_reason, dependency_frame, error_line
+from xlaport.eval.check.crash import crash_reason, dependency_frame, error_line, missing_xla_api
 from xlaport.kb.symptoms import entries_for_error, explain_error
 
 from xlaport.cli import app
@@ -94,3 +94,31 @@ def test_check_attributes_a_dependencys_amax_crash_to_xla522(tmp_path):
     assert "a Tensor with 4 elements cannot be converted to Scalar" in reason
     assert "raised inside the dependency `padtools`" in reason and "padtools/__init__.py:6, in pad_to_longest" in reason
     assert "kb XLA522" in reason
+
+
+REMOVED_GETTER = f"""Traceback (most recent call last):
+  File "/work/proj/train.py", line 23, in <module>
+    print(evaluator.run(data).metrics)
+  File "{SITE}/ignite/metrics/metric.py", line 300, in compute
+    ws = idist.get_world_size()
+  File "{SITE}/ignite/distributed/comp_models/xla.py", line 80, in get_world_size
+    return xm.xrt_world_size()
+AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'"""
+
+
+def test_a_dependency_calling_a_removed_torch_xla_api_is_named_with_the_api_and_the_shim():
+    reason = crash_reason(REMOVED_GETTER, explain_error)
+    assert f"`ignite` ({SITE}/ignite/distributed/comp_models/xla.py:80, in get_world_size)" in reason
+    assert "`ignite` uses `torch_xla.core.xla_model.xrt_world_size`, which the installed torch_xla no longer" in reason
+    # the own-code entry (the rewrite) and the dependency's entry (the shim the migration adds)
+    assert "kb XLA103" in reason and "kb XLA117" in reason
+    assert missing_xla_api("ImportError: cannot import name 'get_ordinal' from 'torch_xla.core.xla_model'") == (
+        "torch_xla.core.xla_model.get_ordinal"
+    )
+    assert missing_xla_api("ModuleNotFoundError: No module named 'torch_xla.experimental.pjrt'") == (
+        "torch_xla.experimental.pjrt"
+    )
+    assert missing_xla_api("AttributeError: 'Tensor' object has no attribute 'foo'") is None
+    # the program's own call: the rule rewrites it, no dependency sentence
+    own = REMOVED_GETTER.replace(f"{SITE}/ignite/distributed/comp_models/xla.py", "/work/proj/dist.py")
+    assert "uses `torch_xla" not in crash_reason(own, explain_error)

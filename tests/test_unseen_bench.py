@@ -48,3 +48,25 @@ def test_synthetic_folders_are_trusted_and_others_checked_as_before(tmp_path):
     elsewhere = tmp_path / "real.bin"
     elsewhere.write_bytes(b"x")
     assert not check(str(elsewhere), "0" * 32) and calls == [str(elsewhere)]
+
+
+def test_a_program_with_a_module_is_checked_as_python_m_runs_it(tmp_path, monkeypatch):
+    import subprocess
+
+    import unseen
+
+    seen = {}
+
+    def fake_run(command, cwd, **kwargs):
+        seen["command"], seen["cwd"] = command, cwd
+        return subprocess.CompletedProcess(command, 0, stdout="{}", stderr="")
+
+    monkeypatch.setattr(unseen.subprocess, "run", fake_run)
+    program = unseen.Program(repo="o/r", script="tools/train.py", module="tools.train", args=["--epochs", "1"])
+    assert unseen.check_report("python", tmp_path, program) == ({}, None)
+    command = seen["command"]
+    assert command[command.index("-m", 3) + 1] == "tools.train" and "tools/train.py" not in command
+    assert command[-3:] == ["--", "--epochs", "1"] and seen["cwd"] == tmp_path / "."
+    plain = unseen.Program(repo="o/r", script="tools/train.py")
+    unseen.check_report("python", tmp_path, plain)
+    assert "tools/train.py" in seen["command"] and "tools.train" not in seen["command"]

@@ -19,8 +19,12 @@ _explain: Explain | None = None
 
 def check(
     script: Annotated[
-        Path, typer.Argument(help="The migrated script to run, found as `python SCRIPT` finds it (it is not modified).")
-    ],
+        Path | None,
+        typer.Argument(
+            help="The migrated script to run, found as `python SCRIPT` finds it (it is not modified).",
+            show_default=False,
+        ),
+    ] = None,
     script_args: Annotated[
         list[str] | None, typer.Argument(help="Arguments for the script; put them after `--`.", show_default=False)
     ] = None,
@@ -98,17 +102,40 @@ def check(
             show_default=False,
         ),
     ] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            "-m",
+            "--module",
+            help="Run a module as `python -m MODULE` does, from the working folder (its sibling packages import); "
+            "every argument after it is the module's.",
+            show_default=False,
+        ),
+    ] = None,
     target: TargetOption = "torch_xla",
 ) -> None:
     """Run SCRIPT under torch_xla and report fallbacks, recompiles, host syncs, NaN and stale optimizers.
 
-    Example: xlaport check train.py --steps-warmup 2 -- --epochs 1
+    Example: xlaport check train.py --steps-warmup 2 -- --epochs 1; xlaport check -m tools.train -- --epochs 1
 
     Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors and refused runs."""
     from ..sandbox import DEFAULT_MEMORY_MB, SandboxRefused, host_memory_mb
     from . import render_text, run_check
+    from .run import module_file
 
     workdir = (workdir or Path.cwd()).resolve()
+    if module is not None:  # `xlaport check -m pkg.train a b`: SCRIPT is the module's first argument
+        script_args = [*([str(script)] if script is not None else []), *(script_args or [])]
+        try:
+            script = module_file(workdir, module)
+        except (ValueError, FileNotFoundError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
+    elif script is None:
+        typer.echo(
+            "error: name the script to run (xlaport check train.py), or a module (xlaport check -m pkg.train)", err=True
+        )
+        raise typer.Exit(EXIT_USAGE)
     if not (workdir / script).is_file():  # an absolute SCRIPT stays itself
         typer.echo(f"error: no such script: {script} (in {workdir})", err=True)
         raise typer.Exit(EXIT_USAGE)
@@ -137,6 +164,7 @@ def check(
             keep_outputs=keep_outputs.resolve() if keep_outputs else None,
             max_steps=max_steps,
             explain=_explain,
+            module=module,
         )
     except SandboxRefused as refused:
         typer.echo(f"error: refused: {refused}", err=True)

@@ -57,6 +57,25 @@ def error_line(traceback_text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
+# what an error line says torch_xla no longer has: an attribute of one of its modules, a name to import, a module
+MISSING_XLA_API = (
+    re.compile(r"module '(?P<module>torch_xla[\w.]*)' has no attribute '(?P<name>\w+)'"),
+    re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>torch_xla[\w.]*)'"),
+    re.compile(r"No module named '(?P<module>torch_xla[\w.]*)'"),
+)
+
+
+def missing_xla_api(line: str) -> str | None:
+    """The torch_xla API an error line says is missing (`torch_xla.core.xla_model.xrt_world_size`): one that the
+    installed torch_xla removed or renamed; None for other errors."""
+    for pattern in MISSING_XLA_API:
+        match = pattern.search(line)
+        if match:
+            name = match.groupdict().get("name")
+            return f"{match['module']}.{name}" if name else match["module"]
+    return None
+
+
 def crash_reason(traceback_text: str | None, explain: Explain | None) -> str:
     """What to add to the reason of a run that exited with an error: the dependency it was raised in (package,
     file:line) and the kb entries that explain the error, with their workaround; "" when there is neither."""
@@ -68,6 +87,13 @@ def crash_reason(traceback_text: str | None, explain: Explain | None) -> str:
             f"raised inside the dependency `{frame.package}` ({frame.where()}), which a migration of the program "
             "does not change"
         )
+        removed = missing_xla_api(error_line(traceback_text))
+        if removed is not None:
+            parts.append(
+                f"`{frame.package}` uses `{removed}`, which the installed torch_xla no longer has (removed or "
+                "renamed): use a release of the package that no longer calls it, or a shim that maps it to its "
+                "replacement before the package runs"
+            )
     if entries:
         where = f" in `{frame.package}`" if frame is not None else ""
         parts.append(f"explained by {'; '.join(entries)} (apply the workaround{where})")

@@ -46,6 +46,7 @@ def run_check(
     keep_outputs: Path | None = None,
     max_steps: int | None = None,
     explain: Explain | None = None,
+    module: str | None = None,
 ) -> CheckReport:
     """Runs `script` with `args` under torch_xla in a child process and grades what happened, as
     `cd WORKDIR && python SCRIPT ARGS` would run it: a relative `script` is found in `workdir`, which is the
@@ -58,7 +59,11 @@ def run_check(
     instead of refused (SandboxRefused), said first in the notes. `writable`: the caller's scratch folders the
     child may write (handed over to the sandbox user, see eval/sandbox/). `max_steps`: the script is stopped
     cleanly after that many steps (real scripts often loop for hours). `explain`: names the kb entries that
-    explain an error the run died of (crash.py; the kb's `explain_error`)."""
+    explain an error the run died of (crash.py; the kb's `explain_error`). `module`: run `python -m MODULE ARGS`
+    from `workdir` instead (`script` is then ignored: the module's file, found there as `-m` finds it, stands for
+    it in the report)."""
+    if module is not None:
+        script = module_file(Path(workdir or "."), module)
     script = Path(script)
     if not script.is_absolute() and workdir is not None:
         script = Path(workdir) / script
@@ -98,7 +103,7 @@ def run_check(
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", merged_env.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         launched_at = time.time()
         result = run_sandboxed(
-            [sys.executable, str(RUNNER), str(script), *args],
+            [sys.executable, str(RUNNER), *(["-m", module] if module else [str(script)]), *args],
             cwd=cwd,
             timeout_s=timeout_s,
             memory_mb=memory_mb,
@@ -125,6 +130,8 @@ def run_check(
         memory_mb=result.memory_limit_mb,  # the limit that applied (the sandbox may clamp it)
         explain=explain,
     )
+    if module is not None:
+        report.notes.append(f"ran as `python -m {module}` from {cwd} (the module's file: {script})")
     if max_steps and report.steps >= max_steps:
         report.notes.append(
             f"stopped after {max_steps} steps, as --max-steps asked; the rest of the script did not run"
@@ -148,6 +155,18 @@ def run_check(
     if not result.sandboxed:  # first: a reader must not miss it
         report.notes.insert(0, "not sandboxed: " + "; ".join(result.gaps))
     return report
+
+
+def module_file(root: Path, module: str) -> Path:
+    """The file `python -m MODULE` runs when started in `root`: `pkg/mod.py`, or `pkg/mod/__main__.py`."""
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise ValueError(f"not a module name: {module!r} (e.g. tools.train)")
+    base = Path(root).resolve().joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no module {module} in {root}: `python -m {module}` run there would not find it")
 
 
 def outputs_note(result: SandboxResult, shown: int = 5) -> str:

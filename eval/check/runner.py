@@ -122,19 +122,27 @@ def _hook_workers(out_path: str) -> None:
 
 def main() -> None:
     if len(sys.argv) < 2:
-        sys.exit("usage: runner.py SCRIPT [ARGS...]")
+        sys.exit("usage: runner.py SCRIPT [ARGS...] | runner.py -m MODULE [ARGS...]")
     out_path = os.environ["XLAPORT_CHECK_OUT"]
     recorder = Recorder(out_path)
     recorder.emit("start")
     _hook_workers(out_path)
     probes = _install(recorder, at_exit=False)
-    script = os.path.abspath(sys.argv[1])
-    sys.argv = [script, *sys.argv[2:]]
-    sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
+    module = sys.argv[2] if sys.argv[1] == "-m" and len(sys.argv) > 2 else None
+    if module is not None:
+        sys.argv = [module, *sys.argv[3:]]  # run_module puts the module's file first, as `python -m` does
+        sys.path[0] = os.getcwd()  # as `python -m MODULE` would have it: sibling packages import
+    else:
+        script = os.path.abspath(sys.argv[1])
+        sys.argv = [script, *sys.argv[2:]]
+        sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
     recorder.emit("script_start")
     outcome: object = None
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is not None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     except StepLimitReached as exc:  # the check asked for this many steps: a clean end, not the script's error
         outcome = f"stopped after {exc.args[0]} steps (--max-steps)"
     except SystemExit as exc:

@@ -23,11 +23,8 @@ from ..cst_walk import walk
 from .bindings import TopLevelBindings
 from .cst_scopes import full_name
 from .device_facts import key_of
-from .device_regions import region_verdict
-from .devices import FLAG_NAME, DeviceAnalysis
-from .devices import analyse as analyse_devices
+from .devices import FLAG_NAME
 from .project_steps import UNKNOWN
-from .sparse import is_sparse
 
 if TYPE_CHECKING:
     from .view import StepView
@@ -224,20 +221,25 @@ def classes_of(rule: StepView, value: cst.CSTNode) -> set[str]:
 def project_step(rule: StepView, call: cst.Call) -> bool:
     """Does `call` run one of the tree's stepping callables: `train_step(...)`, `scaler(...)` (an instance of
     a class whose `__call__` steps), `self.trainer.optimize(opt)`?"""
+    return bool(project_steppers(rule, call))
+
+
+def project_steppers(rule: StepView, call: cst.Call) -> set[str]:
+    """The full names of the tree's stepping callables that `call` runs (see `project_step`)."""
     project = rule.analysis.project
     if project is None or not project.steppers:
-        return False
-    names = {project.resolve(n) for n in absolute_names(rule, call.func)}
-    if names & project.steppers:
-        return True
+        return set()
+    names = {project.resolve(n) for n in absolute_names(rule, call.func)} & project.steppers
+    if names:
+        return names
     func = call.func
     if isinstance(func, cst.Attribute):
         receiver, method = func.value, func.attr.value
     else:
         receiver, method = func, "__call__"
     if isinstance(receiver, cst.Name) and receiver.value == "self":
-        return False  # the module's own methods: steps.py follows them
-    return any(f"{klass}.{method}" in project.steppers for klass in classes_of(rule, receiver))
+        return set()  # the module's own methods: steps.py follows them
+    return {f"{klass}.{method}" for klass in classes_of(rule, receiver)} & project.steppers
 
 
 def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
@@ -287,56 +289,6 @@ def flag_passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
         callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
         found += [(callee, where, key) for callee in sorted(callees) for where, key in flags]
     return tuple(found)
-
-
-def device_gates(rule: StepView) -> tuple[tuple[str, str], ...]:
-    """What this module's tests of device flags guard (ModuleSteps.gates): a parameter of the function around the
-    test is named by the function, any other flag by its key."""
-    devices = analyse_devices(rule.analysis.module)
-    found = set()
-    for flag, region in devices.flag_tests():
-        verdict = region_verdict(devices, region)
-        if verdict is None:
-            continue
-        if verdict == "device" and _moves_sparse(rule, region):
-            verdict = "blocked"  # no device rule moves a sparse tensor by default (XLA520 densifies: unsafe)
-        function = _function_with_parameter(devices, flag)
-        if function is not None:
-            found.add((f"param:{definition_name(rule, function)}:{flag.value}", verdict))  # type: ignore[union-attr]
-        else:
-            found.add((f"key:{key_of(flag)}", verdict))
-    return tuple(sorted(found))
-
-
-def _moves_sparse(rule: StepView, region: cst.CSTNode) -> bool:
-    """Does `region` move a sparse tensor (`adj.cuda()`, `adj.to(device)`)?"""
-    for call in walk(region):
-        if (
-            isinstance(call, cst.Call)
-            and isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in ("cuda", "to")
-        ):
-            receiver = call.func.value
-            # a name that is sparse after any of its assignments may be sparse here (`adj, x = prep(adj)` then
-            # `adj = to_sparse(adj).float()` before `adj.cuda()`): the flip is withheld on a doubt
-            values = rule.assigned_values(receiver) if isinstance(receiver, cst.Name) else []
-            if is_sparse(rule, receiver) or any(is_sparse(rule, v) for v in values):
-                return True
-    return False
-
-
-def _function_with_parameter(devices: DeviceAnalysis, flag: cst.CSTNode) -> cst.FunctionDef | None:
-    """The function around `flag` when `flag` is one of its parameters."""
-    if not isinstance(flag, cst.Name):
-        return None
-    node = devices.parent(flag)
-    while node is not None and not isinstance(node, cst.FunctionDef):
-        node = devices.parent(node)
-    if node is None:
-        return None
-    params = node.params
-    names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-    return node if flag.value in names else None
 
 
 def _may_name_function(func: cst.CSTNode, defined: frozenset[str], imported: frozenset[str]) -> bool:

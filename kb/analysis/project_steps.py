@@ -36,6 +36,14 @@ class ModuleSteps:
     # (function, position or keyword, the flag's key)
     gates: tuple[tuple[str, str], ...] = ()
     flag_passes: tuple[tuple[str, int | str, str], ...] = ()
+    # the tree's stepping callables (full names) that this module calls, from a loop or not: a stepper nobody in
+    # the tree calls gets its barrier at its own end (steps.py `barrier_sites`)
+    stepper_calls: frozenset[str] = frozenset()
+    # the last names of the tree's stepping callables that this module calls in a loop, resolved or not
+    # (`agent.train()` with `agent = build(kind)`)
+    looped_names: frozenset[str] = frozenset()
+    # (function, position): this module's functions whose return holds a sparse tensor there (sparse.py)
+    sparse_returns: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,10 @@ class ProjectSteps:
     exports: frozenset[tuple[str, str]] = frozenset()
     # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
     per_step: frozenset[str] = frozenset()
+    # the tree's stepping callables that some module of the tree calls (`ModuleSteps.stepper_calls`)
+    called: frozenset[str] = frozenset()
+    looped_names: frozenset[str] = frozenset()  # `ModuleSteps.looped_names` of every module
+    sparse_returns: frozenset[tuple[str, int]] = frozenset()  # `ModuleSteps.sparse_returns` of every module
     # every name the tree's texts define with `def` (None: not known). `combine` keeps only what is passed to the
     # tree's functions, so project.py `passes` resolves no call that cannot name one of them
     defined: frozenset[str] | None = None
@@ -82,12 +94,18 @@ class ProjectSteps:
                     seen.setdefault((function, where), set()).add(owner)
         bound = frozenset((f, p, k) for (f, p), c in seen.items() if len(c) == 1 and (k := next(iter(c))) != UNKNOWN)
         per_step = frozenset(f for m in summaries for f in m.per_step_calls)
+        called = frozenset(f for m in summaries for f in m.stepper_calls)
+        looped = frozenset(n for m in summaries for n in m.looped_names)
+        sparse = frozenset(r for m in summaries for r in m.sparse_returns)
         return cls(
             modules=project.modules,
             steppers=steppers,
             param_classes=bound,
             per_step=per_step,
             device_flags=_device_flags(summaries, signatures),
+            called=called,
+            looped_names=looped,
+            sparse_returns=sparse,
         )
 
     def resolve(self, name: str) -> str | None:

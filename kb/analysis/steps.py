@@ -27,17 +27,19 @@ from ..cst_helpers import (
     method_name,
     positional_args,
 )
+from .device_gates import device_gates
 from .project import (
     absolute_names,
     classes_of,
     definition_name,
-    device_gates,
     flag_passes,
     passes,
     project_step,
+    project_steppers,
     star_imported,
 )
 from .project_steps import ModuleSteps
+from .sparse import sparse_returns
 
 if TYPE_CHECKING:
     from .view import RuleView, StepView
@@ -390,6 +392,10 @@ def _find_barrier_sites(rule: StepView) -> list[BarrierSite]:
         site = _site(rule, call, loop, helper)
         if site is not None:
             per_loop.setdefault(id(loop), []).append(site)
+    for call, func in _uncalled_steps(rule):
+        after = rule.statement_of(call)
+        if after is not None:
+            per_loop.setdefault(id(func), []).append(BarrierSite(call, _after_scaler_update(rule, after), func, None))
     last = []
     for sites in per_loop.values():
         site = max(sites, key=lambda s: _start(rule, s.after))
@@ -398,6 +404,53 @@ def _find_barrier_sites(rule: StepView) -> list[BarrierSite]:
             site = BarrierSite(site.call, _after_scaler_update(rule, after), site.loop, site.helper)
         last.append(site)
     return sorted(last, key=lambda s: _start(rule, s.after))
+
+
+def _uncalled_steps(rule: StepView) -> list[tuple[cst.Call, cst.FunctionDef]]:
+    """Updates (or calls of the tree's stepping callables) in a function that is the step, called in a loop that
+    the analysis cannot resolve (`agent.train()` with `agent = build(kind)`): every chain of callers up from the
+    function ends in a function that nothing in the tree is known to call, and a loop of the tree calls one of
+    them by name. The barrier then goes at the end of the step, in the function: one per call is one per step.
+    A chain that reaches a loop, a barrier, a module-level call or a resolved caller is left to that caller; a
+    function nothing calls by name is not known to train."""
+    _climb(rule)
+    starts = rule.analysis.climb[2]
+    project = rule.analysis.project
+    if not starts or project is None or not project.looped_names:
+        return []
+    found = []
+    for call, _ in starts:
+        func = _helper_function(rule, call) if _innermost_loop(rule, call) is None else None
+        ends = _chain_ends(rule, func, project.called) if func is not None else None
+        if ends and not ends.isdisjoint(project.looped_names):
+            found.append((call, func))
+    return found
+
+
+def _chain_ends(rule: StepView, start: cst.FunctionDef, called: frozenset[str]) -> set[str] | None:
+    """The names of the functions where the chains of callers of `start` (in this module, without a loop between)
+    end, none called; None when a chain reaches a loop, a barrier, a module-level call, or a function that another
+    module of the tree calls."""
+    calls = rule.analysis.nodes.calls
+    seen: set[int] = set()
+    ends: set[str] = set()
+    pending = [start]
+    while pending:
+        func = pending.pop()
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        if any(is_barrier(rule, c) for c in rule.nodes_in(func, False).calls) or definition_name(rule, func) in called:
+            return None
+        callers = [c for c in calls if _calls(rule, c, func) and rule.enclosing_function(c) is not func]
+        for call in callers:
+            caller = _helper_function(rule, call)
+            if caller is None:
+                return None  # in a loop, at module level, in a lambda or class body: not this function's end
+            pending.append(caller)
+        if not callers:
+            ends.add(func.name.value)
+    return ends
 
 
 def _holding_all(rule: StepView, statements: list[cst.BaseStatement], last: cst.BaseStatement) -> cst.CSTNode:
@@ -429,14 +482,14 @@ def _climb(rule: StepView) -> tuple[list[tuple[cst.Call, Loop, str | None]], lis
         # step: its gradients come from a call that runs the backward itself (`wrapper(x, backward=True)`)
         built = rule.facts().optimizer_keys
         if not backward and not built and not (project and project.steppers):
-            analysis.climb = (key, ([], []))
+            analysis.climb = (key, ([], []), [])
         else:
             starts: list[tuple[cst.Call, str | None]] = [
                 (c, None) for c in calls if is_optimizer_update(rule, c) and (backward or _steps_built(c, built))
             ]
             if project and project.steppers:
                 starts += [(c, code_of(c.func)) for c in calls if project_step(rule, c)]
-            analysis.climb = (key, _climb_from(rule, starts))
+            analysis.climb = (key, _climb_from(rule, starts), starts)
     return analysis.climb[1]
 
 
@@ -463,8 +516,20 @@ def _climb_from(
             continue
         helpers[id(func)] = func
         name = func.name.value
-        pending += [(c, helper or name) for c in calls if _calls(c, name) and rule.enclosing_function(c) is not func]
+        pending += [
+            (c, helper or name) for c in calls if _calls(rule, c, func) and rule.enclosing_function(c) is not func
+        ]
     return found, list(helpers.values())
+
+
+def trains_on_cpu(rule: StepView) -> bool:
+    """A script that names no device trains on the CPU (no lazy graph, host reads cost nothing), unless it runs
+    the tree's stepping callables: then the device is named in the module that steps (`agent.train()` in main.py,
+    `Agent` in agent.py moving its networks to `device`)."""
+    if not rule.facts().cpu_script:
+        return False
+    project = rule.analysis.project
+    return not (project and project.steppers and any(project_step(rule, c) for c in rule.analysis.nodes.calls))
 
 
 def module_steps(rule: StepView, with_passes: bool = True) -> ModuleSteps:
@@ -488,6 +553,20 @@ def module_steps(rule: StepView, with_passes: bool = True) -> ModuleSteps:
         per_step_calls=per_step_calls(rule),
         gates=device_gates(rule),
         flag_passes=flag_passes(rule),
+        stepper_calls=frozenset(name for c in rule.analysis.nodes.calls for name in project_steppers(rule, c)),
+        looped_names=_looped_stepper_names(rule),
+        sparse_returns=sparse_returns(rule),
+    )
+
+
+def _looped_stepper_names(rule: StepView) -> frozenset[str]:
+    """The last names of the tree's stepping callables that this module calls in a loop (`agent.train()`)."""
+    project = rule.analysis.project
+    if project is None or not project.steppers:
+        return frozenset()
+    names = {s.rsplit(".", 1)[-1] for s in project.steppers}
+    return frozenset(
+        n for c in rule.analysis.nodes.calls if (n := identifier(c.func)) in names and _innermost_loop(rule, c)
     )
 
 
@@ -585,12 +664,32 @@ def _helper_function(rule: StepView, node: cst.CSTNode) -> cst.FunctionDef | Non
     return None
 
 
-def _calls(call: cst.Call, name: str) -> bool:
-    """`name(...)`, `self.name(...)`, `trainer.name(...)` (not a scheduler's method of the same name)."""
-    func = call.func
-    if isinstance(func, cst.Name):
-        return func.value == name
-    return isinstance(func, cst.Attribute) and func.attr.value == name and "sched" not in code_of(func.value).lower()
+# nn.Module's own methods: `self.net.train()` in a method is the network's mode switch, not a call of a stepping
+# method of the same name (`Agent.train()`, which runs the optimizer step)
+MODULE_METHODS = frozenset({"train", "eval", "forward", "to", "cuda", "cpu", "zero_grad", "apply", "float", "half"})
+
+
+def _calls(rule: StepView, call: cst.Call, func: cst.FunctionDef) -> bool:
+    """`name(...)`, `self.name(...)`, `trainer.name(...)` for `func` named `name` (not a scheduler's method of the
+    same name; for a method named as one of nn.Module's, only a receiver that may be an instance of its class)."""
+    name = func.name.value
+    target = call.func
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if not isinstance(target, cst.Attribute) or target.attr.value != name or "sched" in code_of(target.value).lower():
+        return False
+    cls = rule.enclosing_class(func)
+    return cls is None or name not in MODULE_METHODS or _may_be_instance(rule, target.value, cls)
+
+
+def _may_be_instance(rule: StepView, receiver: cst.BaseExpression, cls: cst.ClassDef) -> bool:
+    """Is `receiver` `self` in a method of `cls`, or a value the tree or the module builds with `cls(...)`?"""
+    if isinstance(receiver, cst.Name) and receiver.value == "self":
+        return rule.enclosing_class(receiver) is cls
+    if classes_of(rule, receiver):
+        return definition_name(rule, cls) in classes_of(rule, receiver)
+    values = rule.assigned_values(receiver) if isinstance(receiver, cst.Name) else []
+    return bool(values) and all(isinstance(v, cst.Call) and identifier(v.func) == cls.name.value for v in values)
 
 
 def _after_scaler_update(rule: StepView, stmt: cst.BaseStatement) -> cst.BaseStatement:

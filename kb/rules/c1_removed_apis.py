@@ -150,6 +150,168 @@ class RemovedRuntimeGetters(Rule):
             self.report(node, "import of names removed in torch_xla 2.7")
 
 
+# Libraries whose released code still calls the runtime getters torch_xla 2.7 removed: (what it calls, where)
+LIBRARIES_CALLING_REMOVED_GETTERS = {
+    "ignite": "`xm.xrt_world_size()` and `xm.get_ordinal()` (ignite/distributed/comp_models/xla.py, through 0.5.5)",
+}
+GETTER_SHIM = "xm.xrt_world_size, xm.get_ordinal = xr.world_size, xr.global_ordinal"
+
+
+class DependencyCallsRemovedGetters(Rule):
+    code = "XLA117"
+    needs = ("ignite",)
+    title = "A library the program imports calls `xm.xrt_world_size()` / `xm.get_ordinal()`, removed in 2.7"
+    category = "C1"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "Unguarded imports of a library whose released code still calls the runtime getters torch_xla 2.7 removed "
+        "(pytorch-ignite's XLA computation model, through 0.5.5), in a module without the shim."
+    )
+    why = (
+        "Once the program imports torch_xla, pytorch-ignite picks its XLA computation model, which asks "
+        "`xm.xrt_world_size()` for the world size (every metric's `compute`, `idist.get_world_size()`, "
+        "`auto_dataloader`): the migrated program crashes inside ignite with `AttributeError: module "
+        "'torch_xla.core.xla_model' has no attribute 'xrt_world_size'`, although the program's own code is "
+        "migrated. A migration cannot change the library; what to do: a release of the library that calls "
+        "`torch_xla.runtime` (none yet for ignite), or the two-name shim the fix adds after the import: "
+        "`torch_xla.runtime.world_size()` / `global_ordinal()` return the numbers the removed getters returned, "
+        "so the library computes the same. Pinning torch_xla below 2.7 gives up the 2.9 target."
+    )
+    before = "import torch\nfrom ignite.engine import create_supervised_trainer\n"
+    after = (
+        "import torch\nfrom ignite.engine import create_supervised_trainer\n"
+        "import torch_xla.core.xla_model as xm\nimport torch_xla.runtime as xr\n\n"
+        f"{GETTER_SHIM}  # `ignite` calls the getters torch_xla 2.7 removed (XLA117)\n"
+    )
+    message = "this library calls runtime getters torch_xla 2.7 removed; the shim maps them to `torch_xla.runtime`"
+    symptoms = (
+        "AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'",
+        "AttributeError: module 'torch_xla.core.xla_model' has no attribute 'get_ordinal'",
+    )
+    references = ("pytorch/xla PR #7679", "pytorch-ignite ignite/distributed/comp_models/xla.py")
+    valid = (
+        "import torch\n",
+        "try:\n    import ignite\nexcept ImportError:\n    ignite = None\n",
+        f"import ignite\nimport torch_xla.core.xla_model as xm\nimport torch_xla.runtime as xr\n{GETTER_SHIM}\n",
+    )
+
+    def visit_Module(self, node: cst.Module) -> None:
+        assigns = [a for a in self.analysis.nodes.assigns if isinstance(a, cst.Assign)]
+        if any("xrt_world_size" in code_of(t.target) for a in assigns for t in a.targets):
+            return  # the shim is there already
+        body = list(node.body)
+        found = next(((i, lib) for i, s in enumerate(body) if (lib := self._library_imported(s)) is not None), None)
+        if found is None:
+            return
+        index, library = found
+        where = body[index]
+        while index + 1 < len(body) and self._is_import(body[index + 1]):
+            index += 1  # after the import block the library's import is in: the shim needs the torch_xla imports
+        shim = [
+            cst.parse_statement("import torch_xla.core.xla_model as xm\n"),
+            cst.parse_statement("import torch_xla.runtime as xr\n"),
+            cst.parse_statement(
+                f"{GETTER_SHIM}  # `{library}` calls the getters torch_xla 2.7 removed (XLA117)\n"
+            ).with_changes(leading_lines=[cst.EmptyLine()]),
+        ]
+        what = LIBRARIES_CALLING_REMOVED_GETTERS[library]
+        self.report(
+            where,
+            f"`{library}` calls {what}, removed in torch_xla 2.7: the migrated program crashes inside it; "
+            "the shim maps them to `torch_xla.runtime` (the same numbers)",
+            replacement=cst.FlattenSentinel([body[index], *shim]),
+            target=body[index],
+        )
+
+    @staticmethod
+    def _is_import(stmt: cst.CSTNode) -> bool:
+        return isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        )
+
+    def _library_imported(self, stmt: cst.CSTNode) -> str | None:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return None
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                modules = [module_name(a.name) for a in small.names]
+            elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
+                modules = [module_name(small.module)]
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] in LIBRARIES_CALLING_REMOVED_GETTERS:
+                    return module.split(".")[0]
+        return None
+
+
+# SPMD left `torch_xla.experimental` (2.3): the same modules, moved; the old paths raise ModuleNotFoundError in 2.9
+MOVED_MODULES = {
+    "torch_xla.experimental.xla_sharding": "torch_xla.distributed.spmd.xla_sharding",
+    "torch_xla.experimental.xla_sharded_tensor": "torch_xla.distributed.spmd.xla_sharded_tensor",
+}
+
+
+class MovedSpmdModules(Rule):
+    code = "XLA118"
+    needs = ("xla_shard",)
+    title = "`torch_xla.experimental.xla_sharding` moved to `torch_xla.distributed.spmd`"
+    category = "C1"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "Imports of `torch_xla.experimental.xla_sharding` and `torch_xla.experimental.xla_sharded_tensor` "
+        "(`import ... as xs`, `from ... import Mesh`, `from torch_xla.experimental import xla_sharding`)."
+    )
+    why = (
+        "SPMD moved out of `torch_xla.experimental` in 2.3: the same modules now live in "
+        "`torch_xla.distributed.spmd` (`xla_sharding.py`, `xla_sharded_tensor.py`), and torch_xla 2.9 has no "
+        "module at the old path (`ModuleNotFoundError`). The fix imports the moved module under the same name, "
+        "so every use (`xs.Mesh`, `xs.mark_sharding`) runs the same code. A plain `import` of the old dotted "
+        "path used as a whole name in the code is reported without a rewrite."
+    )
+    before = "import torch_xla.experimental.xla_sharding as xs\nfrom torch_xla.experimental.xla_sharding import Mesh\n"
+    after = "import torch_xla.distributed.spmd.xla_sharding as xs\nfrom torch_xla.distributed.spmd.xla_sharding import Mesh\n"
+    message = "moved in torch_xla 2.3: import it from `torch_xla.distributed.spmd`"
+    symptoms = (
+        "ModuleNotFoundError: No module named 'torch_xla.experimental.xla_sharding'",
+        "ModuleNotFoundError: No module named 'torch_xla.experimental.xla_sharded_tensor'",
+    )
+    references = ("torch_xla/distributed/spmd/__init__.py (v2.9.0)", "pytorch/xla docs: SPMD user guide")
+    valid = (
+        "import torch_xla.distributed.spmd as xs\n",
+        "from torch_xla.distributed.spmd import Mesh\n",
+        "import torch_xla.experimental.pjrt_backend\n",
+    )
+
+    def visit_Import(self, node: cst.Import) -> None:
+        names = [module_name(a.name) for a in node.names]
+        if not any(n in MOVED_MODULES for n in names):
+            return
+        if any(n in MOVED_MODULES and a.asname is None for n, a in zip(names, node.names, strict=True)):
+            self.report(node)  # `import torch_xla.experimental.xla_sharding`: its uses spell the old path
+            return
+        aliases = [
+            a.with_changes(name=expr(MOVED_MODULES[n])) if n in MOVED_MODULES else a
+            for n, a in zip(names, node.names, strict=True)
+        ]
+        self.report(node, replacement=node.with_changes(names=aliases))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        module = module_name(node.module)
+        if module in MOVED_MODULES:
+            self.report(node, replacement=node.with_changes(module=expr(MOVED_MODULES[module])))
+        elif module == "torch_xla.experimental" and not isinstance(node.names, cst.ImportStar):
+            moved = [a for a in node.names if f"{module}.{module_name(a.name)}" in MOVED_MODULES]
+            if moved and len(moved) == len(node.names):
+                self.report(node, replacement=node.with_changes(module=expr("torch_xla.distributed.spmd")))
+            elif moved:
+                self.report(node)  # moved and unmoved names in one import: split it by hand
+
+
 class XmpSpawn(Rule):
     code = "XLA104"
     needs = ("xla_multiprocessing",)

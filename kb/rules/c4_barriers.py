@@ -122,7 +122,7 @@ class MissingStepBarrier(StepContextRule):
     )
 
     def visit_Module(self, node: cst.Module) -> None:
-        if self.facts().cpu_script:  # a script that names no device trains on the CPU: no lazy graph
+        if steps.trains_on_cpu(self):  # a script that names no device trains on the CPU: no lazy graph
             return
         for site in steps.barrier_sites(self):
             message = self.message

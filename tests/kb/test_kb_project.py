@@ -65,6 +65,22 @@ def test_the_barrier_goes_in_the_batch_loop_not_in_the_helper_nor_the_epoch_loop
     assert barriers("helper_syncs") == {"helpers.py": 1, "main.py": 0}  # the helper's own, no second one
 
 
+def test_a_method_that_is_the_step_gets_one_barrier_where_one_step_ends():
+    """An agent's `train()` method runs the optimizer step; the loop that calls it is elsewhere (issue 24)."""
+    # the caller's loop in another file: there, after the call (run.py names no device: still the device's step)
+    assert barriers("agent_across_files") == {"learner.py": 0, "run.py": 1}
+    # in one file: after the call; `self.net.train()` in `pick()` is the network's mode switch, not a step
+    expected = (PROJECTS / "agent_same_file" / "expected" / "dqn.py").read_text()
+    assert expected.count("torch_xla.sync()") == 1
+    assert "learner.train()\n            torch_xla.sync()" in expected
+    # no caller the tree can resolve (the agent comes from a factory): at the end of the method
+    assert barriers("agent_unresolved") == {"learner.py": 1, "run.py": 0}
+    learner = (PROJECTS / "agent_unresolved" / "expected" / "learner.py").read_text()
+    assert "self.opt.step()\n        torch_xla.sync()" in learner
+    # called from several places: each loop that calls it, never also in the method; a single call needs none
+    assert barriers("agent_several_callers") == {"learner.py": 0, "run.py": 2, "tune.py": 1}
+
+
 def test_summary_names_the_stepping_callables_and_binds_the_parameter():
     src = PROJECTS / "callable_scaler" / "input"
     project = summarize_project(src, python_files(src))
@@ -336,3 +352,35 @@ def test_star_imports_export_what_python_binds():
         ("helpers", "Meter"),
         ("helpers", "RATE"),
     }
+
+
+def test_a_sparse_adjacency_built_in_another_module_is_not_moved_as_it_is():
+    """pygcn's layout (issue 24): the loader module returns a sparse adjacency among dense tensors; the training
+    script unpacks it and moves it with `.cuda()`. XLA520 needs the tree summary to see it."""
+    src = PROJECTS / "graph_sparse_adjacency" / "input"
+    rels = python_files(src)
+    project = summarize_project(src, rels)
+    assert project.sparse_returns == {("graphs.scipy_to_torch", -1), ("graphs.make_graph", 0)}
+    train = src / "train.py"
+    found = lint_file(train, display="train.py", project=project).findings
+    moves = [f.line for f in found if f.code == "XLA520" and "moving one to the device" in f.message]
+    assert moves == [22]  # `adjacency = adjacency.cuda()`; x and y (positions 1, 2) are dense
+    assert [f.line for f in found if f.code == "XLA201"] == [21, 23, 24]  # the sparse move is not made plain
+    alone = lint_source(train.read_text(), "train.py")
+    assert [
+        f.line for f in alone if f.code == "XLA520" and "moving one to the device" in f.message
+    ] == []  # one module shows nothing
+
+
+def test_a_script_that_names_nothing_sparse_still_gets_the_sparse_rule(tmp_path):
+    """pygcn's train.py never spells `sparse`: the rule runs there because it names the tree's sparse loader."""
+    src = PROJECTS / "graph_sparse_adjacency" / "input"
+    (tmp_path / "graphs.py").write_text((src / "graphs.py").read_text())
+    plain = (
+        (src / "train.py").read_text().replace("torch.spmm(adjacency, x @ self.weight)", "adjacency @ x @ self.weight")
+    )
+    assert "sparse" not in plain.lower() and "spmm" not in plain
+    (tmp_path / "train.py").write_text(plain)
+    project = summarize_project(tmp_path, python_files(tmp_path))
+    found = lint_file(tmp_path / "train.py", display="train.py", project=project).findings
+    assert [f.line for f in found if f.code == "XLA520"] == [22]
