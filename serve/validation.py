@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from xlaport.eval.check.run import module_file
+from xlaport.files import module_file
 
 from .inputs import module_command, parse_command
 from .project import ProjectError, ProjectSource, project_path, write_in_copy

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from xlaport.eval.check.run import module_file
 
 from xlaport.cli import app
+from xlaport.files import module_file
 
 XLAPORT = Path(sys.executable).parent / "xlaport"
 

@@ -455,3 +455,15 @@ def write_with_backup(path: Path, text: str, backup: bool, expected: str | None 
             kept.unlink(missing_ok=True)
         raise
     return kept
+
+
+def module_file(root: Path, module: str) -> Path:
+    """The file `python -m MODULE` runs when started in `root`: `pkg/mod.py`, or `pkg/mod/__main__.py`."""
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise ValueError(f"not a module name: {module!r} (e.g. tools.train)")
+    base = Path(root).resolve().joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no module {module} in {root}: `python -m {module}` run there would not find it")

@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperCommand
 
 from xlaport.cliutil import EXIT_USAGE, OutputFormat, TargetOption, no_evidence_here
+from xlaport.files import module_file
 
 from .crash import Explain
 
@@ -121,7 +122,6 @@ def check(
     Exit 0 when the run reaches L2 (really ran on XLA), 1 otherwise, 2 on usage errors and refused runs."""
     from ..sandbox import DEFAULT_MEMORY_MB, SandboxRefused, host_memory_mb
     from . import render_text, run_check
-    from .run import module_file
 
     workdir = (workdir or Path.cwd()).resolve()
     if module is not None:  # `xlaport check -m pkg.train a b`: SCRIPT is the module's first argument

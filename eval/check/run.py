@@ -9,6 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from xlaport.files import module_file
+
 from ..sandbox import SandboxResult, project_root, read_child_file, readable_scratch, run_sandboxed, scratch
 from .crash import Explain
 from .events import RUNNER, parse_compilation_analysis, read_events
@@ -155,18 +157,6 @@ def run_check(
     if not result.sandboxed:  # first: a reader must not miss it
         report.notes.insert(0, "not sandboxed: " + "; ".join(result.gaps))
     return report
-
-
-def module_file(root: Path, module: str) -> Path:
-    """The file `python -m MODULE` runs when started in `root`: `pkg/mod.py`, or `pkg/mod/__main__.py`."""
-    parts = module.split(".")
-    if not all(part.isidentifier() for part in parts):
-        raise ValueError(f"not a module name: {module!r} (e.g. tools.train)")
-    base = Path(root).resolve().joinpath(*parts)
-    for candidate in (base.with_suffix(".py"), base / "__main__.py"):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"no module {module} in {root}: `python -m {module}` run there would not find it")
 
 
 def outputs_note(result: SandboxResult, shown: int = 5) -> str:
