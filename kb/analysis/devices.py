@@ -26,7 +26,7 @@ from contextvars import ContextVar
 
 import libcst as cst
 
-from ..cst_helpers import dotted, keyword_arg, positional_args, string_value
+from ..cst_helpers import dotted, find_nodes, keyword_arg, positional_args, string_value
 from ..cst_walk import module_walk, walk
 from .device_facts import DeviceFacts, DeviceWalker, Guard, argparse_dest, is_cuda_value, key_of
 from .device_regions import cuda_reference_list, device_path, only_text
@@ -580,7 +580,9 @@ def cpu_utility(module: cst.Module) -> bool:
     XLA breaks its saves (`save_pretrained` of XLA tensors: `invalid python storage`) for no speed that matters."""
     analysis = analyse(module)
     if analysis.cpu_utility is None:
-        analysis.cpu_utility = _is_script(module) and _checkpoints_without_training(analysis)
+        analysis.cpu_utility = (
+            _is_script(module) or _checkpoints_at_top_level(module, analysis)
+        ) and _checkpoints_without_training(analysis)
     return analysis.cpu_utility
 
 
@@ -594,6 +596,20 @@ def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
         if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
             checkpoints = True
     return checkpoints
+
+
+def _checkpoints_at_top_level(module: cst.Module, analysis: DeviceAnalysis) -> bool:
+    """A flat script: a statement of the module itself (not a def or class) loads or saves a checkpoint, so the
+    module does its work when it runs (`state = torch.load(...)` ... `torch.save(...)` with no `__main__` block)."""
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for call in find_nodes(stmt, cst.Call):
+            func = call.func
+            method = func.attr.value if isinstance(func, cst.Attribute) else None
+            if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
+                return True
+    return False
 
 
 def _is_script(module: cst.Module) -> bool:

@@ -221,3 +221,33 @@ def test_a_statement_guard_that_would_make_a_device_query_run_is_withheld():
     assert "if torch.cuda.is_available():\n    device = 'cuda'" in fixed  # still the CPU on a TPU host
     (finding,) = [f for f in lint_source(source) if f.code == "XLA230"]
     assert not finding.fixable and "get_device_name" in finding.message
+
+
+FLAT_CONVERSION_SCRIPT = '''import sys
+import torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+state = torch.load(sys.argv[1], map_location=device)
+net = nn.Linear(4, 4)
+net.load_state_dict(state)
+net.to(device)
+torch.save({k: v.half() for k, v in net.state_dict().items()}, sys.argv[2])
+'''
+
+
+def test_a_flat_conversion_script_with_no_main_block_stays_on_the_cpu():
+    # its module-level statements load and save: it is a script even with no loop and no __main__ block
+    result = fix_source(FLAT_CONVERSION_SCRIPT, unsafe=True)
+    assert result.fixed == FLAT_CONVERSION_SCRIPT
+    assert [f for f in result.remaining if f.code == "XLA203"]
+
+
+def test_a_module_whose_only_checkpoint_calls_are_in_functions_still_flips():
+    library = (
+        "import torch\n\n"
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n\n\n'
+        "def save(model, path):\n"
+        "    torch.save(model.state_dict(), path)\n"
+    )
+    assert "device = torch_xla.device()" in fix_source(library).fixed
