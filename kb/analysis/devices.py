@@ -580,9 +580,9 @@ def cpu_utility(module: cst.Module) -> bool:
     XLA breaks its saves (`save_pretrained` of XLA tensors: `invalid python storage`) for no speed that matters."""
     analysis = analyse(module)
     if analysis.cpu_utility is None:
-        analysis.cpu_utility = (
-            _is_script(module) or _checkpoints_at_top_level(module, analysis)
-        ) and _checkpoints_without_training(analysis)
+        # a flat script counts when it also picks a CUDA device (the convenience kept on the CPU)
+        flat_script = _picks_cuda(analysis) and _checkpoints_at_top_level(module, analysis)
+        analysis.cpu_utility = (_is_script(module) or flat_script) and _checkpoints_without_training(analysis)
     return analysis.cpu_utility
 
 
@@ -596,6 +596,14 @@ def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
         if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
             checkpoints = True
     return checkpoints
+
+
+def _picks_cuda(analysis: DeviceAnalysis) -> bool:
+    """The module asks for CUDA: a CUDA device string, a guard, or a `torch.cuda.is_available()` test."""
+    facts = analysis.facts
+    if facts.guards or facts.string_origins:
+        return True
+    return any(analysis.call_name(call) == "torch.cuda.is_available" for call in analysis.walker.calls)
 
 
 def _checkpoints_at_top_level(module: cst.Module, analysis: DeviceAnalysis) -> bool:

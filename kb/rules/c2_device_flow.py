@@ -109,10 +109,23 @@ class IntRankAsDevice(DeviceFlowRule):
         for node in analysis.facts.int_devices:
             arg = analysis.parent(node)
             call = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
-            if isinstance(call, cst.Call) and analysis.call_name(call) == "torch.device":
-                self.report(call, replacement=expr("torch_xla.device()"), imports=(IMPORT_TORCH_XLA,))
-            else:
-                self.report(node, replacement=expr("torch_xla.device()"), imports=(IMPORT_TORCH_XLA,))
+            device = call if isinstance(call, cst.Call) and analysis.call_name(call) == "torch.device" else node
+            if _map_location_of_load(analysis, device):
+                continue  # XLA711 loads on the CPU and moves the result (XLA is no map_location)
+            self.report(device, replacement=expr("torch_xla.device()"), imports=(IMPORT_TORCH_XLA,))
+
+
+def _map_location_of_load(analysis: DeviceAnalysis, value: cst.CSTNode) -> bool:
+    """`value` is the map_location of a `torch.load` call (its keyword or its second positional argument)."""
+    arg = analysis.parent(value)
+    load = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(load, cst.Call) or analysis.call_name(load) != "torch.load":
+        return False
+    return (
+        arg.keyword is not None
+        and arg.keyword.value == "map_location"
+        or (arg.keyword is None and len(load.args) > 1 and load.args[1] is arg)
+    )
 
 
 class AcceleratorApi(DeviceFlowRule):

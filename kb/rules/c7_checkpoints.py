@@ -16,7 +16,7 @@ from ..cst_helpers import (
     same_quotes,
     string_value,
 )
-from ..rule import IMPORT_XM, Rule
+from ..rule import IMPORT_TORCH_XLA, IMPORT_XM, Rule
 from ..scoped_rule import ScopedRule
 
 
@@ -76,24 +76,29 @@ class LoadOntoCudaOrXla(Rule):
     needs = ("load",)
     title = "`torch.load(..., map_location='cuda')`: load on the CPU, then move"
     category = "C7"
-    fix = "unsafe"
+    fix = "safe"
     autofix = True
     detects = (
-        "`torch.load` whose `map_location` is a CUDA device (`'cuda'`, `'cuda:0'`, `torch.device('cuda')`) or an "
-        "XLA device (`'xla'`, `torch_xla.device()`), written there or held by a name (`map_location=device` after "
-        "`device = 'cuda'`: the device-value analysis)."
+        "`torch.load` whose `map_location` is a CUDA device (`'cuda'`, `'cuda:0'`, `torch.device('cuda')`, an int "
+        "index such as `torch.device(gpu)`) or an XLA device (`'xla'`, `torch_xla.device()`), written there or held "
+        "by a name (`map_location=device` after `device = 'cuda'`: the device-value analysis)."
     )
     why = (
         "On a TPU host mapping to CUDA raises `RuntimeError: Attempting to deserialize object on a CUDA device but "
         "torch.cuda.is_available() is False`, and mapping straight to XLA is not supported either "
-        "(`don't know how to restore data location of torch.storage.UntypedStorage (tagged with xla:0)`). Load with "
-        "`map_location='cpu'`; `model.load_state_dict(sd)` then copies into the device parameters and "
-        "`optimizer.load_state_dict` casts state to the parameters' device. Unsafe: tensors used directly "
-        "stay on the CPU unless moved with `.to(torch_xla.device())` (or `xm.send_cpu_data_to_device`)."
+        "(`don't know how to restore data location of torch.storage.UntypedStorage (tagged with xla:0)`). The fix "
+        "loads on the CPU and moves every tensor of the result to the device the program asked for "
+        "(`torch.utils._pytree.tree_map_only`): the same values on the same device, whatever the checkpoint holds "
+        "(a state dict, a dict of data tensors, a bare tensor). Handed straight to `load_state_dict`, `'cpu'` alone "
+        "is enough: it copies into the device parameters. Tensors inside other objects (a pickled module or class) "
+        "stay on the CPU: move those by hand."
     )
     before = "import torch\n\nstate = torch.load('ckpt.pt', map_location='cuda:0')\n"
-    after = "import torch\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
-    message = "load checkpoints with `map_location='cpu'`, then load_state_dict / move to `torch_xla.device()`"
+    after = (
+        "import torch\nimport torch_xla\n\nstate = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: "
+        "t.to(torch_xla.device()), torch.load('ckpt.pt', map_location='cpu'))\n"
+    )
+    message = "load checkpoints with `map_location='cpu'`, then move the tensors to the device"
     symptoms = (
         "RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. "
         "If you are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu') "
@@ -115,7 +120,38 @@ class LoadOntoCudaOrXla(Rule):
             return
         value = arg.value
         cpu = same_quotes(value, "cpu") if isinstance(value, cst.SimpleString) else cst.SimpleString('"cpu"')
-        self.report(value, replacement=cpu)
+        if self._into_load_state_dict(node):
+            self.report(value, replacement=cpu)
+            return
+        # a name holding the device keeps it (the device flow makes it the XLA device); any other device
+        # expression is the one XLA device of this process
+        held = isinstance(value, (cst.Name, cst.Attribute)) and not self.qualified_names(value)
+        device = value if held else expr("torch_xla.device()")
+        on_cpu = node.deep_replace(value, cpu)
+        moved = cst.Call(
+            func=expr("torch.utils._pytree.tree_map_only"),
+            args=[
+                cst.Arg(expr("torch.Tensor")),
+                cst.Arg(
+                    cst.Lambda(
+                        params=cst.Parameters([cst.Param(cst.Name("t"))]),
+                        body=cst.Call(func=cst.Attribute(cst.Name("t"), cst.Name("to")), args=[cst.Arg(device)]),
+                    )
+                ),
+                cst.Arg(on_cpu),
+            ],
+        )
+        self.report(node, replacement=moved, imports=() if held else (IMPORT_TORCH_XLA,))
+
+    def _into_load_state_dict(self, call: cst.Call) -> bool:
+        """`x.load_state_dict(torch.load(...))`: the load's result goes straight into a copy onto the device."""
+        arg = self.parent(call)
+        outer = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        return (
+            isinstance(outer, cst.Call)
+            and isinstance(outer.func, cst.Attribute)
+            and outer.func.attr.value == "load_state_dict"
+        )
 
     def _device_target(self, value: cst.BaseExpression) -> bool:
         facts = analyse_devices(self.analysis.module).facts
@@ -123,11 +159,21 @@ class LoadOntoCudaOrXla(Rule):
             # a name that holds the device (`map_location=device`, `device = 'cuda'` above), unless XLA226 makes
             # its CUDA origin 'cpu' (a name used only as a map_location)
             return not (key_of(value) in facts.map_location_keys and key_of(value) in facts.origin_keys.values())
+        if any(value is n for n in facts.int_devices):
+            return True  # `map_location=rank`: an int device is a CUDA index
         text = string_value(value)
         if text is not None:
             return is_cuda_string(value) or text == "xla" or text.startswith("xla:")
         if not isinstance(value, cst.Call):
             return False
+        if self.is_call_to(value, "torch_xla.device", "torch_xla.core.xla_model.xla_device"):
+            return True
+        if self.is_call_to(value, "torch.device"):
+            args = positional_args(value)
+            if args and any(args[0].value is n for n in facts.int_devices):
+                return True  # `torch.device(gpu)`: an int index is a CUDA device (XLA227 leaves it to this rule)
+            return bool(args) and (is_cuda_string(args[0].value) or string_value(args[0].value) in {"xla"})
+        return False
         if self.is_call_to(value, "torch_xla.device", "torch_xla.core.xla_model.xla_device"):
             return True
         if self.is_call_to(value, "torch.device"):

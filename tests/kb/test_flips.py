@@ -223,7 +223,7 @@ def test_a_statement_guard_that_would_make_a_device_query_run_is_withheld():
     assert not finding.fixable and "get_device_name" in finding.message
 
 
-FLAT_CONVERSION_SCRIPT = '''import sys
+FLAT_CONVERSION_SCRIPT = """import sys
 import torch
 from torch import nn
 
@@ -233,7 +233,7 @@ net = nn.Linear(4, 4)
 net.load_state_dict(state)
 net.to(device)
 torch.save({k: v.half() for k, v in net.state_dict().items()}, sys.argv[2])
-'''
+"""
 
 
 def test_a_flat_conversion_script_with_no_main_block_stays_on_the_cpu():
