@@ -122,3 +122,16 @@ def test_a_dependency_calling_a_removed_torch_xla_api_is_named_with_the_api_and_
     # the program's own call: the rule rewrites it, no dependency sentence
     own = REMOVED_GETTER.replace(f"{SITE}/ignite/distributed/comp_models/xla.py", "/work/proj/dist.py")
     assert "uses `torch_xla" not in crash_reason(own, explain_error)
+
+
+def test_the_error_line_is_the_exception_not_what_torch_xla_prints_after_it():
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 432, in main\n'
+        "    torch_xla.sync()\n"
+        "ValueError: during context [hlo verifier]: Seen floating point types of different precisions\n"
+        "Failed after pipeline-start\n"
+    )
+    assert error_line(text).startswith("ValueError: during context [hlo verifier]")
+    # a message that goes on over several lines is named by its first line
+    assert error_line("Traceback (most recent call last):\nRuntimeError: first\nsecond line\n") == "RuntimeError: first"

@@ -51,10 +51,18 @@ def dependency_frame(traceback_text: str | None) -> DependencyFrame | None:
     return None
 
 
+# an exception's own line: `ValueError: ...`, `torch.OutOfMemoryError: ...`, `KeyboardInterrupt`
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b")
+
+
 def error_line(traceback_text: str | None) -> str:
-    """The exception's own line: the last line of the traceback that is not indented."""
-    lines = [line for line in (traceback_text or "").splitlines() if line.strip() and not line.startswith(" ")]
-    return lines[-1] if lines else ""
+    """The exception's own line: after the last traceback, its first unindented line that names an exception
+    (torch_xla adds lines after it, such as `Failed after pipeline-start`); else the last unindented line."""
+    text = traceback_text or ""
+    tail = text[text.rfind("Traceback (most recent call last):") :] if "Traceback (most recent" in text else text
+    lines = [line for line in tail.splitlines() if line.strip() and not line.startswith(" ")]
+    named = [line for line in lines if EXCEPTION_LINE.match(line)]
+    return named[0] if named else (lines[-1] if lines else "")
 
 
 # what an error line says torch_xla no longer has: an attribute of one of its modules, a name to import, a module

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..sandbox import SandboxResult
-from .crash import Explain, crash_reason
+from .crash import Explain, crash_reason, error_line
 from .events import (
     CHILD_FILES,
     GRAD_SCALER_READ,
@@ -319,9 +319,9 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
         killed = [n for n in report.notes if n.startswith(("killed by signal", "out of memory"))]
         if killed:
             return "none", [f"exited with code {report.exit_code}: {'; '.join(killed)} ({where})"]
-        last = (report.error or "").strip().splitlines()[-1:] or ["no error text"]
+        last = error_line(report.error) or "no error text"
         where = failing_line(report.error, report.script)
-        return "none", [f"exited with code {report.exit_code}: {last[0]}" + (f" (at {where})" if where else "")]
+        return "none", [f"exited with code {report.exit_code}: {last}" + (f" (at {where})" if where else "")]
 
     reasons = []
     on_cpu = report.steps == 0 and 0 < report.optimizer_steps == report.off_xla_optimizer_steps
