@@ -134,7 +134,7 @@ def main() -> int:
                 results.append(measure(program, args.corpus, args.env, Path(tmp)))
             except Exception as exc:  # one broken program never stops the list
                 results.append(ProgramResult(program.repo, program.script, error=f"{type(exc).__name__}: {exc}"))
-            if args.keep:
+            if args.keep and (Path(tmp) / "migrated").is_dir():  # absent when the program failed before migrate
                 name = f"{program.repo}/{program.script}".replace("/", "__")
                 shutil.copytree(
                     Path(tmp) / "migrated", args.keep / name, dirs_exist_ok=True, ignore_dangling_symlinks=True

@@ -243,15 +243,32 @@ def test_cli_keeps_its_flags_and_summary(tmp_path):
 
 
 @pytest.mark.slow
-def test_validated_migration_reaches_l2_with_passing_generated_tests(tmp_path, pipeline):
-    """The migrated entry script passes the execution check, and the generated tests pass."""
-    result = pipeline.migrate(
-        PROJECT, tmp_path / "out", MigrateOptions(validate_cmd="python train.py --steps 4", keep_trace=True)
-    )
+def test_validated_and_verified_migration_reaches_l2_with_one_execution_check(tmp_path, pipeline, monkeypatch):
+    """The migrated entry script passes the execution check and the generated tests pass; validate and verify
+    share that one check (the real executions of the migrated program are counted)."""
+    import xlaport.eval.check.run as check_module
+
+    executed = []
+    real = check_module.run_sandboxed
+
+    def counted(argv, **kwargs):
+        executed.append(argv)
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(check_module, "run_sandboxed", counted)
+    command = "python train.py --steps 4"
+    options = MigrateOptions(k=0, validate_cmd=command, verify_cmd=command, keep_trace=True)
+    result = pipeline.migrate(PROJECT, tmp_path / "out", options)
+    assert len(executed) == 1, executed
     checks = {c.name: c for c in result.validation.checks}
-    assert checks["xla_check"].passed and checks["xla_check"].level == "L2", checks["xla_check"].reasons
+    xla_check = result.validation.checks[0]
+    assert xla_check.name == "xla_check" and xla_check.level == "L2" and xla_check.passed, xla_check.reasons
     assert checks["generated_tests"].passed, checks["generated_tests"].reasons
     assert result.validation.status == "validated" and result.validation.level == "L2"
+    assert xla_check.report == result.verification.report["check"]
+    assert result.verification.report["migrated_run"]["returncode"] == 0
+    steps = [t.name for t in result.phases if t.phase == "verify"]
+    assert steps[:2] == ["the migrated run", "the original's run"] and steps[-1] == "grading", steps
     records = read_trace(tmp_path / "out" / "xlaport-trace.jsonl")
     assert {r["validation"]["status"] for r in records} == {"validated"}
     report = (tmp_path / "out" / "xlaport-report.md").read_text()
@@ -341,30 +358,6 @@ def test_validate_and_verify_share_one_execution_when_their_command_is_the_same(
     assert steps[0] == ("verify", "the migrated run") and steps[-1] == ("validate", "the generated tests")
     assert (("validate", "the migrated run (execution check)") in steps) == (executions == 2)
     assert sum(t.seconds for t in result.phases if t.phase is None and t.name != "reports") <= result.wall_s
-
-
-@pytest.mark.slow
-def test_migrate_runs_the_execution_check_once_for_validate_and_verify(tmp_path, pipeline, monkeypatch):
-    """Counts the real executions of the migrated program under the XLA execution check."""
-    import xlaport.eval.check.run as check_module
-
-    executed = []
-    real = check_module.run_sandboxed
-
-    def counted(argv, **kwargs):
-        executed.append(argv)
-        return real(argv, **kwargs)
-
-    monkeypatch.setattr(check_module, "run_sandboxed", counted)
-    command = "python train.py --steps 4"
-    result = pipeline.migrate(PROJECT, tmp_path / "out", MigrateOptions(k=0, validate_cmd=command, verify_cmd=command))
-    assert len(executed) == 1, executed
-    xla_check = result.validation.checks[0]
-    assert xla_check.name == "xla_check" and xla_check.level == "L2" and xla_check.passed, xla_check.reasons
-    assert xla_check.report == result.verification.report["check"]
-    assert result.verification.report["migrated_run"]["returncode"] == 0
-    steps = [t.name for t in result.phases if t.phase == "verify"]
-    assert steps[:2] == ["the migrated run", "the original's run"] and steps[-1] == "grading", steps
 
 
 def test_in_place_migration_that_verify_fails_is_not_written(tmp_path, pipeline, monkeypatch):
