@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xlaport.targets import TARGETS
+
 from ..cst_helpers import keyword_arg
 from ..rule import Rule
 from .c3_hf_trainer import is_on
@@ -14,6 +16,7 @@ QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit")
 
 class BitsAndBytesQuantization(Rule):
     code = "XLA312"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     needs = ("bitsandbytes", "kbit", "from_pretrained")
     title = "bitsandbytes quantisation (QLoRA, 8-bit loading) is CUDA-only"
     category = "C3"

@@ -54,6 +54,16 @@ def tpu_string(node: cst.SimpleString) -> cst.SimpleString:
     return same_quotes(node, "tpu" + value[len("cuda") :])
 
 
+# torch.cuda calls that entries of both targets delete (kb/rules/c6_memory.py: XLA602-XLA604)
+REMOVED_BY_SHARED_ENTRIES = (
+    "empty_cache",
+    "set_per_process_memory_fraction",
+    "reset_peak_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_accumulated_memory_stats",
+)
+
 MAP_LOCATION = "`map_location` names a CUDA device; load on the CPU (`load_state_dict` copies onto the device)"
 
 
@@ -431,10 +441,12 @@ class CudaOnlyApiOnTpu(Rule):
     message = "a CUDA-only API: it has no TorchTPU spelling; drop it or use `torch.accelerator`'s namesake"
     valid = ("import torch\nprint(torch.accelerator.memory_allocated())\n",)
 
-    # rewritten or reported by the other TorchTPU entries (TPU203, TPU301, TPU302)
+    # rewritten or reported by the other TorchTPU entries (TPU203, TPU301, TPU302) and by the entries of both
+    # targets that remove CUDA allocator controls (XLA602-XLA604)
     COVERED = frozenset(
         {f"torch.cuda.{name}" for name in TPU_SPELLING}
         | {"torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler", "torch.cuda.is_bf16_supported"}
+        | {f"torch.cuda.{name}" for name in REMOVED_BY_SHARED_ENTRIES}
     )
 
     def visit_Call(self, node: cst.Call) -> None:
