@@ -64,6 +64,9 @@ def test_library_pins_reported_only_for_torch_tpu(tmp_path):
     pyproject.write_text('[project]\ndependencies = ["accelerate~=0.20.3", "torch"]\n')
     assert [f.line for f in lint_file(pyproject, select_rules(target="torch_tpu")).findings] == [2]
     assert not lint_file(pyproject, select_rules()).findings
+    # report only: the torch-tpu wheel names no release that knows `tpu`, so no pin is raised (kb/tpu_pins.py)
+    rule = select_rules(["TPU101"], target="torch_tpu")[0]
+    assert rule.fix == "manual" and not rule.autofix and "names no transformers/accelerate release" in rule.why
 
 
 def test_cli_target_option(tmp_path):
