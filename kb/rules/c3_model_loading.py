@@ -84,6 +84,12 @@ class DeviceMapDispatch(Rule):
         "from transformers import pipeline\np = pipeline('text-generation', model=m, device=-1)\n",
     )
 
+    PIPELINE_GPU_INDEX = "`pipeline(device=<GPU index>)` needs CUDA; pass `device=torch_xla.device()`"
+
+    def dispatches(self, device_map: cst.Arg | None) -> bool:
+        """Does this `device_map=` argument hand the placement to accelerate?"""
+        return is_on(device_map)
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         is_pipeline = any(
@@ -92,8 +98,8 @@ class DeviceMapDispatch(Rule):
         if not (is_pipeline or (isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained")):
             return
         device_map = keyword_arg(node, "device_map")
-        if is_on(device_map):
+        if self.dispatches(device_map):
             self.report(device_map)
         device = keyword_arg(node, "device") if is_pipeline else None
         if device is not None and isinstance(device.value, cst.Integer) and device.value.evaluated_value >= 0:
-            self.report(device, "`pipeline(device=<GPU index>)` needs CUDA; pass `device=torch_xla.device()`")
+            self.report(device, self.PIPELINE_GPU_INDEX)

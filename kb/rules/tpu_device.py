@@ -24,6 +24,7 @@ from ..cst_helpers import (
 )
 from ..rule import IMPORT_TORCH, Rule
 from .c2_device_flow import DeviceFlowRule, nccl_values_made_apart
+from .c3_model_loading import DeviceMapDispatch
 
 TPU = ("torch_tpu",)
 
@@ -450,3 +451,47 @@ class CudaOnlyApiOnTpu(TpuRule):
     def report_triton(self, node: cst.Import | cst.ImportFrom, modules: list[cst.BaseExpression]) -> None:
         if any(code_of(module).split(".")[0] == "triton" for module in modules):
             self.report(node, "Triton kernels compile for GPUs only; on TorchTPU write the kernel in Pallas")
+
+
+class DeviceMapOnTpu(DeviceMapDispatch):
+    """The code side of TPU101: where transformers/accelerate, not the program, choose the device."""
+
+    code = "TPU102"
+    targets = TPU
+    title = "`device_map=` leaves the device to transformers/accelerate, which may not know `tpu`"
+    detects = (
+        "`from_pretrained(..., device_map=...)` and `pipeline(..., device_map=...)` (any value but None), and "
+        "`pipeline(..., device=<GPU index>)`."
+    )
+    why = (
+        "With `device_map`, accelerate places the layers on the devices it knows. A release that predates "
+        "TorchTPU's `tpu` device finds no accelerator and puts every layer on the CPU without an error (the "
+        "study's TorchTPU failure; TPU101 reports the pins), and `{'': 0}` / `'cuda'` name a GPU. Which release "
+        "first knows `tpu` is not stated in the torch-tpu 0.2.0 wheel, so this is a check, not a rewrite: load "
+        "without `device_map` and `.to('tpu')`, or confirm on a TPU host that "
+        "`next(model.parameters()).device.type == 'tpu'`."
+    )
+    before = (
+        "from transformers import AutoModelForCausalLM\n\n"
+        'model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")\n'
+    )
+    message = (
+        "`device_map` lets accelerate pick the device: a release that does not know `tpu` loads on the CPU; "
+        "load, then `.to('tpu')` (or check the device on a TPU host)"
+    )
+    symptoms = ("model parameters on cpu after from_pretrained(device_map='auto')", "TPU idle, training slow")
+    references = ("seeds/002 IV-C (the TorchTPU run's transformers/accelerate pins)",)
+    PIPELINE_GPU_INDEX = "`pipeline(device=<GPU index>)` names a GPU; on TorchTPU pass `device='tpu'`"
+    valid = (
+        "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained(name)\n",
+        # an export script that loads on the CPU on purpose
+        'from transformers import AutoModel\nm = AutoModel.from_pretrained(name, device_map={"": "cpu"})\n',
+    )
+
+    def dispatches(self, device_map: cst.Arg | None) -> bool:
+        """As XLA313, but `device_map="cpu"` / `{"": "cpu"}` asks for the CPU itself: nothing is left to accelerate."""
+        if device_map is None or not super().dispatches(device_map):
+            return False
+        value = device_map.value
+        places = [e.value for e in value.elements] if isinstance(value, cst.Dict) else [value]
+        return not all(string_value(place) == "cpu" for place in places)

@@ -168,13 +168,27 @@ def test_a_checkpoint_mapped_to_cuda_is_loaded_on_the_cpu():
 
 
 def test_lora_finetune_fixture_migrates_to_tpu():
-    """The alpaca-lora review (bench/results/torchtpu_migrations_2026-12-04.md): before the shared entries the
-    torch_tpu run said nothing of the 8-bit bitsandbytes load or the float16 weights, and left the cache flush to a
-    human (TPU208); the flush is a no-op without CUDA and goes, the quantised load and float16 stay for a human."""
+    """The alpaca-lora review (bench/results/torchtpu_migrations_2026-12-04.md): before the shared entries and
+    TPU102 the torch_tpu run said nothing of the 8-bit bitsandbytes load, the float16 weights or the device left to
+    accelerate, and left the cache flush to a human (TPU208); the flush is a no-op without CUDA and goes, the
+    rest stays for a human."""
     source = (FIXTURES / "lora_finetune_style.py").read_text()
     result = fix_source(source, "finetune.py", TPU_RULES)
     assert result.fixed == (FIXTURES / "lora_finetune_style.expected.py").read_text()
-    assert [(f.line, f.code) for f in result.remaining] == [(15, "XLA312"), (15, "XLA503")]
+    assert [(f.line, f.code) for f in result.remaining] == [(15, "XLA312"), (15, "XLA503"), (15, "TPU102")]
+
+
+def test_device_map_left_to_accelerate_is_reported_on_tpu_but_a_cpu_export_is_not():
+    load = "from transformers import AutoModel, pipeline\nm = AutoModel.from_pretrained(name, device_map={})\n"
+    for device_map, reported in (('"auto"', True), ('{"": 0}', True), ('{"": "cpu"}', False), ('"cpu"', False)):
+        found = [f.code for f in lint_source(load.format(device_map), rules=TPU_RULES)]
+        assert (found == ["TPU102"]) is reported, device_map
+    on_gpu = lint_source(
+        "from transformers import pipeline\np = pipeline('text-generation', device=0)\n", rules=TPU_RULES
+    )
+    assert [(f.code, "device='tpu'" in f.message) for f in on_gpu] == [("TPU102", True)]
+    # torch_xla keeps XLA313 as it was, the CPU export included
+    assert [f.code for f in lint_source(load.format('{"": "cpu"}'))] == ["XLA313"]
 
 
 def test_lint_target_torch_tpu_reports_the_shared_entries(tmp_path):

@@ -12,7 +12,7 @@ else:
 
 
 def load(base: str):
-    model = AutoModelForCausalLM.from_pretrained(base, load_in_8bit=True, torch_dtype=torch.float16)
+    model = AutoModelForCausalLM.from_pretrained(base, load_in_8bit=True, torch_dtype=torch.float16, device_map="auto")
     return get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
 
 
