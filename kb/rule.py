@@ -111,7 +111,8 @@ class Rule(cst.BatchableCSTVisitor):
     # spells "cuda" and "synchronize"), so a rule about `torch.cuda.*` may need "cuda". Empty: the rule always runs.
     needs: ClassVar[tuple[str, ...]] = ()
     # The backends (xlaport/targets.py) this entry is about. An entry about torch_xla's lazy tensors (step barriers,
-    # recompiles) says nothing about an eager `tpu` device, so entries apply to torch_xla unless they say more.
+    # recompiles) says nothing about an eager `tpu` device, so entries apply to torch_xla unless they say more
+    # (`targets = TARGETS` where detection, message and fix hold on TorchTPU as they stand).
     targets: ClassVar[tuple[str, ...]] = ("torch_xla",)
 
     # Set by the engine before the visit: the facts about the module that its rules share.

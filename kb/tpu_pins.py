@@ -5,6 +5,13 @@ before the `tpu` device existed pick the device by asking CUDA, MPS, XLA..., fin
 model and every batch on the CPU. Nothing fails: training is just slow and the TPU idle. Which release first
 knows `tpu` is not something this machine can establish (no TPU here, see docs/torchtpu.md), so every pin that
 holds these libraries at or below a version is reported for a human to check on a TPU host.
+
+Why there is no fix (raising the pin): the torch-tpu 0.2.0 wheel does not name a release. Its METADATA requires
+neither library (Requires-Dist: numpy, absl-py, libtpu, portpicker, tensorboard, frozendict, immutabledict, pyzmq,
+torch) and its README's dependency section reads "TBD"; its one reference to transformers,
+`_internal/optimizers/single_trace_trainer.py`, patches `transformers.masking_utils.is_tracing` only where that
+exists (a hasattr test), which names no version either; accelerate appears nowhere in it (read in
+.venv-torchtpu, 2026-12-04). A pin raised to a guessed version could be as wrong as the old one.
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ class LibraryPinPredatesTpu(ConfigRule):
         "Releases that predate TorchTPU's `tpu` device do not list it among the devices they probe, so Trainer and "
         "accelerate put the model and the batches on the CPU without an error (the study's TorchTPU failure). "
         "Check that the pinned release knows `tpu` (or lift the pin) and confirm on a TPU host that "
-        "`next(model.parameters()).device.type == 'tpu'`."
+        "`next(model.parameters()).device.type == 'tpu'`. Report only: the torch-tpu 0.2.0 wheel (metadata, "
+        "README, code) names no transformers/accelerate release, so the first one that knows `tpu` is not known "
+        "here and no pin is raised for you."
     )
     before = "torch>=2.11\ntransformers==4.30.2\naccelerate<0.21\n"
     message = (

@@ -32,6 +32,24 @@ def _string(value: str, like: cst.BaseExpression) -> cst.SimpleString:
     return cst.SimpleString(f"{quote}{value}{quote}")
 
 
+def call_taking(analysis: DeviceAnalysis, node: cst.CSTNode) -> cst.Call | None:
+    """The call that takes `node` as one of its arguments, else None."""
+    arg = analysis.parent(node)
+    call = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
+    return call if isinstance(call, cst.Call) else None
+
+
+def nccl_values_made_apart(analysis: DeviceAnalysis) -> list[cst.SimpleString]:
+    """The module's `'nccl'` backend values but a literal given to `init_process_group` itself (the entries about
+    that call, XLA223 and TPU701, rewrite it there)."""
+    return [
+        node
+        for node in analysis.facts.nccl_origins
+        if (call := call_taking(analysis, node)) is None
+        or analysis.call_name(call) != "torch.distributed.init_process_group"
+    ]
+
+
 class DeviceFlowRule(Rule):
     """Rules that read the module's device analysis."""
 
@@ -107,9 +125,8 @@ class IntRankAsDevice(DeviceFlowRule):
 
     def check(self, analysis: DeviceAnalysis) -> None:
         for node in analysis.facts.int_devices:
-            arg = analysis.parent(node)
-            call = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
-            device = call if isinstance(call, cst.Call) and analysis.call_name(call) == "torch.device" else node
+            call = call_taking(analysis, node)
+            device = call if call is not None and analysis.call_name(call) == "torch.device" else node
             if _map_location_of_load(analysis, device):
                 continue  # XLA711 loads on the CPU and moves the result (XLA is no map_location)
             self.report(device, replacement=expr("torch_xla.device()"), imports=(IMPORT_TORCH_XLA,))
@@ -117,10 +134,10 @@ class IntRankAsDevice(DeviceFlowRule):
 
 def _map_location_of_load(analysis: DeviceAnalysis, value: cst.CSTNode) -> bool:
     """`value` is the map_location of a `torch.load` call (its keyword or its second positional argument)."""
-    arg = analysis.parent(value)
-    load = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
-    if not isinstance(load, cst.Call) or analysis.call_name(load) != "torch.load":
+    load = call_taking(analysis, value)
+    if load is None or analysis.call_name(load) != "torch.load":
         return False
+    arg = analysis.parent(value)
     return (
         arg.keyword is not None
         and arg.keyword.value == "map_location"
@@ -201,11 +218,7 @@ class NcclBackendValue(DeviceFlowRule):
     valid = ("backend = 'gloo'\n",)
 
     def check(self, analysis: DeviceAnalysis) -> None:
-        for node in analysis.facts.nccl_origins:
-            arg = analysis.parent(node)
-            call = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
-            if isinstance(call, cst.Call) and analysis.call_name(call) == "torch.distributed.init_process_group":
-                continue  # a literal at the call itself is XLA223's (it also sets init_method)
+        for node in nccl_values_made_apart(analysis):  # a literal at the call is XLA223's (it sets init_method too)
             self.report(node, replacement=_string("xla", node), imports=(XLA_BACKEND,))
 
 

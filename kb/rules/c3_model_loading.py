@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xlaport.targets import TARGETS
+
 from ..cst_helpers import keyword_arg
 from ..rule import Rule
 from .c3_hf_trainer import is_on
@@ -14,6 +16,7 @@ QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit")
 
 class BitsAndBytesQuantization(Rule):
     code = "XLA312"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     needs = ("bitsandbytes", "kbit", "from_pretrained")
     title = "bitsandbytes quantisation (QLoRA, 8-bit loading) is CUDA-only"
     category = "C3"
@@ -81,6 +84,12 @@ class DeviceMapDispatch(Rule):
         "from transformers import pipeline\np = pipeline('text-generation', model=m, device=-1)\n",
     )
 
+    PIPELINE_GPU_INDEX = "`pipeline(device=<GPU index>)` needs CUDA; pass `device=torch_xla.device()`"
+
+    def dispatches(self, device_map: cst.Arg | None) -> bool:
+        """Does this `device_map=` argument hand the placement to accelerate?"""
+        return is_on(device_map)
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         is_pipeline = any(
@@ -89,8 +98,8 @@ class DeviceMapDispatch(Rule):
         if not (is_pipeline or (isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained")):
             return
         device_map = keyword_arg(node, "device_map")
-        if is_on(device_map):
+        if self.dispatches(device_map):
             self.report(device_map)
         device = keyword_arg(node, "device") if is_pipeline else None
         if device is not None and isinstance(device.value, cst.Integer) and device.value.evaluated_value >= 0:
-            self.report(device, "`pipeline(device=<GPU index>)` needs CUDA; pass `device=torch_xla.device()`")
+            self.report(device, self.PIPELINE_GPU_INDEX)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xlaport.targets import TARGETS
+
 from ..analysis.devices import analyse, is_cuda_value
 from ..analysis.module import Nodes
 from ..analysis.saves import flows_to_save
@@ -357,6 +359,7 @@ class CudaGradScaler(_AmpRule):
 
 class Float16(_AmpRule):
     code = "XLA503"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     needs = ("half", "float16", "fp16")
     title = "float16 on TPU: use bfloat16"
     category = "C5"

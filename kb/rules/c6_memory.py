@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xlaport.targets import TARGETS
+
 from ..analysis.guards import guarded_by_cuda
 from ..cst_helpers import DATALOADERS, keyword_arg
 from ..rule import Rule
@@ -103,6 +105,7 @@ class _RemoveCudaCall(Rule):
 
 class CudaEmptyCache(_RemoveCudaCall):
     code = "XLA602"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     severity = "note"  # a no-op on TPU
     needs = ("cuda",)
     title = "`torch.cuda.empty_cache()` frees nothing on TPU"
@@ -126,6 +129,7 @@ class CudaEmptyCache(_RemoveCudaCall):
 
 class CudaMemoryFraction(_RemoveCudaCall):
     code = "XLA603"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     severity = "error"  # raises without a GPU
     needs = ("cuda",)
     title = "`torch.cuda.set_per_process_memory_fraction()` raises without a GPU"
@@ -149,6 +153,7 @@ class CudaMemoryFraction(_RemoveCudaCall):
 
 class CudaResetPeakStats(_RemoveCudaCall):
     code = "XLA604"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     severity = "error"  # raises without a GPU
     needs = ("cuda",)
     title = "`torch.cuda.reset_peak_memory_stats()` raises without a GPU"
@@ -256,6 +261,7 @@ MANY_WORKERS = 8
 
 class ManyDataLoaderWorkers(ScopedRule):
     code = "XLA607"
+    targets = TARGETS  # detection, message and fix hold on TorchTPU too
     needs = ("num_workers",)
     title = "Many DataLoader workers per process exhaust host RAM on a TPU VM"
     category = "C6"

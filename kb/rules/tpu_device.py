@@ -23,7 +23,8 @@ from ..cst_helpers import (
     string_value,
 )
 from ..rule import IMPORT_TORCH, Rule
-from .c2_device_flow import DeviceFlowRule
+from .c2_device_flow import DeviceFlowRule, nccl_values_made_apart
+from .c3_model_loading import DeviceMapDispatch
 
 TPU = ("torch_tpu",)
 
@@ -48,22 +49,51 @@ TPU_SPELLING = {
 GUARD_TESTS = ("torch.cuda.is_available", "torch.accelerator.is_available")
 
 
+def backend_literal(rule: Rule, node: cst.Call, call: str, value: str, positional: bool = False) -> cst.Arg | None:
+    """The `backend=` argument of a call to `call` (or its first positional one, with `positional`) when it is the
+    string literal `value`; else None."""
+    if not rule.is_call_to(node, call):
+        return None
+    arg = keyword_arg(node, "backend") or (next(iter(positional_args(node)[:1]), None) if positional else None)
+    return arg if arg is not None and string_value(arg.value) == value else None
+
+
+class TpuRule(Rule):
+    """A TorchTPU entry (applies to the torch_tpu target only)."""
+
+    targets = TPU
+
+
+class TpuRewrite(TpuRule):
+    """A TorchTPU entry whose rewrite keeps the program's meaning (a safe fix)."""
+
+    fix = "safe"
+    autofix = True
+
+
 def tpu_string(node: cst.SimpleString) -> cst.SimpleString:
     """`"cuda"` -> `"tpu"`, `"cuda:1"` -> `"tpu:1"` (same quotes)."""
     value = string_value(node) or ""
     return same_quotes(node, "tpu" + value[len("cuda") :])
 
 
+# torch.cuda calls that entries of both targets delete (kb/rules/c6_memory.py: XLA602-XLA604)
+REMOVED_BY_SHARED_ENTRIES = (
+    "empty_cache",
+    "set_per_process_memory_fraction",
+    "reset_peak_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_accumulated_memory_stats",
+)
+
 MAP_LOCATION = "`map_location` names a CUDA device; load on the CPU (`load_state_dict` copies onto the device)"
 
 
-class CudaDeviceStringForTpu(Rule):
+class CudaDeviceStringForTpu(TpuRewrite):
     code = "TPU201"
     title = "A CUDA device string where TorchTPU wants `tpu`"
     category = "C2"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("cuda",)
     detects = (
         '`"cuda"` / `"cuda:N"` as the device of `torch.device(...)`, `.to(...)`, a `device=` argument or an '
@@ -99,13 +129,10 @@ class CudaDeviceStringForTpu(Rule):
             self.report(location.value, MAP_LOCATION, replacement=same_quotes(location.value, "cpu"))
 
 
-class CudaMethodForTpu(Rule):
+class CudaMethodForTpu(TpuRewrite):
     code = "TPU202"
     title = "`.cuda()` on TorchTPU"
     category = "C2"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("cuda",)
     detects = "`x.cuda()` (no argument): the model or tensor moved to the GPU."
     why = (
@@ -131,13 +158,10 @@ class CudaMethodForTpu(Rule):
         )
 
 
-class CudaModuleForTpu(Rule):
+class CudaModuleForTpu(TpuRewrite):
     code = "TPU203"
     title = "`torch.cuda.*` device, seeding and sync calls on TorchTPU"
     category = "C2"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("cuda",)
     detects = (
         "`torch.cuda.is_available()`, `device_count()`, `current_device()`, `set_device()`, `synchronize()`, "
@@ -181,15 +205,12 @@ class CudaModuleForTpu(Rule):
             self.report(node, replacement=node.with_changes(func=expr(spelling)), imports=(IMPORT_TORCH,))
 
 
-class CudaGuardStringForTpu(Rule):
+class CudaGuardStringForTpu(TpuRewrite):
     """The device string of a `'cuda' if torch.cuda.is_available() else 'cpu'` guard (TPU203 rewrites the test)."""
 
     code = "TPU204"
     title = "The CUDA side of a device guard on TorchTPU"
     category = "C2"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("cuda",)
     detects = "`'cuda'` as the value chosen by `... if torch.cuda/tpu.is_available() else ...`."
     why = (
@@ -210,13 +231,10 @@ class CudaGuardStringForTpu(Rule):
                 self.report(side, replacement=tpu_string(side))
 
 
-class CudaAutocastForTpu(Rule):
+class CudaAutocastForTpu(TpuRewrite):
     code = "TPU301"
     title = "CUDA autocast on TorchTPU"
     category = "C5"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("autocast",)
     detects = "`torch.cuda.amp.autocast(...)`: the CUDA-only spelling of mixed precision."
     why = (
@@ -234,12 +252,11 @@ class CudaAutocastForTpu(Rule):
             self.report(node, replacement=node.with_changes(func=expr("torch.autocast"), args=args))
 
 
-class GradScalerOnTpu(Rule):
+class GradScalerOnTpu(TpuRule):
     code = "TPU302"
     title = "A CUDA GradScaler on TorchTPU"
     category = "C5"
     fix = "manual"
-    targets = TPU
     needs = ("gradscaler",)
     detects = "`torch.cuda.amp.GradScaler()` / `torch.amp.GradScaler(...)`."
     why = (
@@ -255,13 +272,10 @@ class GradScalerOnTpu(Rule):
             self.report(node)
 
 
-class NcclBackendForTpu(Rule):
+class NcclBackendForTpu(TpuRewrite):
     code = "TPU701"
     title = "The NCCL process-group backend on TorchTPU"
     category = "C7"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("nccl",)
     detects = "`init_process_group('nccl')` / `backend='nccl'`."
     why = (
@@ -275,20 +289,15 @@ class NcclBackendForTpu(Rule):
     valid = ('import torch.distributed as dist\ndist.init_process_group(backend="tpu")\n',)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, "torch.distributed.init_process_group"):
-            return
-        arg = keyword_arg(node, "backend") or next(iter(positional_args(node)[:1]), None)
-        if arg is not None and type(arg.value) is cst.SimpleString and string_value(arg.value) == "nccl":
+        arg = backend_literal(self, node, "torch.distributed.init_process_group", "nccl", positional=True)
+        if arg is not None:
             self.report(arg.value, replacement=same_quotes(arg.value, "tpu"))
 
 
-class InductorBackendOnTpu(Rule):
+class InductorBackendOnTpu(TpuRewrite):
     code = "TPU401"
     title = "`torch.compile(backend='inductor')` on TorchTPU"
     category = "C2"
-    fix = "safe"
-    autofix = True
-    targets = TPU
     needs = ("inductor",)
     detects = "`torch.compile(..., backend='inductor')`."
     why = (
@@ -301,10 +310,8 @@ class InductorBackendOnTpu(Rule):
     valid = ("import torch\ndef build(model):\n    return torch.compile(model)\n",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, "torch.compile"):
-            return
-        arg = keyword_arg(node, "backend")
-        if arg is not None and string_value(arg.value) == "inductor":
+        arg = backend_literal(self, node, "torch.compile", "inductor")
+        if arg is not None:
             self.report(node, replacement=drop_args(node, [arg]))
 
 
@@ -331,17 +338,17 @@ def _tpu_origin(node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 class DeviceFlowRuleForTpu(DeviceFlowRule):
-    """TorchTPU rules that read the module's device analysis, as XLA226/229/230 do."""
+    """TorchTPU rewrites that read the module's device analysis, as XLA226/229/230 do."""
 
     targets = TPU
+    fix = "safe"
+    autofix = True
 
 
 class CudaDeviceOriginForTpu(DeviceFlowRuleForTpu):
     code = "TPU205"
     title = "A device value made as a CUDA string (config variable, default, flag, f-string) on TorchTPU"
     category = "C2"
-    fix = "safe"
-    autofix = True
     needs = ("cuda",)
     detects = (
         "CUDA device strings where a device value is made and then flows to `.to()`, `device=`, `torch.device()` or "
@@ -369,8 +376,6 @@ class NcclBackendValueForTpu(DeviceFlowRuleForTpu):
     code = "TPU206"
     title = "`'nccl'` given as the process-group backend through a variable, default or flag, on TorchTPU"
     category = "C7"
-    fix = "safe"
-    autofix = True
     needs = ("nccl",)
     detects = "`backend = 'nccl'` config variables, `def setup(backend='nccl')`, `--dist-backend` defaults."
     why = "NCCL does not exist on a TPU host; torch_tpu registers the `tpu` backend of torch.distributed (TPU701)."
@@ -380,11 +385,7 @@ class NcclBackendValueForTpu(DeviceFlowRuleForTpu):
     valid = ("backend = 'gloo'\n",)
 
     def check(self, analysis: DeviceAnalysis) -> None:
-        for node in analysis.facts.nccl_origins:
-            arg = analysis.parent(node)
-            call = analysis.parent(arg) if isinstance(arg, cst.Arg) else None
-            if isinstance(call, cst.Call) and analysis.call_name(call) == "torch.distributed.init_process_group":
-                continue  # a literal at the call itself is TPU701's
+        for node in nccl_values_made_apart(analysis):  # a literal at the call itself is TPU701's
             self.report(node, replacement=same_quotes(node, "tpu"))
 
 
@@ -392,8 +393,6 @@ class CudaStringGuardForTpu(DeviceFlowRuleForTpu):
     code = "TPU207"
     title = "A `'cuda' in device` test stays False on TorchTPU"
     category = "C2"
-    fix = "safe"
-    autofix = True
     needs = ("cuda",)
     detects = "`'cuda' in device`, `device.type == 'cuda'` tests whose protected code selects the device or autocast."
     why = (
@@ -411,12 +410,11 @@ class CudaStringGuardForTpu(DeviceFlowRuleForTpu):
                 self.report(guard.test, replacement=same_quotes(guard.test, "tpu"))
 
 
-class CudaOnlyApiOnTpu(Rule):
+class CudaOnlyApiOnTpu(TpuRule):
     code = "TPU208"
     title = "A CUDA-only API with no TorchTPU spelling"
     category = "C1"
     fix = "manual"
-    targets = TPU
     needs = ("cuda", "triton")
     detects = (
         "`torch.cuda.*` calls no TorchTPU rule rewrites (memory statistics, streams, events, `empty_cache`, "
@@ -431,10 +429,12 @@ class CudaOnlyApiOnTpu(Rule):
     message = "a CUDA-only API: it has no TorchTPU spelling; drop it or use `torch.accelerator`'s namesake"
     valid = ("import torch\nprint(torch.accelerator.memory_allocated())\n",)
 
-    # rewritten or reported by the other TorchTPU entries (TPU203, TPU301, TPU302)
+    # rewritten or reported by the other TorchTPU entries (TPU203, TPU301, TPU302) and by the entries of both
+    # targets that remove CUDA allocator controls (XLA602-XLA604)
     COVERED = frozenset(
         {f"torch.cuda.{name}" for name in TPU_SPELLING}
         | {"torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler", "torch.cuda.is_bf16_supported"}
+        | {f"torch.cuda.{name}" for name in REMOVED_BY_SHARED_ENTRIES}
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -443,9 +443,55 @@ class CudaOnlyApiOnTpu(Rule):
             self.report(node)
 
     def visit_Import(self, node: cst.Import) -> None:
-        if any(code_of(alias.name).split(".")[0] == "triton" for alias in node.names):
-            self.report(node, "Triton kernels compile for GPUs only; on TorchTPU write the kernel in Pallas")
+        self.report_triton(node, [alias.name for alias in node.names])
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is not None and code_of(node.module).split(".")[0] == "triton":
+        self.report_triton(node, [] if node.module is None else [node.module])
+
+    def report_triton(self, node: cst.Import | cst.ImportFrom, modules: list[cst.BaseExpression]) -> None:
+        if any(code_of(module).split(".")[0] == "triton" for module in modules):
             self.report(node, "Triton kernels compile for GPUs only; on TorchTPU write the kernel in Pallas")
+
+
+class DeviceMapOnTpu(DeviceMapDispatch):
+    """The code side of TPU101: where transformers/accelerate, not the program, choose the device."""
+
+    code = "TPU102"
+    targets = TPU
+    title = "`device_map=` leaves the device to transformers/accelerate, which may not know `tpu`"
+    detects = (
+        "`from_pretrained(..., device_map=...)` and `pipeline(..., device_map=...)` (any value but None), and "
+        "`pipeline(..., device=<GPU index>)`."
+    )
+    why = (
+        "With `device_map`, accelerate places the layers on the devices it knows. A release that predates "
+        "TorchTPU's `tpu` device finds no accelerator and puts every layer on the CPU without an error (the "
+        "study's TorchTPU failure; TPU101 reports the pins), and `{'': 0}` / `'cuda'` name a GPU. Which release "
+        "first knows `tpu` is not stated in the torch-tpu 0.2.0 wheel, so this is a check, not a rewrite: load "
+        "without `device_map` and `.to('tpu')`, or confirm on a TPU host that "
+        "`next(model.parameters()).device.type == 'tpu'`."
+    )
+    before = (
+        "from transformers import AutoModelForCausalLM\n\n"
+        'model = AutoModelForCausalLM.from_pretrained(name, device_map="auto")\n'
+    )
+    message = (
+        "`device_map` lets accelerate pick the device: a release that does not know `tpu` loads on the CPU; "
+        "load, then `.to('tpu')` (or check the device on a TPU host)"
+    )
+    symptoms = ("model parameters on cpu after from_pretrained(device_map='auto')", "TPU idle, training slow")
+    references = ("seeds/002 IV-C (the TorchTPU run's transformers/accelerate pins)",)
+    PIPELINE_GPU_INDEX = "`pipeline(device=<GPU index>)` names a GPU; on TorchTPU pass `device='tpu'`"
+    valid = (
+        "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained(name)\n",
+        # an export script that loads on the CPU on purpose
+        'from transformers import AutoModel\nm = AutoModel.from_pretrained(name, device_map={"": "cpu"})\n',
+    )
+
+    def dispatches(self, device_map: cst.Arg | None) -> bool:
+        """As XLA313, but `device_map="cpu"` / `{"": "cpu"}` asks for the CPU itself: nothing is left to accelerate."""
+        if device_map is None or not super().dispatches(device_map):
+            return False
+        value = device_map.value
+        places = [e.value for e in value.elements] if isinstance(value, cst.Dict) else [value]
+        return not all(string_value(place) == "cpu" for place in places)
