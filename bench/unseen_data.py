@@ -156,6 +156,17 @@ def image_classes(root: Path, classes: int = 2, per_class: int = 12, size: int =
 SYNTHETIC_MARK = ".xlaport-synthetic"  # bench/unseen.py's torchvision hook trusts files in a folder holding this
 
 
+def token_shards(folder: Path, shards: int = 2, tokens: int = 100_000, vocab: int = 32000) -> None:
+    """Pretokenized shards (llama2.c-style `dataNN.bin`: uint16 token ids, BOS = 1 between stories); the first
+    shard is the validation split."""
+    rng = np.random.default_rng(9)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(shards):
+        ids = rng.integers(3, vocab, tokens, dtype=np.uint16)
+        ids[::200] = 1
+        (folder / f"data{i:02d}.bin").write_bytes(ids.tobytes())
+
+
 def _mark(folder: Path) -> None:
     """torchvision's CIFAR loaders check each file's md5 against the real data set (and download on a mismatch):
     a folder carrying this mark is trusted by the bench environment's hook instead (bench/synthetic_trust.py)."""
@@ -386,6 +397,9 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "binarized_mnist": binarized_mnist,
     "ppi": ppi,
     "cifar10": cifar10,
+    # full-batch scripts (batch 1024, drop_last) need a few thousand images for a step per epoch
+    "cifar10_2k": lambda root: cifar10(root, per_batch=420),
+    "token_shards": token_shards,
     "cifar100": cifar100,
     "cora": cora,
     "paired_images": paired_images,
