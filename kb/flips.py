@@ -70,18 +70,28 @@ def blocked_flips(
     ((line, column), (line, column)); `dead`: the spans of code a TPU host never runs (quiet CUDA guards)."""
     # what a safe fix rewrites, and CUDA autocasts (XLA501): without CUDA one is a no-op, and a bfloat16 one, which
     # raises there, is a safe fix
-    fixed = [(d.start, d.end) for d in detections if d.safe_fix or d.code in HARMLESS_WITHOUT_CUDA]
+    # (a guard's own flip rewrites the whole `if`: what its block holds is what the audit asks about)
+    fixed = [
+        (d.start, d.end)
+        for d in detections
+        if (d.safe_fix or d.code in HARMLESS_WITHOUT_CUDA) and d.code not in GUARD_CODES
+    ]
     flips = {i: d for i, d in enumerate(detections) if d.code in FLIP_CODES}
     if not flips:
         return {}
 
     def blocker(region: cst.CSTNode, because: str) -> Blocker | None:
         for node, what in cuda_reference_list(analysis, region):
-            if not what.startswith("torch.") or what.startswith(HARMLESS_CALLS):
-                continue  # device values and moves ('cuda', `.cuda()`) are the choice the flip is for: XLA2xx's
+            if what.startswith(HARMLESS_CALLS):
+                continue
+            # device values and moves ('cuda', `.cuda()`) are the choice the flip is for when a safe fix of the
+            # same pass rewrites them (XLA201/202/226); one that none rewrites (`devices.append('cuda')`) would
+            # run as CUDA and blocks the flip like a CUDA-only call
             span = span_of(node)
             if any(_within(span, s) for s in dead) or any(_within(span, s) for s in fixed):
                 continue
+            if any(node is s for s in analysis.facts.string_origins):
+                continue  # a device value the device flow knows: XLA202/226 rewrite it (when selected)
             return Blocker(what, span[0][0], because)
         return None
 
@@ -116,8 +126,8 @@ def message(code: str, blocker: Blocker) -> str:
     device = "TorchTPU" if code.startswith("TPU") else "XLA"
     return (
         f"not rewritten: this flip makes the device {device}, and then `{blocker.what}` at line {blocker.line} runs "
-        f"(a TPU host never ran it: `{blocker.because}` kept it on the CPU path), which needs CUDA; rewrite that "
-        f"call for {device} first, then migrate again"
+        f"(a TPU host never ran it: `{blocker.because}` kept it on the CPU path), which needs CUDA; rewrite it "
+        f"for {device} first, then migrate again"
     )
 
 

@@ -251,3 +251,19 @@ def test_a_module_whose_only_checkpoint_calls_are_in_functions_still_flips():
         "    torch.save(model.state_dict(), path)\n"
     )
     assert "device = torch_xla.device()" in fix_source(library).fixed
+
+
+def test_a_guard_whose_block_adds_a_cuda_device_no_rule_rewrites_is_withheld():
+    # a test suite's device list: the flip would make `devices.append('cuda')` run, and no rule rewrites that string
+    source = (
+        "import torch\n\n\n"
+        "def test_fill():\n"
+        "    devices = ['cpu']\n"
+        "    if torch.cuda.is_available():\n"
+        "        devices.append('cuda')\n"
+        "    for device in devices:\n"
+        "        assert torch.zeros(3, device=device).sum() == 0\n"
+    )
+    assert fix_source(source).fixed == source
+    (finding,) = [f for f in lint_source(source) if f.code == "XLA230"]
+    assert not finding.fixable and "`'cuda'` at line 7" in finding.message
