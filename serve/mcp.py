@@ -233,7 +233,7 @@ def create_server(
         with _as_tool_errors():
             project = local_project(access.path(project_root)) if project_root else None
             if project is not None and validate and access.execute:
-                _refuse_hidden(project.folder)  # its copy is what the run sees
+                _refuse_hidden(access.root, project.folder)  # its copy is what the run sees
             if source is None:
                 if project is None or path is None:
                     raise tool_error(
@@ -333,11 +333,14 @@ def create_server(
         with _as_tool_errors():
             if project_root or (source is not None and path):
                 project = local_project(access.path(project_root or "."))
-                _refuse_hidden(project.folder)  # its copy is what the run sees
+                _refuse_hidden(access.root, project.folder)  # its copy is what the run sees
                 call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
                 return in_api_wording(await runs.call(*call))
             script = access.path(script_path) if script_path else None
             workdir = access.path(cwd) if cwd else (script.parent if script else None)
+            # the script's own mode is the sandbox's to judge (a run refused says why); the folders on the way
+            # are mounted back past what the sandbox user could enter
+            _refuse_hidden(access.root, *[f for f in (workdir, script and script.parent) if f], trees=False)
             return in_api_wording(await runs.call(_check, source, script, args or [], timeout_s, workdir))
 
     @server.tool()
@@ -397,7 +400,7 @@ def create_server(
                 isolated=config is None,
             )
             if access.execute and (validate_cmd or verify_cmd):
-                _refuse_hidden(source)
+                _refuse_hidden(access.root, source)
             # in a process of its own, as every long call: a cancelled or abandoned call stops writing
             call = (_migrate, source, destination, options, access.execute)
             return in_api_wording(await runs.call(*call, write_root=access.root))
@@ -466,13 +469,13 @@ def create_server(
                 if path is None or source is None:
                     raise ProjectError("with project_root, give path (the migrated file in it) and source (its text)")
                 project = local_project(access.path(project_root))
-                _refuse_hidden(project.folder)  # its copies are what the runs see
+                _refuse_hidden(access.root, project.folder)  # its copies are what the runs see
                 call = (_verify_in_project, project, path, source, command, cwd, loss_pattern, migrated_args)
                 return in_api_wording(await _stoppable(*call))
             if original_dir is None or migrated_dir is None:
                 raise ProjectError("give original_dir and migrated_dir, or project_root, path and source")
             original, migrated = access.path(original_dir), access.path(migrated_dir)
-            _refuse_hidden(original, migrated)
+            _refuse_hidden(access.root, original, migrated)
             call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
             return in_api_wording(await runs.call(*call))
 
@@ -509,7 +512,7 @@ def create_server(
         original = access.path(original_dir) if original_dir else None
         with _as_tool_errors():
             if access.execute and (validate_cmd or verify_cmd):
-                _refuse_hidden(*[f for f in (migrated, original) if f is not None])
+                _refuse_hidden(access.root, *[f for f in (migrated, original) if f is not None])
             return await runs.call(
                 _optimize, migrated, validate_cmd, verify_cmd, original, access.execute, access.write,
                 write_root=access.root if access.write else None,
@@ -556,18 +559,25 @@ async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | 
         call.stop()
 
 
-def _refuse_hidden(*folders: Path) -> None:
-    """A run copies a tree into the sandbox user's scratch, where all of it becomes readable: for a client of
-    this server (never the user who could read the files anyway) a tree with anything the sandbox user could
-    not read on its own is refused, naming the path and its mode, never its content (as check_xla does)."""
+def _refuse_hidden(root: Path, *folders: Path, trees: bool = True) -> None:
+    """A run shows the sandbox user what it could not read on its own: verify copies a tree into that user's
+    scratch (all of it readable then), and every run mounts its folders back at their places past the folders
+    above them. For a client of this server (never the user who could read the files anyway) a folder is refused
+    when that user could not enter it or a folder between the server's root and it (the check suggest_patch
+    makes of a file), or, for a tree that is copied (`trees`), read anything in it; the refusal names the path
+    and its mode, never its content."""
     if not all(folder.is_dir() for folder in folders):
         return  # the pipeline says which is not a folder
     for folder in folders:
-        if hidden := hidden_from_sandbox(folder):
-            raise ValueError(
+        hidden = file_hidden_from_sandbox(folder, root) or (hidden_from_sandbox(folder) if trees else None)
+        if hidden:
+            raise tool_error(
+                "unreadable_to_sandbox",
                 f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call never shows a run what "
-                "that user could not read. Make the tree readable to other users (chmod -R o+rX), or run the "
-                "verification yourself on this machine"
+                "that user could not read",
+                f"make it readable to other users (chmod -R o+rX on the tree, o+x on the folders above it up to "
+                f"{root}) and call again, or run xlaport yourself on this machine (the CLI shows a run what you may "
+                "read)",
             )
 
 
