@@ -441,6 +441,7 @@ def test_migrate_repo_in_place_with_validation_stages_outside_the_root(tmp_path,
     monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
     src = tmp_path / "project"
     shutil.copytree(PROJECT, src)
+    tmp_path.chmod(0o755)  # the server's root: the sandbox user may enter it (a 0700 root is refused)
     server = create_server(Pipeline(), allow_execution=True, allow_writes=True, root=tmp_path)
     result = call(server, "migrate_repo", {"src": "project", "in_place": True, "validate_cmd": "python train.py"})
     assert not result.is_error, result.content
