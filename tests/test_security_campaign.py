@@ -397,3 +397,42 @@ def test_a_tree_behind_a_folder_the_sandbox_user_cannot_enter_is_never_shown_to_
     assert error["code"] == "unreadable_to_sandbox", error
     assert f"cannot read {private} (drwx------ uid 0)" in error["message"]
     assert "chmod" in error["next_step"] and "hunter2" not in result.content[0].text
+
+
+@pytest.mark.parametrize("write", ["atomic_write", "write_with_backup", "copy_file"])
+def test_a_folder_swapped_for_a_link_between_the_check_and_the_write_is_not_written_through(
+    tmp_path, monkeypatch, write
+):
+    """A confined write (MCP migrate_repo with --root) checked the file's real path, then created its temporary
+    and renamed it by name: a folder on the way swapped for a link out of the root in between put the file (or the
+    backup, or the copy) outside. The folder is opened once and the write made relative to it, checked on the
+    descriptor. The swap is made deterministic by doing it right after the check."""
+    from xlaport import files
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    target = root / "pkg" / "train.py"
+    target.write_text("old\n")
+    (outside / "train.py").write_text("outside\n")
+    checked = files.check_writable
+
+    def check_then_swap(path: Path) -> None:
+        checked(path)
+        if not (root / "pkg").is_symlink():
+            (root / "pkg").rename(root / "pkg-moved")
+            (root / "pkg").symlink_to(outside)
+
+    monkeypatch.setattr(files, "check_writable", check_then_swap)
+    source = tmp_path / "source.py"
+    source.write_text("copied\n")
+    with files.writes_confined_to(root), pytest.raises(files.WriteFailed, match="no longer inside"):
+        if write == "atomic_write":
+            files.atomic_write(target, "new\n")
+        elif write == "write_with_backup":
+            files.write_with_backup(target, "new\n", backup=True)
+        else:
+            files.copy_file(source, target)
+    assert [p.name for p in outside.iterdir()] == ["train.py"] and (outside / "train.py").read_text() == "outside\n"
+    assert sorted(p.name for p in (root / "pkg-moved").iterdir()) == ["train.py"]
+    assert (root / "pkg-moved" / "train.py").read_text() == "old\n"
