@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache"})
 # What xlaport itself writes beside a migrated tree (serve/report.py, xlaport/trace.py): never a user's file to lint,
@@ -169,6 +171,55 @@ def copier_inside(top: Path) -> Callable[[str, str], str]:
     return copy
 
 
+T = TypeVar("T")
+
+
+class Stopped(BaseException):
+    """The call was stopped from outside (a cancelled MCP tool call: SIGTERM) between two files. A BaseException,
+    as KeyboardInterrupt: no handler of a file's failure may take it for one and go on with the next file."""
+
+
+# A call stopped from outside ends between two files, never inside one: the write of one file (its backup, its
+# temporary, the rename) is finished first, so no file is half-written and every original stays recoverable.
+_writing = 0  # files being written now (nested: a file's backup inside its write)
+_stop_asked = False
+
+
+def stop_between_files(signum: int, frame: object) -> None:
+    """A signal handler (SIGTERM in a stoppable call): raises Stopped at once, or, inside the write of a file,
+    once that file is written."""
+    global _stop_asked
+    _stop_asked = True
+    if not _writing:
+        raise Stopped(f"stopped by signal {signum}")
+
+
+@contextmanager
+def one_file() -> Iterator[None]:
+    """The write of one file, which a stop (`stop_between_files`) lets finish; Stopped before or after it."""
+    global _writing
+    if _stop_asked and not _writing:
+        raise Stopped("stopped before the next file")
+    _writing += 1
+    try:
+        yield
+    finally:
+        _writing -= 1
+    if _stop_asked and not _writing:
+        raise Stopped("stopped after a file was written")
+
+
+def _one_file(write: Callable[..., T]) -> Callable[..., T]:
+    """A function that writes one file, made a `one_file` block."""
+
+    @functools.wraps(write)
+    def whole(*args: object, **kwargs: object) -> T:
+        with one_file():
+            return write(*args, **kwargs)
+
+    return whole
+
+
 class WriteFailed(OSError):
     """A file could not be written; the old file is unchanged and nothing half-written is left."""
 
@@ -260,6 +311,7 @@ class ChangedMeanwhile(WriteFailed):
     """The file no longer holds the text the new one was computed from (edited meanwhile): left as it is."""
 
 
+@_one_file
 def atomic_write(
     path: Path, text: str, like: Path | None = None, *, expected: str | None = None, mode: int | None = None
 ) -> None:
@@ -352,6 +404,7 @@ def _holds(path: Path, text: str) -> bool:
 TMP_SUFFIX = ".xlaport.tmp"
 
 
+@_one_file
 def copy_file(source: Path, target: Path) -> None:
     """A byte copy with mode and times (a symlink stays a link); WriteFailed when the disk is full, or when writes
     are confined elsewhere (`writes_confined_to`)."""
@@ -451,6 +504,7 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + ".xlaport.bak")
 
 
+@_one_file
 def keep_backup(path: Path) -> Path:
     """Copies `path` (its bytes, mode, owner, group and times) to a new `.xlaport.bak` beside it; never overwrites one.
 
@@ -494,6 +548,7 @@ def keep_backup(path: Path) -> Path:
     raise WriteFailed(f"cannot back up {path}: too many backups already")
 
 
+@_one_file
 def write_with_backup(path: Path, text: str, backup: bool, expected: str | None = None) -> Path | None:
     """`atomic_write` of a file rewritten in place, after a `keep_backup` when `backup`; the backup (None without
     one). A write that fails (ChangedMeanwhile included) leaves the file as it was and removes the backup it made:
