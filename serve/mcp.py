@@ -55,7 +55,15 @@ INSTRUCTIONS = (
 TOKEN_ENV = "XLAPORT_TOKEN"
 POLL_S = 0.2  # how often a stoppable call is looked at: the delay its result may wait
 T = TypeVar("T")
-# the bounds the HTTP service and the CLI put on the same arguments; every parameter says what it is for
+
+
+def optional_text(description: str) -> Any:
+    """An optional string argument (a path, a text, a command) with what it is for, as the client sees it."""
+    return Annotated[str | None, Field(description=description)]
+
+
+# The tools' arguments, each declared once. The bounds are those the HTTP service and the CLI put on the same
+# arguments; every parameter says what it is for.
 Timeout = Annotated[
     float, Field(gt=0, le=3600, description="Seconds the program's run may take (0 < t <= 3600). Default 300.")
 ]
@@ -77,28 +85,61 @@ TargetArg = Annotated[
     Field(description='The backend to migrate to: "torch_xla" (PyTorch/XLA 2.9) or "torch_tpu". Default torch_xla.'),
 ]
 Args = Annotated[list[str] | None, Field(description='Arguments of the script, e.g. ["--epochs", "1"]. Default none.')]
-ProjectRoot = Annotated[
-    str | None,
+# project_root, path, source, cwd and command mean one thing in suggest_patch (the file to migrate and the project
+# it is validated in), another in check_xla (a script run in a project) and in verify_migration (the migrated file
+# of a project): one alias per meaning
+SuggestProjectRoot = optional_text(
+    "The project's folder, relative to the server's root (or absolute inside it): the file is validated "
+    "in a private copy of it, where its sibling modules and data are. Default: the file alone."
+)
+SuggestCwd = optional_text(
+    'The folder the program is run from, relative to project_root (e.g. "tutorials/mnist"), as the user '
+    "would `cd` there. Default: the project's root."
+)
+SuggestCommand = optional_text(
+    'The command validation runs, as typed in cwd, e.g. "python train.py --epochs 1" (its script may be '
+    "another file that uses this one). Default: the file's own entry point with args; a module without "
+    "one is validated by generated tests of its functions and classes."
+)
+
+SuggestSource = optional_text("The Python file's text. Default: read from project_root/path.")
+SuggestPath = optional_text(
+    'The file\'s path, relative to project_root when one is given (e.g. "train.py"); shown in the diff. '
+    "Default: snippet.py."
+)
+ScriptPath = optional_text(
+    "The script to run, relative to the server's root (or absolute inside it). Give this or source."
+)
+ScriptSource = optional_text("The script's text, run in a private folder (or at path inside project_root).")
+ScriptCwd = optional_text(
+    'The folder the script is run from (relative paths like "data/" are read there), relative to the '
+    "server's root, or to project_root when given. Default: the script's folder."
+)
+ScriptProjectRoot = optional_text(
+    "With source: the project to run it in (a private copy, the text written at path). Default none."
+)
+ScriptPathInProject = optional_text('With project_root: the script\'s path in the project, e.g. "train.py".')
+ScriptCommand = optional_text(
+    'With project_root: the command to run instead of path, as typed in cwd (e.g. "python main.py '
+    '--epochs 1"); the text of path (source) is still written into the copy. Default none.'
+)
+VerifyCommand = Annotated[
+    str,
     Field(
-        description="The project's folder, relative to the server's root (or absolute inside it): the file is "
-        "validated in a private copy of it, where its sibling modules and data are. Default: the file alone."
+        description="The training command run in both trees, as typed in cwd, e.g. "
+        '"python train.py --steps 40" (enough steps for a loss curve: 20 or more).'
     ),
 ]
-Cwd = Annotated[
-    str | None,
-    Field(
-        description='The folder the program is run from, relative to project_root (e.g. "tutorials/mnist"), as '
-        "the user would `cd` there. Default: the project's root."
-    ),
-]
-Command = Annotated[
-    str | None,
-    Field(
-        description='The command validation runs, as typed in cwd, e.g. "python train.py --epochs 1" (its '
-        "script may be another file that uses this one). Default: the file's own entry point with args; a module "
-        "without one is validated by generated tests of its functions and classes."
-    ),
-]
+VerifyCwd = optional_text(
+    "The folder of both trees the command is run from, relative to their roots. Default: their roots."
+)
+VerifyProjectRoot = optional_text(
+    "Instead of two trees: the original project's folder, relative to the server's root; both runs use a "
+    "private copy of it, the migrated one with source written at path (a patch suggest_patch returned, "
+    "before it is applied). Default none."
+)
+VerifyPath = optional_text('With project_root: the migrated file\'s path in it, e.g. "train.py".')
+VerifySource = optional_text("With project_root: the migrated text of path (the patch's `migrated`).")
 
 
 @dataclass(frozen=True)
@@ -199,17 +240,8 @@ def create_server(
 
     @server.tool()
     async def suggest_patch(
-        source: Annotated[
-            str | None,
-            Field(description="The Python file's text. Default: read from project_root/path."),
-        ] = None,
-        path: Annotated[
-            str | None,
-            Field(
-                description='The file\'s path, relative to project_root when one is given (e.g. "train.py"); '
-                "shown in the diff. Default: snippet.py."
-            ),
-        ] = None,
+        source: SuggestSource = None,
+        path: SuggestPath = None,
         unsafe_fixes: UnsafeFixes = False,
         validate: Annotated[
             bool,
@@ -221,9 +253,9 @@ def create_server(
         args: Args = None,
         k: SuggestK = 3,
         target: TargetArg = DEFAULT_TARGET,
-        project_root: ProjectRoot = None,
-        cwd: Cwd = None,
-        command: Command = None,
+        project_root: SuggestProjectRoot = None,
+        cwd: SuggestCwd = None,
+        command: SuggestCommand = None,
         timeout_s: Timeout = 300.0,
     ) -> Patch:
         """Migrate one Python file to PyTorch/XLA: unified diff, the fixes applied, the findings left for a human
@@ -288,43 +320,14 @@ def create_server(
 
     @server.tool()
     async def check_xla(
-        script_path: Annotated[
-            str | None,
-            Field(
-                description="The script to run, relative to the server's root (or absolute inside it). Give "
-                "this or source."
-            ),
-        ] = None,
-        source: Annotated[
-            str | None,
-            Field(description="The script's text, run in a private folder (or at path inside project_root)."),
-        ] = None,
+        script_path: ScriptPath = None,
+        source: ScriptSource = None,
         args: Args = None,
         timeout_s: Timeout = 300.0,
-        cwd: Annotated[
-            str | None,
-            Field(
-                description='The folder the script is run from (relative paths like "data/" are read '
-                "there), relative to the server's root, or to project_root when given. Default: the script's folder."
-            ),
-        ] = None,
-        project_root: Annotated[
-            str | None,
-            Field(
-                description="With source: the project to run it in (a private copy, the text written at path). "
-                "Default none."
-            ),
-        ] = None,
-        path: Annotated[
-            str | None, Field(description='With project_root: the script\'s path in the project, e.g. "train.py".')
-        ] = None,
-        command: Annotated[
-            str | None,
-            Field(
-                description="With project_root: the command to run instead of path, as typed in cwd (e.g. "
-                '"python main.py --epochs 1"); the text of path (source) is still written into the copy. Default none.'
-            ),
-        ] = None,
+        cwd: ScriptCwd = None,
+        project_root: ScriptProjectRoot = None,
+        path: ScriptPathInProject = None,
+        command: ScriptCommand = None,
     ) -> CheckOutcome:
         """Run a script under the XLA execution check (sandboxed, the user's files never written): the level
         reached (L2: ran on the XLA device with step barriers, no recompilation, no CPU fallback) and the reasons,
@@ -407,13 +410,7 @@ def create_server(
 
     @server.tool()
     async def verify_migration(
-        command: Annotated[
-            str,
-            Field(
-                description="The training command run in both trees, as typed in cwd, e.g. "
-                '"python train.py --steps 40" (enough steps for a loss curve: 20 or more).'
-            ),
-        ],
+        command: VerifyCommand,
         original_dir: Annotated[
             str | None,
             Field(
@@ -424,27 +421,10 @@ def create_server(
         migrated_dir: Annotated[
             str | None, Field(description="The migrated tree, relative to the server's root.")
         ] = None,
-        cwd: Annotated[
-            str | None,
-            Field(
-                description="The folder of both trees the command is run from, relative to their roots. "
-                "Default: their roots."
-            ),
-        ] = None,
-        project_root: Annotated[
-            str | None,
-            Field(
-                description="Instead of two trees: the original project's folder, relative to the server's root; "
-                "both runs use a private copy of it, the migrated one with source written at path (a patch "
-                "suggest_patch returned, before it is applied). Default none."
-            ),
-        ] = None,
-        path: Annotated[
-            str | None, Field(description='With project_root: the migrated file\'s path in it, e.g. "train.py".')
-        ] = None,
-        source: Annotated[
-            str | None, Field(description="With project_root: the migrated text of path (the patch's `migrated`).")
-        ] = None,
+        cwd: VerifyCwd = None,
+        project_root: VerifyProjectRoot = None,
+        path: VerifyPath = None,
+        source: VerifySource = None,
         loss_pattern: Annotated[
             str | None,
             Field(
