@@ -1,8 +1,9 @@
 """Issue 25's campaign, rerun against the real fronts: the `xlaport` CLI, `xlaport serve` and `xlaport mcp --transport
 http` on 127.0.0.1 (uvicorn), and `xlaport mcp` over stdio, through the python MCP client.
 
-Each case replays an item of the issue (N1..N18, F5, F10, F12, F13, F17) or a variant of it in our own words, and
-records whether it was handled. Run as root (the sandbox's cases need it) on a scratch folder:
+Each case replays an item of the issue (N1..N18, F5, F10, F12, F13, F17), a variant of it in our own words, or
+what round 3 left (R1: trees the sandbox user cannot reach, R2: a folder swapped for a link between a confined
+write's check and the write, R3: a plain migrate_repo stopped by its client), and records whether it was handled. Run as root (the sandbox's cases need it) on a scratch folder:
 
     .venv/bin/python bench/security_campaign.py [--out bench/results/security_campaign_DATE.txt] [--quick]
 
@@ -664,6 +665,127 @@ def campaign(base: Path, quick: bool) -> None:
         out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ln", str(secret), str(shared / "hl")], capture_output=True, text=True)  # fmt: skip
         setting = Path("/proc/sys/fs/protected_hardlinks").read_text().strip()
         return out.returncode != 0 and not target.exists(), f"protected_hardlinks={setting}: {out.stderr.strip()[-80:]}"
+
+    # --- round 3b: what round 3 left ---------------------------------------------------------------------------
+    private = root / "r1-private"
+    for side in ("original", "migrated"):
+        tree(
+            private / side, {"train.py": "print('hunter2_r1')\nfor i in range(3):\n    print(f'loss: {1 / (i + 1)}')\n"}
+        )
+    private.chmod(0o700)  # the trees' files are 0644: only the folder keeps the sandbox user out
+
+    @case("R1", "MCP stdio verify_migration and check_xla of trees inside a 0700 folder of the root: refused, not run")
+    def _():
+        calls = [
+            ("verify_migration", {"original_dir": "r1-private/original", "migrated_dir": "r1-private/migrated", "command": "python train.py"}),
+            ("verify_migration", {"project_root": "r1-private/original", "path": "train.py", "source": "print(1)\n", "command": "python train.py"}),
+            ("check_xla", {"script_path": "r1-private/original/train.py", "timeout_s": 120}),
+            ("check_xla", {"source": "print(1)\n", "cwd": "r1-private/original", "timeout_s": 120}),
+        ]  # fmt: skip
+        results = mcp_calls(mcp_stdio(root), calls)
+        handled = all(refused(r, "unreadable_to_sandbox", "r1-private (drwx------") for r in results)
+        return handled and "hunter2_r1" not in str(results), f"{len(results)} calls: " + str(results[0])[-200:]
+
+    @case("R2", "a folder swapped for a link out of the root between the check and the write: nothing written outside")
+    def _():
+        from xlaport import files
+
+        checked, written = files.check_writable, []
+        for writer in ("atomic_write", "write_with_backup", "copy_file"):
+            folder = tree(root / f"r2-{writer}" / "pkg", {"train.py": "old\n"})
+            escape = outside / f"r2-{writer}"
+            escape.mkdir()
+
+            def check_then_swap(path: Path, folder: Path = folder, escape: Path = escape) -> None:
+                checked(path)
+                if not folder.is_symlink():
+                    folder.rename(folder.with_name("moved"))
+                    folder.symlink_to(escape)
+
+            files.check_writable = check_then_swap
+            try:
+                with files.writes_confined_to(root):
+                    if writer == "atomic_write":
+                        files.atomic_write(folder / "train.py", "new\n")
+                    elif writer == "write_with_backup":
+                        files.write_with_backup(folder / "train.py", "new\n", backup=True)
+                    else:
+                        files.copy_file(
+                            secret.with_name("nothing") if False else root / "proj" / "util.py", folder / "train.py"
+                        )
+            except files.WriteFailed:
+                pass
+            finally:
+                files.check_writable = checked
+            written += [f"{writer}:{p.name}" for p in escape.iterdir()]
+        return written == [], f"written outside: {written}"
+
+    def stdio_migration_stopped(how: str) -> tuple[bool, str]:
+        src = root / f"r3-{how}"
+        body = "".join(f"def f{i}(x):\n    return x.cuda() * {i}\n\n" for i in range(30))
+        originals = {f"m{n:03}.py": f"import torch\n# file {n}\n\n{body}{'x' * 200_000} = 1\n" for n in range(300)}
+        tree(src, originals)
+        server = subprocess.Popen([str(BIN), "mcp", "--root", str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+
+        def send(message: dict) -> None:
+            server.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+            server.stdin.flush()
+
+        def answer(request_id: int) -> dict:
+            while True:
+                message = json.loads(server.stdout.readline())
+                if message.get("id") == request_id:
+                    return message
+
+        try:
+            params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}
+            send({"id": 1, "method": "initialize", "params": params})
+            answer(1)
+            send({"method": "notifications/initialized"})
+            arguments = {"src": src.name, "in_place": True, "jobs": 1}
+            send({"id": 2, "method": "tools/call", "params": {"name": "migrate_repo", "arguments": arguments}})
+            deadline = time.monotonic() + 600
+            while not any(src.glob("*.xlaport.bak")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if how == "cancel":
+                send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+                send(
+                    {
+                        "id": 3,
+                        "method": "tools/call",
+                        "params": {"name": "explain_fix", "arguments": {"code": "XLA201"}},
+                    }
+                )
+                answer(3)
+            else:
+                server.stdin.close()
+                server.wait(60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+        time.sleep(2)
+        written, bad = 0, []
+        for name, original in originals.items():
+            text, backup = (src / name).read_text(), src / f"{name}.xlaport.bak"
+            if backup.exists():
+                written += 1
+                if backup.read_text() != original or "torch_xla" not in text:
+                    bad.append(name)
+            elif text != original:
+                bad.append(name)
+        stray = [p.name for p in src.iterdir() if p.name not in originals and not p.name.endswith(".xlaport.bak")]
+        ok = not bad and not stray and 0 < written < len(originals)
+        return ok, f"{written} of {len(originals)} written (each with its backup), broken {bad[:3]}, stray {stray[:3]}"
+
+    if not quick:
+
+        @case("R3", "MCP stdio: a plain in-place migrate_repo cancelled while it writes stops between files")
+        def _():
+            return stdio_migration_stopped("cancel")
+
+        @case("R3", "MCP stdio: a plain in-place migrate_repo whose client closes stdin stops between files")
+        def _():
+            return stdio_migration_stopped("eof")
 
 
 def main() -> None:

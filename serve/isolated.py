@@ -15,6 +15,7 @@ import gc
 import multiprocessing
 import os
 import resource
+import signal
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -26,7 +27,7 @@ from xlaport.kb import FixResult, SourceError, fix_source, get_rule
 from xlaport.kb.parsing import RECURSION_LIMIT_HIT
 from xlaport.kb.rule import Rule
 
-from xlaport.files import writes_confined_to
+from xlaport.files import Stopped, stop_between_files, writes_confined_to
 
 # Every worker process of the service and of `migrate` forks from one forkserver, which imported the modules a
 # worker needs once: a new worker is a fork of it, not an import, and inherits no threads from its parent.
@@ -43,6 +44,7 @@ MEMORY_MB_ENV = "XLAPORT_WORKER_MEMORY_MB"
 RECYCLE_MB_ENV = "XLAPORT_WORKER_RECYCLE_MB"
 DEFAULT_MEMORY_MB = 2048  # issue 12: any input is analysed within 2 GB or refused
 DEFAULT_RECYCLE_MB = 512  # a worker whose peak grew past this (one huge file) is replaced after answering
+STOP_GRACE_S = 10.0  # a stopped call's time to finish the file it writes (fsyncs: well under a second)
 MAX_IDLE_WORKERS = 4  # more concurrent requests start more workers; extra ones stop when done
 
 
@@ -224,6 +226,7 @@ def fix_source_killable(source: str, path: str, rules: list[type[Rule]], unsafe:
 
 def _call(conn: Connection, function: Callable[..., object], args: tuple, write_root: str | None) -> None:
     """A stoppable call's child side: sends back ("ok", result) or ("error", the exception)."""
+    signal.signal(signal.SIGTERM, stop_between_files)  # `stop`: the file being written is finished first
     try:
         if write_root is None:
             result = function(*args)
@@ -231,6 +234,8 @@ def _call(conn: Connection, function: Callable[..., object], args: tuple, write_
             with writes_confined_to(Path(write_root)):
                 result = function(*args)
         conn.send(("ok", result))
+    except Stopped:
+        pass  # nobody waits for the result any more
     except Exception as exc:  # raised again in the parent; a type that does not pickle goes as its text
         try:
             conn.send(("error", exc))
@@ -272,6 +277,11 @@ class StoppableCall:
         return value
 
     def stop(self) -> None:
+        """Asks the call to stop (SIGTERM: a migration finishes the file it is writing, then ends), and kills it
+        when it has not within STOP_GRACE_S."""
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(STOP_GRACE_S)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)

@@ -55,7 +55,15 @@ INSTRUCTIONS = (
 TOKEN_ENV = "XLAPORT_TOKEN"
 POLL_S = 0.2  # how often a stoppable call is looked at: the delay its result may wait
 T = TypeVar("T")
-# the bounds the HTTP service and the CLI put on the same arguments; every parameter says what it is for
+
+
+def optional_text(description: str) -> Any:
+    """An optional string argument (a path, a text, a command) with what it is for, as the client sees it."""
+    return Annotated[str | None, Field(description=description)]
+
+
+# The tools' arguments, each declared once. The bounds are those the HTTP service and the CLI put on the same
+# arguments; every parameter says what it is for.
 Timeout = Annotated[
     float, Field(gt=0, le=3600, description="Seconds the program's run may take (0 < t <= 3600). Default 300.")
 ]
@@ -77,28 +85,61 @@ TargetArg = Annotated[
     Field(description='The backend to migrate to: "torch_xla" (PyTorch/XLA 2.9) or "torch_tpu". Default torch_xla.'),
 ]
 Args = Annotated[list[str] | None, Field(description='Arguments of the script, e.g. ["--epochs", "1"]. Default none.')]
-ProjectRoot = Annotated[
-    str | None,
+# project_root, path, source, cwd and command mean one thing in suggest_patch (the file to migrate and the project
+# it is validated in), another in check_xla (a script run in a project) and in verify_migration (the migrated file
+# of a project): one alias per meaning
+SuggestProjectRoot = optional_text(
+    "The project's folder, relative to the server's root (or absolute inside it): the file is validated "
+    "in a private copy of it, where its sibling modules and data are. Default: the file alone."
+)
+SuggestCwd = optional_text(
+    'The folder the program is run from, relative to project_root (e.g. "tutorials/mnist"), as the user '
+    "would `cd` there. Default: the project's root."
+)
+SuggestCommand = optional_text(
+    'The command validation runs, as typed in cwd, e.g. "python train.py --epochs 1" (its script may be '
+    "another file that uses this one). Default: the file's own entry point with args; a module without "
+    "one is validated by generated tests of its functions and classes."
+)
+
+SuggestSource = optional_text("The Python file's text. Default: read from project_root/path.")
+SuggestPath = optional_text(
+    'The file\'s path, relative to project_root when one is given (e.g. "train.py"); shown in the diff. '
+    "Default: snippet.py."
+)
+ScriptPath = optional_text(
+    "The script to run, relative to the server's root (or absolute inside it). Give this or source."
+)
+ScriptSource = optional_text("The script's text, run in a private folder (or at path inside project_root).")
+ScriptCwd = optional_text(
+    'The folder the script is run from (relative paths like "data/" are read there), relative to the '
+    "server's root, or to project_root when given. Default: the script's folder."
+)
+ScriptProjectRoot = optional_text(
+    "With source: the project to run it in (a private copy, the text written at path). Default none."
+)
+ScriptPathInProject = optional_text('With project_root: the script\'s path in the project, e.g. "train.py".')
+ScriptCommand = optional_text(
+    'With project_root: the command to run instead of path, as typed in cwd (e.g. "python main.py '
+    '--epochs 1"); the text of path (source) is still written into the copy. Default none.'
+)
+VerifyCommand = Annotated[
+    str,
     Field(
-        description="The project's folder, relative to the server's root (or absolute inside it): the file is "
-        "validated in a private copy of it, where its sibling modules and data are. Default: the file alone."
+        description="The training command run in both trees, as typed in cwd, e.g. "
+        '"python train.py --steps 40" (enough steps for a loss curve: 20 or more).'
     ),
 ]
-Cwd = Annotated[
-    str | None,
-    Field(
-        description='The folder the program is run from, relative to project_root (e.g. "tutorials/mnist"), as '
-        "the user would `cd` there. Default: the project's root."
-    ),
-]
-Command = Annotated[
-    str | None,
-    Field(
-        description='The command validation runs, as typed in cwd, e.g. "python train.py --epochs 1" (its '
-        "script may be another file that uses this one). Default: the file's own entry point with args; a module "
-        "without one is validated by generated tests of its functions and classes."
-    ),
-]
+VerifyCwd = optional_text(
+    "The folder of both trees the command is run from, relative to their roots. Default: their roots."
+)
+VerifyProjectRoot = optional_text(
+    "Instead of two trees: the original project's folder, relative to the server's root; both runs use a "
+    "private copy of it, the migrated one with source written at path (a patch suggest_patch returned, "
+    "before it is applied). Default none."
+)
+VerifyPath = optional_text('With project_root: the migrated file\'s path in it, e.g. "train.py".')
+VerifySource = optional_text("With project_root: the migrated text of path (the patch's `migrated`).")
 
 
 @dataclass(frozen=True)
@@ -199,17 +240,8 @@ def create_server(
 
     @server.tool()
     async def suggest_patch(
-        source: Annotated[
-            str | None,
-            Field(description="The Python file's text. Default: read from project_root/path."),
-        ] = None,
-        path: Annotated[
-            str | None,
-            Field(
-                description='The file\'s path, relative to project_root when one is given (e.g. "train.py"); '
-                "shown in the diff. Default: snippet.py."
-            ),
-        ] = None,
+        source: SuggestSource = None,
+        path: SuggestPath = None,
         unsafe_fixes: UnsafeFixes = False,
         validate: Annotated[
             bool,
@@ -221,9 +253,9 @@ def create_server(
         args: Args = None,
         k: SuggestK = 3,
         target: TargetArg = DEFAULT_TARGET,
-        project_root: ProjectRoot = None,
-        cwd: Cwd = None,
-        command: Command = None,
+        project_root: SuggestProjectRoot = None,
+        cwd: SuggestCwd = None,
+        command: SuggestCommand = None,
         timeout_s: Timeout = 300.0,
     ) -> Patch:
         """Migrate one Python file to PyTorch/XLA: unified diff, the fixes applied, the findings left for a human
@@ -233,7 +265,7 @@ def create_server(
         with _as_tool_errors():
             project = local_project(access.path(project_root)) if project_root else None
             if project is not None and validate and access.execute:
-                _refuse_hidden(project.folder)  # its copy is what the run sees
+                _refuse_hidden(access.root, project.folder)  # its copy is what the run sees
             if source is None:
                 if project is None or path is None:
                     raise tool_error(
@@ -288,43 +320,14 @@ def create_server(
 
     @server.tool()
     async def check_xla(
-        script_path: Annotated[
-            str | None,
-            Field(
-                description="The script to run, relative to the server's root (or absolute inside it). Give "
-                "this or source."
-            ),
-        ] = None,
-        source: Annotated[
-            str | None,
-            Field(description="The script's text, run in a private folder (or at path inside project_root)."),
-        ] = None,
+        script_path: ScriptPath = None,
+        source: ScriptSource = None,
         args: Args = None,
         timeout_s: Timeout = 300.0,
-        cwd: Annotated[
-            str | None,
-            Field(
-                description='The folder the script is run from (relative paths like "data/" are read '
-                "there), relative to the server's root, or to project_root when given. Default: the script's folder."
-            ),
-        ] = None,
-        project_root: Annotated[
-            str | None,
-            Field(
-                description="With source: the project to run it in (a private copy, the text written at path). "
-                "Default none."
-            ),
-        ] = None,
-        path: Annotated[
-            str | None, Field(description='With project_root: the script\'s path in the project, e.g. "train.py".')
-        ] = None,
-        command: Annotated[
-            str | None,
-            Field(
-                description="With project_root: the command to run instead of path, as typed in cwd (e.g. "
-                '"python main.py --epochs 1"); the text of path (source) is still written into the copy. Default none.'
-            ),
-        ] = None,
+        cwd: ScriptCwd = None,
+        project_root: ScriptProjectRoot = None,
+        path: ScriptPathInProject = None,
+        command: ScriptCommand = None,
     ) -> CheckOutcome:
         """Run a script under the XLA execution check (sandboxed, the user's files never written): the level
         reached (L2: ran on the XLA device with step barriers, no recompilation, no CPU fallback) and the reasons,
@@ -333,11 +336,14 @@ def create_server(
         with _as_tool_errors():
             if project_root or (source is not None and path):
                 project = local_project(access.path(project_root or "."))
-                _refuse_hidden(project.folder)  # its copy is what the run sees
+                _refuse_hidden(access.root, project.folder)  # its copy is what the run sees
                 call = (_check_in_project, project, source, path, args or [], cwd, command, timeout_s)
                 return in_api_wording(await runs.call(*call))
             script = access.path(script_path) if script_path else None
             workdir = access.path(cwd) if cwd else (script.parent if script else None)
+            # the script's own mode is the sandbox's to judge (a run refused says why); the folders on the way
+            # are mounted back past what the sandbox user could enter
+            _refuse_hidden(access.root, *[f for f in (workdir, script and script.parent) if f], trees=False)
             return in_api_wording(await runs.call(_check, source, script, args or [], timeout_s, workdir))
 
     @server.tool()
@@ -397,20 +403,14 @@ def create_server(
                 isolated=config is None,
             )
             if access.execute and (validate_cmd or verify_cmd):
-                _refuse_hidden(source)
+                _refuse_hidden(access.root, source)
             # in a process of its own, as every long call: a cancelled or abandoned call stops writing
             call = (_migrate, source, destination, options, access.execute)
             return in_api_wording(await runs.call(*call, write_root=access.root))
 
     @server.tool()
     async def verify_migration(
-        command: Annotated[
-            str,
-            Field(
-                description="The training command run in both trees, as typed in cwd, e.g. "
-                '"python train.py --steps 40" (enough steps for a loss curve: 20 or more).'
-            ),
-        ],
+        command: VerifyCommand,
         original_dir: Annotated[
             str | None,
             Field(
@@ -421,27 +421,10 @@ def create_server(
         migrated_dir: Annotated[
             str | None, Field(description="The migrated tree, relative to the server's root.")
         ] = None,
-        cwd: Annotated[
-            str | None,
-            Field(
-                description="The folder of both trees the command is run from, relative to their roots. "
-                "Default: their roots."
-            ),
-        ] = None,
-        project_root: Annotated[
-            str | None,
-            Field(
-                description="Instead of two trees: the original project's folder, relative to the server's root; "
-                "both runs use a private copy of it, the migrated one with source written at path (a patch "
-                "suggest_patch returned, before it is applied). Default none."
-            ),
-        ] = None,
-        path: Annotated[
-            str | None, Field(description='With project_root: the migrated file\'s path in it, e.g. "train.py".')
-        ] = None,
-        source: Annotated[
-            str | None, Field(description="With project_root: the migrated text of path (the patch's `migrated`).")
-        ] = None,
+        cwd: VerifyCwd = None,
+        project_root: VerifyProjectRoot = None,
+        path: VerifyPath = None,
+        source: VerifySource = None,
         loss_pattern: Annotated[
             str | None,
             Field(
@@ -466,13 +449,13 @@ def create_server(
                 if path is None or source is None:
                     raise ProjectError("with project_root, give path (the migrated file in it) and source (its text)")
                 project = local_project(access.path(project_root))
-                _refuse_hidden(project.folder)  # its copies are what the runs see
+                _refuse_hidden(access.root, project.folder)  # its copies are what the runs see
                 call = (_verify_in_project, project, path, source, command, cwd, loss_pattern, migrated_args)
                 return in_api_wording(await _stoppable(*call))
             if original_dir is None or migrated_dir is None:
                 raise ProjectError("give original_dir and migrated_dir, or project_root, path and source")
             original, migrated = access.path(original_dir), access.path(migrated_dir)
-            _refuse_hidden(original, migrated)
+            _refuse_hidden(access.root, original, migrated)
             call = (_verify, original, migrated, command, cwd, loss_pattern, migrated_args)
             return in_api_wording(await runs.call(*call))
 
@@ -509,7 +492,7 @@ def create_server(
         original = access.path(original_dir) if original_dir else None
         with _as_tool_errors():
             if access.execute and (validate_cmd or verify_cmd):
-                _refuse_hidden(*[f for f in (migrated, original) if f is not None])
+                _refuse_hidden(access.root, *[f for f in (migrated, original) if f is not None])
             return await runs.call(
                 _optimize, migrated, validate_cmd, verify_cmd, original, access.execute, access.write,
                 write_root=access.root if access.write else None,
@@ -556,18 +539,25 @@ async def _stoppable(function: Callable[..., T], *args: Any, write_root: Path | 
         call.stop()
 
 
-def _refuse_hidden(*folders: Path) -> None:
-    """A run copies a tree into the sandbox user's scratch, where all of it becomes readable: for a client of
-    this server (never the user who could read the files anyway) a tree with anything the sandbox user could
-    not read on its own is refused, naming the path and its mode, never its content (as check_xla does)."""
+def _refuse_hidden(root: Path, *folders: Path, trees: bool = True) -> None:
+    """A run shows the sandbox user what it could not read on its own: verify copies a tree into that user's
+    scratch (all of it readable then), and every run mounts its folders back at their places past the folders
+    above them. For a client of this server (never the user who could read the files anyway) a folder is refused
+    when that user could not enter it or a folder between the server's root and it (the check suggest_patch
+    makes of a file), or, for a tree that is copied (`trees`), read anything in it; the refusal names the path
+    and its mode, never its content."""
     if not all(folder.is_dir() for folder in folders):
         return  # the pipeline says which is not a folder
     for folder in folders:
-        if hidden := hidden_from_sandbox(folder):
-            raise ValueError(
+        hidden = file_hidden_from_sandbox(folder, root) or (hidden_from_sandbox(folder) if trees else None)
+        if hidden:
+            raise tool_error(
+                "unreadable_to_sandbox",
                 f"the sandbox user {SANDBOX_USER} cannot read {hidden}, and a tool call never shows a run what "
-                "that user could not read. Make the tree readable to other users (chmod -R o+rX), or run the "
-                "verification yourself on this machine"
+                "that user could not read",
+                f"make it readable to other users (chmod -R o+rX on the tree, o+x on the folders above it up to "
+                f"{root}) and call again, or run xlaport yourself on this machine (the CLI shows a run what you may "
+                "read)",
             )
 
 

@@ -27,6 +27,7 @@ from xlaport.files import (
     copy_file,
     in_place_backups,
     is_own_output,
+    one_file,
     write_with_backup,
 )
 from xlaport.trace import MODULE_LEVEL, TraceRecord, TraceValidation
@@ -189,8 +190,9 @@ def write_tree(src: Path, dst: Path, records: list[FileRecord]) -> int:
         if record.text is None:
             copy_file(src / record.rel, dst / record.rel)  # never written as migrated
         else:
-            atomic_write(dst / record.rel, record.text, like=src / record.rel)
-            shutil.copystat(src / record.rel, dst / record.rel)
+            with one_file():  # a stop waits for the times too
+                atomic_write(dst / record.rel, record.text, like=src / record.rel)
+                shutil.copystat(src / record.rel, dst / record.rel)
     return sum(record.kind != "python" for record in records)
 
 

@@ -435,12 +435,83 @@ def test_stdio_server_stops_a_running_tool_on_cancel_and_on_eof(tmp_path):
             server.kill()
 
 
+class StdioServer:
+    """`xlaport mcp` over real stdio pipes, spoken to in JSON-RPC lines."""
+
+    def __init__(self, root: Path) -> None:
+        start = f"from pathlib import Path; from xlaport.serve.mcp import create_server; create_server(root=Path({str(root)!r})).run('stdio')"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", start], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        client = {"name": "test", "version": "1"}
+        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+        self.send({"id": 1, "method": "initialize", "params": params})
+        assert "result" in self.answer(1)
+        self.send({"method": "notifications/initialized"})
+
+    def send(self, message: dict) -> None:
+        self.process.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        self.process.stdin.flush()
+
+    def answer(self, request_id: int) -> dict:
+        while True:
+            message = json.loads(self.process.stdout.readline())
+            if message.get("id") == request_id:
+                return message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["cancel", "eof"])
+def test_a_plain_migrate_repo_stops_between_files_over_stdio(tmp_path, how):
+    """A migration that runs no program, in place, stopped by the client (a cancel, or stdin closed) while it
+    writes: the process was killed wherever it was, leaving a half-written backup, a backup beside a file never
+    rewritten, or a temporary. It now finishes the file it is writing and stops: each file is either untouched
+    (no backup) or migrated with a complete backup of its original, nothing else is left, and files after the
+    stop are not written."""
+    src = tmp_path / "project"
+    src.mkdir()
+    body = "".join(f"def f{i}(x):\n    return x.cuda() * {i}\n\n" for i in range(30))
+    originals = {f"m{n:03}.py": f"import torch\n# file {n}\n\n" + body + "x" * 200_000 + " = 1\n" for n in range(300)}
+    for name, text in originals.items():
+        (src / name).write_text(text)
+    server = StdioServer(tmp_path)
+    try:
+        arguments = {"src": "project", "in_place": True, "jobs": 1}
+        server.send({"id": 2, "method": "tools/call", "params": {"name": "migrate_repo", "arguments": arguments}})
+        assert wait_for(lambda: any(src.glob("*.xlaport.bak")), 600), "the migration never started writing"
+        if how == "cancel":
+            server.send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+            server.send(
+                {"id": 3, "method": "tools/call", "params": {"name": "explain_fix", "arguments": {"code": "XLA201"}}}
+            )
+            assert not server.answer(3)["result"].get("isError")  # answered once the call was stopped
+        else:
+            server.process.stdin.close()
+            assert server.process.wait(60) == 0
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+    written = 0
+    for name, original in originals.items():
+        text, backup = (src / name).read_text(), src / f"{name}.xlaport.bak"
+        if backup.exists():
+            assert backup.read_text() == original and "torch_xla" in text, name
+            written += 1
+        else:
+            assert text == original, name
+    left = sorted(p.name for p in src.iterdir() if p.name not in originals and not p.name.endswith(".xlaport.bak"))
+    assert left == [] and 0 < written < len(originals)
+    time.sleep(2)  # nothing goes on writing after the stop
+    assert len(list(src.glob("*.xlaport.bak"))) == written
+
+
 @pytest.mark.slow
 def test_migrate_repo_in_place_with_validation_stages_outside_the_root(tmp_path, monkeypatch):
     """Confined writes still let the in-place migration write its own staging copy (in the temporary folder)."""
     monkeypatch.setenv("XLAPORT_TRACES", str(tmp_path / "traces.jsonl"))
     src = tmp_path / "project"
     shutil.copytree(PROJECT, src)
+    tmp_path.chmod(0o755)  # the server's root: the sandbox user may enter it (a 0700 root is refused)
     server = create_server(Pipeline(), allow_execution=True, allow_writes=True, root=tmp_path)
     result = call(server, "migrate_repo", {"src": "project", "in_place": True, "validate_cmd": "python train.py"})
     assert not result.is_error, result.content

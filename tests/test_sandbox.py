@@ -518,6 +518,31 @@ def test_cgroup_v2_figures_and_refusals_from_its_files(tmp_path):
     assert folder is None and why == f"cgroup v2: controllers memory, pids not delegated to {root}"
 
 
+def test_cgroup_v2_with_the_memory_controller_alone_keeps_the_kernels_memory_limit(tmp_path):
+    """On the lent device machine (a pure v2 host, issue 25 round 3b) the group commands run in has the memory
+    controller and not pids: the probe gave up v2 altogether, and memory fell back to polling (descendants may
+    escape it). With memory alone a run still gets its group and memory.max, without pids.max (tasks are capped
+    by RLIMIT_NPROC, as without cgroups), and the probe says what is missing."""
+    from xlaport.eval.sandbox import run
+    from xlaport.eval.sandbox.cgroups import own_v2
+
+    if "0::/" not in Path("/proc/self/cgroup").read_text().splitlines():
+        pytest.skip("this process is not at the top of its v2 hierarchy: the fake root would not be its folder")
+    root = tmp_path / "root"  # the controllers as that machine's command group has them
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("memory\n")
+    (root / "cgroup.subtree_control").write_text("")
+    folder, why = own_v2(root)
+    assert folder == str(root)
+    assert why == f"cgroup v2: controller pids not delegated to {root}: tasks are limited by RLIMIT_NPROC only"
+    assert (root / "cgroup.subtree_control").read_text() == "+memory"
+    mech = Mechanisms(folder, None, False, None, (why,), 2)
+    assert "the memory limit covers the whole process tree (cgroup v2)" in mech.guarantees()
+    group = run._make_cgroups(mech, 256, 40)
+    assert group is not None and (group.folder / "memory.max").read_text() == str(256 * 2**20)
+    assert not (group.folder / "pids.max").exists() and not group.limits_tasks
+
+
 @needs_user
 @pytest.mark.parametrize("kind", ["bind", "copy"])
 def test_where_overlayfs_or_namespaces_are_refused_the_view_is_a_copy(tmp_path, monkeypatch, kind):

@@ -357,3 +357,82 @@ def test_migrate_pool_workers_die_with_a_killed_parent(tmp_path):
     while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+
+
+def tree_behind_a_private_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """A server root holding `private/` (0700, root's) with two readable trees in it: what the sandbox user
+    cannot reach on its own, each file of it 0644."""
+    root = tmp_path / "root"
+    private = root / "private"
+    for side in ("original", "migrated"):
+        (private / side).mkdir(parents=True)
+        script = private / side / "train.py"
+        script.write_text("SECRET = 'hunter2'\nprint(SECRET)\nfor i in range(3):\n    print(f'loss: {1 / (i + 1)}')\n")
+        script.chmod(0o644)
+        (private / side).chmod(0o755)
+    root.chmod(0o755)
+    private.chmod(0o700)
+    return root, private
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user exists only for root")
+@pytest.mark.parametrize(
+    "tool, arguments",
+    [
+        ("verify_migration", {"original_dir": "private/original", "migrated_dir": "private/migrated"}),
+        ("verify_migration", {"project_root": "private/original", "path": "train.py", "source": "print(1)\n"}),
+        ("check_xla", {"script_path": "private/original/train.py", "timeout_s": 60}),
+        ("check_xla", {"source": "print(1)\n", "cwd": "private/original", "timeout_s": 60}),
+    ],
+)
+def test_a_tree_behind_a_folder_the_sandbox_user_cannot_enter_is_never_shown_to_a_run(tmp_path, tool, arguments):
+    """verify_migration copies the trees into the sandbox user's scratch, and check_xla mounts the script's
+    folder back where it was: a tree inside a 0700 folder of the server's root, which the sandbox user cannot
+    enter, was run and its output (here the secret the script prints) came back to the client. Refused before
+    any run, naming the folder and its mode, with what to do."""
+    root, private = tree_behind_a_private_folder(tmp_path)
+    server = create_server(Pipeline(), allow_execution=True, allow_writes=False, root=root)
+    result = call(server, tool, {"command": "python train.py", **arguments} if tool != "check_xla" else arguments)
+    error = error_of(result)
+    assert error["code"] == "unreadable_to_sandbox", error
+    assert f"cannot read {private} (drwx------ uid 0)" in error["message"]
+    assert "chmod" in error["next_step"] and "hunter2" not in result.content[0].text
+
+
+@pytest.mark.parametrize("write", ["atomic_write", "write_with_backup", "copy_file"])
+def test_a_folder_swapped_for_a_link_between_the_check_and_the_write_is_not_written_through(
+    tmp_path, monkeypatch, write
+):
+    """A confined write (MCP migrate_repo with --root) checked the file's real path, then created its temporary
+    and renamed it by name: a folder on the way swapped for a link out of the root in between put the file (or the
+    backup, or the copy) outside. The folder is opened once and the write made relative to it, checked on the
+    descriptor. The swap is made deterministic by doing it right after the check."""
+    from xlaport import files
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    target = root / "pkg" / "train.py"
+    target.write_text("old\n")
+    (outside / "train.py").write_text("outside\n")
+    checked = files.check_writable
+
+    def check_then_swap(path: Path) -> None:
+        checked(path)
+        if not (root / "pkg").is_symlink():
+            (root / "pkg").rename(root / "pkg-moved")
+            (root / "pkg").symlink_to(outside)
+
+    monkeypatch.setattr(files, "check_writable", check_then_swap)
+    source = tmp_path / "source.py"
+    source.write_text("copied\n")
+    with files.writes_confined_to(root), pytest.raises(files.WriteFailed, match="no longer inside"):
+        if write == "atomic_write":
+            files.atomic_write(target, "new\n")
+        elif write == "write_with_backup":
+            files.write_with_backup(target, "new\n", backup=True)
+        else:
+            files.copy_file(source, target)
+    assert [p.name for p in outside.iterdir()] == ["train.py"] and (outside / "train.py").read_text() == "outside\n"
+    assert sorted(p.name for p in (root / "pkg-moved").iterdir()) == ["train.py"]
+    assert (root / "pkg-moved" / "train.py").read_text() == "old\n"

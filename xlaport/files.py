@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import shutil
 import stat
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache"})
 # What xlaport itself writes beside a migrated tree (serve/report.py, xlaport/trace.py): never a user's file to lint,
@@ -170,6 +171,55 @@ def copier_inside(top: Path) -> Callable[[str, str], str]:
     return copy
 
 
+T = TypeVar("T")
+
+
+class Stopped(BaseException):
+    """The call was stopped from outside (a cancelled MCP tool call: SIGTERM) between two files. A BaseException,
+    as KeyboardInterrupt: no handler of a file's failure may take it for one and go on with the next file."""
+
+
+# A call stopped from outside ends between two files, never inside one: the write of one file (its backup, its
+# temporary, the rename) is finished first, so no file is half-written and every original stays recoverable.
+_writing = 0  # files being written now (nested: a file's backup inside its write)
+_stop_asked = False
+
+
+def stop_between_files(signum: int, frame: object) -> None:
+    """A signal handler (SIGTERM in a stoppable call): raises Stopped at once, or, inside the write of a file,
+    once that file is written."""
+    global _stop_asked
+    _stop_asked = True
+    if not _writing:
+        raise Stopped(f"stopped by signal {signum}")
+
+
+@contextmanager
+def one_file() -> Iterator[None]:
+    """The write of one file, which a stop (`stop_between_files`) lets finish; Stopped before or after it."""
+    global _writing
+    if _stop_asked and not _writing:
+        raise Stopped("stopped before the next file")
+    _writing += 1
+    try:
+        yield
+    finally:
+        _writing -= 1
+    if _stop_asked and not _writing:
+        raise Stopped("stopped after a file was written")
+
+
+def _one_file(write: Callable[..., T]) -> Callable[..., T]:
+    """A function that writes one file, made a `one_file` block."""
+
+    @functools.wraps(write)
+    def whole(*args: object, **kwargs: object) -> T:
+        with one_file():
+            return write(*args, **kwargs)
+
+    return whole
+
+
 class WriteFailed(OSError):
     """A file could not be written; the old file is unchanged and nothing half-written is left."""
 
@@ -223,6 +273,32 @@ def _opened_inside_roots(fd: int) -> bool:
     return any(real.is_relative_to(root) for root in roots)
 
 
+@contextmanager
+def _folder_for_writes(path: Path) -> Iterator[int]:
+    """The folder of `path`, opened once: the writes of the file are made relative to this descriptor (dir_fd),
+    never through the folder's name looked up again. When writes are confined, the folder actually opened must
+    lie inside the roots, judged on the descriptor: a folder on the way swapped for a link out of the root after
+    `check_writable` is refused, never written through."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if not _opened_inside_roots(fd):
+            raise WriteFailed(f"refusing to write {path}: its folder is no longer inside the allowed folder")
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _new_temporary(folder: int, name: str) -> tuple[int, str]:
+    """A new file `.NAME.XXXXXXXX.xlaport.tmp` (0600) in the open folder `folder`: (its descriptor, its name)."""
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(4).hex()}{TMP_SUFFIX}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {name}")
+
+
 def _has_bom(path: Path) -> bool:
     try:
         with open(path, "rb") as handle:
@@ -235,6 +311,7 @@ class ChangedMeanwhile(WriteFailed):
     """The file no longer holds the text the new one was computed from (edited meanwhile): left as it is."""
 
 
+@_one_file
 def atomic_write(
     path: Path, text: str, like: Path | None = None, *, expected: str | None = None, mode: int | None = None
 ) -> None:
@@ -255,34 +332,38 @@ def atomic_write(
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if like is not None:
-            info = os.stat(like)
-            if (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
-                try:
-                    os.chown(tmp, info.st_uid, info.st_gid)
-                except PermissionError:
-                    pass  # only root may give a file away: it becomes ours, as with any editor
-            os.chmod(tmp, info.st_mode & 0o7777 if mode is None else mode)
-        else:  # mkstemp creates 0600; a new file gets the usual permissions
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask if mode is None else mode)
-        if expected is not None and not _holds(path, expected):  # checked last: the window is the rename alone
-            raise ChangedMeanwhile(f"{path}: changed while it was analysed; left as it is (run again to fix it)")
-        os.replace(tmp, path)
-        tmp = None
+        with _folder_for_writes(path) as folder:
+            fd, tmp = _new_temporary(folder, path.name)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+                    handle.write(text)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                if like is not None:
+                    info = os.stat(like)
+                    if (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
+                        try:
+                            os.chown(tmp, info.st_uid, info.st_gid, dir_fd=folder, follow_symlinks=False)
+                        except PermissionError:
+                            pass  # only root may give a file away: it becomes ours, as with any editor
+                    os.chmod(tmp, info.st_mode & 0o7777 if mode is None else mode, dir_fd=folder)
+                else:  # the temporary is 0600; a new file gets the usual permissions
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.chmod(tmp, 0o666 & ~umask if mode is None else mode, dir_fd=folder)
+                if expected is not None and not _holds(path, expected):  # checked last: the window is the rename
+                    raise ChangedMeanwhile(
+                        f"{path}: changed while it was analysed; left as it is (run again to fix it)"
+                    )
+                os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+                tmp = None
+            finally:
+                if tmp is not None:  # only the temporary this call created is ever deleted
+                    os.unlink(tmp, dir_fd=folder)
     except WriteFailed:
         raise
     except OSError as exc:
         raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from None
-    finally:
-        if tmp is not None:  # only the temporary this call created is ever deleted
-            Path(tmp).unlink(missing_ok=True)
 
 
 REPORT_MODE = 0o644  # a report is for sharing, unless what it quotes is not
@@ -323,13 +404,29 @@ def _holds(path: Path, text: str) -> bool:
 TMP_SUFFIX = ".xlaport.tmp"
 
 
+@_one_file
 def copy_file(source: Path, target: Path) -> None:
     """A byte copy with mode and times (a symlink stays a link); WriteFailed when the disk is full, or when writes
     are confined elsewhere (`writes_confined_to`)."""
     check_writable(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target, follow_symlinks=False)
+        with _folder_for_writes(target) as folder:
+            if os.path.islink(source):
+                if os.path.lexists(target):
+                    os.unlink(target.name, dir_fd=folder)
+                os.symlink(os.readlink(source), target.name, dir_fd=folder)
+                return
+            if os.path.islink(target):  # the copy is a file of its own, never written through a link
+                os.unlink(target.name, dir_fd=folder)
+            info = os.stat(source)
+            out = os.open(target.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+            with open(source, "rb") as handle, os.fdopen(out, "wb") as written:
+                shutil.copyfileobj(handle, written, 2**20)
+                os.fchmod(out, stat.S_IMODE(info.st_mode))
+                os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+    except WriteFailed:
+        raise
     except OSError as exc:
         raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from None
 
@@ -407,6 +504,7 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + ".xlaport.bak")
 
 
+@_one_file
 def keep_backup(path: Path) -> Path:
     """Copies `path` (its bytes, mode, owner, group and times) to a new `.xlaport.bak` beside it; never overwrites one.
 
@@ -419,30 +517,38 @@ def keep_backup(path: Path) -> Path:
         target = backup_path(path) if n == 0 else path.with_name(f"{path.name}.xlaport.{n}.bak")
         check_writable(target)
         try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise WriteFailed(f"cannot back up {path}: {exc.strerror or exc}; nothing was rewritten") from None
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(path.read_bytes())
-                handle.flush()
-                os.fsync(handle.fileno())
-            info = os.stat(path)
-            if (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
+            with _folder_for_writes(target) as folder:
                 try:
-                    os.chown(target, info.st_uid, info.st_gid)  # before the mode: chown clears set-id bits
-                except PermissionError:
-                    pass  # only root may give a file away
-            shutil.copystat(path, target)
+                    fd = os.open(
+                        target.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+                    )
+                except FileExistsError:
+                    continue
+                try:
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(path.read_bytes())
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                        info = os.stat(path)
+                        if (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
+                            try:
+                                os.fchown(fd, info.st_uid, info.st_gid)  # before the mode: chown clears set-id bits
+                            except PermissionError:
+                                pass  # only root may give a file away
+                        os.fchmod(fd, stat.S_IMODE(info.st_mode))
+                        os.utime(fd, ns=(info.st_atime_ns, info.st_mtime_ns))
+                except OSError:
+                    os.unlink(target.name, dir_fd=folder)
+                    raise
+        except WriteFailed:
+            raise
         except OSError as exc:
-            target.unlink(missing_ok=True)
             raise WriteFailed(f"cannot back up {path}: {exc.strerror or exc}; nothing was rewritten") from None
         return target
     raise WriteFailed(f"cannot back up {path}: too many backups already")
 
 
+@_one_file
 def write_with_backup(path: Path, text: str, backup: bool, expected: str | None = None) -> Path | None:
     """`atomic_write` of a file rewritten in place, after a `keep_backup` when `backup`; the backup (None without
     one). A write that fails (ChangedMeanwhile included) leaves the file as it was and removes the backup it made:

@@ -47,39 +47,46 @@ def v2_path(root: Path = V2_ROOT) -> Path | None:
 
 
 def own_v2(root: Path = V2_ROOT) -> tuple[str | None, str | None]:
-    """(folder under which v2 run groups are made, None) or (None, why not). The memory and pids controllers
-    must be on for the folder's children; v2 allows that only in a group with no process of its own, so when
-    xlaport sits in its group alone it moves itself into a leaf below it first (as a container's init does)."""
+    """(folder under which v2 run groups are made, None), (that folder, what is missing: a group with the memory
+    controller alone, where tasks are not limited by the group) or (None, why not). The controllers must be on for
+    the folder's children; v2 allows that only in a group with no process of its own, so when xlaport sits in its
+    group alone it moves itself into a leaf below it first (as a container's init does)."""
     folder = v2_path(root)
     if folder is None:
         return None, "no cgroup v2 hierarchy at /sys/fs/cgroup"
     available = (folder / "cgroup.controllers").read_text().split()
     missing = [c for c in V2_CONTROLLERS if c not in available]
-    if missing:
+    if "memory" in missing:
         return None, f"cgroup v2: controllers {', '.join(missing)} not delegated to {folder}"
+    # a host may delegate memory and not pids (seen: a Firecracker VM's command group): the memory limit and the
+    # group's hold on every descendant are still the kernel's, tasks are capped by RLIMIT_NPROC as without cgroups
+    wanted = [c for c in V2_CONTROLLERS if c in available]
     remove_stale(folder)
-    if not _enable(folder):
+    if not _enable(folder, wanted):
         leaf = folder / f"xlaport-{os.getpid()}-main"
         try:
             leaf.mkdir(exist_ok=True)
             (leaf / "cgroup.procs").write_text(str(os.getpid()))
         except OSError as error:
             return None, f"cgroup v2: cannot move xlaport into a leaf of {folder}: {error.strerror}"
-        if not _enable(folder):
+        if not _enable(folder, wanted):
             (folder / "cgroup.procs").write_text(str(os.getpid()))  # back where it was
             leaf.rmdir()
             return None, f"cgroup v2: {folder} holds other processes, so its children cannot get controllers"
     if not _can_make_child(folder):
         return None, f"cgroup v2: {folder} not writable"
+    if missing:
+        why = f"cgroup v2: controller pids not delegated to {folder}: tasks are limited by RLIMIT_NPROC only"
+        return str(folder), why
     return str(folder), None
 
 
-def _enable(folder: Path) -> bool:
+def _enable(folder: Path, controllers: list[str]) -> bool:
     enabled = (folder / "cgroup.subtree_control").read_text().split()
-    if all(c in enabled for c in V2_CONTROLLERS):
+    if all(c in enabled for c in controllers):
         return True
     try:
-        (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in V2_CONTROLLERS))
+        (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in controllers))
         return True
     except OSError:
         return False
@@ -117,6 +124,7 @@ class CgroupsV1:
     """The run's memory and pids cgroups (v1), children of xlaport's own."""
 
     version = 1
+    limits_tasks = True
 
     def __init__(self, folders: list[Path]) -> None:
         self.folders = folders
@@ -173,20 +181,23 @@ class CgroupsV2:
 
     version = 2
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, limits_tasks: bool = True) -> None:
         self.folder = folder
         self.folders = [folder]
+        self.limits_tasks = limits_tasks
 
     @classmethod
-    def make(cls, parent: str, memory_mb: int, max_tasks: int) -> CgroupsV2:
+    def make(cls, parent: str, memory_mb: int, max_tasks: int | None) -> CgroupsV2:
+        """The run's group; `max_tasks` None where the pids controller is not delegated (no pids.max)."""
         folder = Path(parent, run_group_name())
         folder.mkdir()
         (folder / "memory.max").write_text(str(memory_mb * 2**20))
         swap = folder / "memory.swap.max"
         if swap.exists():
             swap.write_text("0")  # as v1's memsw limit: the limit is not stretched by swapping out
-        (folder / "pids.max").write_text(str(max_tasks))
-        return cls(folder)
+        if max_tasks is not None:
+            (folder / "pids.max").write_text(str(max_tasks))
+        return cls(folder, max_tasks is not None)
 
     def join(self) -> None:
         _write_pid(self.folder)

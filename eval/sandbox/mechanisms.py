@@ -37,9 +37,10 @@ class Mechanisms:
 
     def guarantees(self, dropped: bool = True) -> list[str]:
         held = ["minimal environment (allowlist; the server's secrets never reach the child)"]
-        if self.memory_cgroup and self.pids_cgroup:
+        if self.memory_cgroup and (self.pids_cgroup or self.cgroup_version == 2):
             held.append("every descendant, detached ones included, is tracked by cgroup and killed at the end")
-            held.append(f"memory and task limits cover the whole process tree (cgroup v{self.cgroup_version})")
+            limits = "memory and task limits cover" if self.pids_cgroup else "the memory limit covers"
+            held.append(f"{limits} the whole process tree (cgroup v{self.cgroup_version})")
         if self.namespaces:
             held.append("PID namespace: all descendants die with the command")
             held.append("no network (own network namespace, own loopback only)")
@@ -64,9 +65,9 @@ def sandbox_status() -> Mechanisms:
     if v2_path() is not None:
         version = 2
         memory, why = own_v2()
-        pids = memory
+        pids = memory if why is None else None  # a group with memory alone: tasks by RLIMIT_NPROC
         if why:
-            refused.append(f"{why}: memory is limited by polling, descendants may escape it")
+            refused.append(why if memory else f"{why}: memory is limited by polling, descendants may escape it")
     else:
         if not memory:
             refused.append("memory cgroup (v1) not writable: memory is limited by polling, descendants may escape it")

@@ -364,10 +364,10 @@ def _outputs(views: list[View], keep: Path | None) -> dict:
 
 
 def _make_cgroups(mech: Mechanisms, memory_mb: int, max_tasks: int) -> CgroupsV1 | CgroupsV2 | None:
+    if mech.cgroup_version == 2 and mech.memory_cgroup:  # without the pids controller: no pids.max
+        return CgroupsV2.make(mech.memory_cgroup, memory_mb, max_tasks if mech.pids_cgroup else None)
     if not (mech.memory_cgroup and mech.pids_cgroup):
         return None
-    if mech.cgroup_version == 2:
-        return CgroupsV2.make(mech.memory_cgroup, memory_mb, max_tasks)
     return CgroupsV1.make(mech.memory_cgroup, mech.pids_cgroup, memory_mb, max_tasks)
 
 
@@ -396,7 +396,9 @@ def _child_setup(
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_mb * 2**20,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if dropped:  # counts every process of the user on the machine: the pids cgroup is the per-run limit
-        resource.setrlimit(resource.RLIMIT_NPROC, (max_tasks if not cgroups else 4 * max_tasks,) * 2)
+        resource.setrlimit(
+            resource.RLIMIT_NPROC, (4 * max_tasks if cgroups and cgroups.limits_tasks else max_tasks,) * 2
+        )
     if switch_to:
         os.setgroups([])
         os.setgid(switch_to[1])
