@@ -164,7 +164,7 @@ PROGRAMS = [
             r"^    seq_len = 512,$": "    seq_len = 32,",
             r"^    num_memory_tokens = 128,$": "    num_memory_tokens = 4,",
             r"^    xl_mem_len = 256$": "    xl_mem_len = 16",
-            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 8",  # one run of 12 took 10 min at load 10 (memory replay)
+            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 24",  # 24 logged losses: verify's min_steps is 20, no seed
             **NO_GENERATION_AT_STEP_0,
         },
     ),
@@ -239,7 +239,9 @@ PROGRAMS = [
         },
     ),
     # a real growing-generation loop (karpathy/ng-video-lecture bigram.py: `torch.cat` of one token per step, no
-    # cropping): sampled greedily (argmax for multinomial) so that the tokens can be compared, 16 of them printed
+    # cropping): sampled greedily (argmax for multinomial) so that the tokens can be compared; 64 of them printed (with
+    # 16 the few graphs of the first tokens fall in the run's second half, which the check reads as compiles that keep
+    # coming: L0)
     Program(
         "ng-video-lecture bigram (generation)",
         CORPUS / "karpathy__ng-video-lecture",
@@ -251,7 +253,7 @@ PROGRAMS = [
             r"^eval_iters = .*$": "eval_iters = 4",
             r"torch\.multinomial\(probs, num_samples=1\)": "torch.argmax(probs, dim=-1, keepdim=True)",
             r"^print\(decode\(m\.generate\(context, max_new_tokens=500\)\[0\]\.tolist\(\)\)\)$": (
-                'print("generated:", m.generate(context, max_new_tokens=16)[0].tolist())'
+                'print("generated:", m.generate(context, max_new_tokens=64)[0].tolist())'
             ),
         },
         expect_same_output="generated:",
