@@ -164,20 +164,67 @@ PROGRAMS = [
             r"^    seq_len = 512,$": "    seq_len = 32,",
             r"^    num_memory_tokens = 128,$": "    num_memory_tokens = 4,",
             r"^    xl_mem_len = 256$": "    xl_mem_len = 16",
-            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 8",  # one run of 12 took 10 min at load 10 (memory replay)
+            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 24",  # 24 logged losses: verify's min_steps is 20, no seed
             **NO_GENERATION_AT_STEP_0,
         },
     ),
     Program(
         "WideResNet cifar10",  # xternalz/WideResNet-pytorch: AverageMeter.update(loss.item()) every step
         CORPUS / "xternalz__WideResNet-pytorch",
-        "python train.py --epochs 1 --layers 10 --widen-factor 1 -b 32 --print-freq 1 --no-augment",
+        # batches of 16: 32 logged losses over the 500 synthetic images (verify's min_steps is 20; it takes no seed)
+        "python train.py --epochs 1 --layers 10 --widen-factor 1 -b 16 --print-freq 1 --no-augment",
         data="cifar10:data",
         patch={
             # its optional logger no longer imports (tensorboard_logger's protobuf files fail on protobuf 7)
             r"^from tensorboard_logger import .*$": "configure = log_value = None",
             r"'\.\./data'": "'./data'",  # the data beside the program, not above it (the runs copy the tree)
             r"'num_workers': 1": "'num_workers': 0",
+        },
+    ),
+    Program(
+        "WideResNet cifar10 (seeded)",  # the same, with a seed of ours: both trees start alike
+        CORPUS / "xternalz__WideResNet-pytorch",
+        # batches of 16: 32 logged losses over the 500 synthetic images (verify's min_steps is 20; it takes no seed)
+        "python train.py --epochs 1 --layers 10 --widen-factor 1 -b 16 --print-freq 1 --no-augment",
+        data="cifar10:data",
+        patch={
+            # its optional logger no longer imports (tensorboard_logger's protobuf files fail on protobuf 7)
+            r"^from tensorboard_logger import .*$": "configure = log_value = None",
+            r"'\.\./data'": "'./data'",  # the data beside the program, not above it (the runs copy the tree)
+            r"'num_workers': 1": "'num_workers': 0",
+            # it takes no seed: unseeded, verify compares 32 noisy losses on random labels; seeded, point by point
+            r"^    args = parser\.parse_args\(\)$": "    args = parser.parse_args()\n    torch.manual_seed(0)",
+        },
+    ),
+    # fetched for issue #26 (2026-12-04b): `print(f'training loss: {loss.item()}')` after every batch
+    Program(
+        "h-transformer-1d enwik8",  # lucidrains/h-transformer-1d: hierarchical attention, reversible layers
+        CORPUS / "lucidrains__h-transformer-1d",
+        "python train.py",
+        data="enwik8:data/enwik8.gz",
+        patch={
+            **ENWIK8_SMALL,
+            r"^SEQ_LEN = .*$": "SEQ_LEN = 64",
+            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 24",  # 24 logged losses: verify's min_steps is 20, no seed
+            r"^    heads = 8,$": "    heads = 2,",
+            r"^    reversible = True$": "    reversible = True,\n    block_size = 16",  # 64 tokens: 2 levels
+            r"np\.fromstring\(": "np.frombuffer(",  # numpy 2 removed fromstring's binary mode (the same bytes)
+            **NO_GENERATION_AT_STEP_0,
+        },
+    ),
+    Program(
+        "long-short enwik8",  # lucidrains/long-short-transformer: windowed local attention + a projected long one
+        CORPUS / "lucidrains__long-short-transformer",
+        "python train.py",  # rotary-embedding-torch of its time (0.1.5: `forward(t, cache_key=...)`, gone in 0.9)
+        data="enwik8:data/enwik8.gz",
+        patch={
+            **ENWIK8_SMALL,
+            r"^SEQ_LEN = .*$": "SEQ_LEN = 64",
+            r"^NUM_BATCHES = .*$": "NUM_BATCHES = 24",  # 24 logged losses: verify's min_steps is 20, no seed
+            r"^    heads = 8,$": "    heads = 2,",
+            r"^    window_size = 128$": "    window_size = 32",
+            r"np\.fromstring\(": "np.frombuffer(",  # numpy 2 removed fromstring's binary mode (the same bytes)
+            **NO_GENERATION_AT_STEP_0,
         },
     ),
     Program(
@@ -190,6 +237,26 @@ PROGRAMS = [
             r"^usewandb = .*$": "usewandb = False",  # `~args.nowandb` is -1 or -2: wandb on always (its own bug)
             r"num_workers=8": "num_workers=0",
         },
+    ),
+    # a real growing-generation loop (karpathy/ng-video-lecture bigram.py: `torch.cat` of one token per step, no
+    # cropping): sampled greedily (argmax for multinomial) so that the tokens can be compared; 64 of them printed (with
+    # 16 the few graphs of the first tokens fall in the run's second half, which the check reads as compiles that keep
+    # coming: L0)
+    Program(
+        "ng-video-lecture bigram (generation)",
+        CORPUS / "karpathy__ng-video-lecture",
+        "python bigram.py",
+        script="bigram.py",
+        patch={
+            r"^max_iters = .*$": "max_iters = 20",
+            r"^eval_interval = .*$": "eval_interval = 5",
+            r"^eval_iters = .*$": "eval_iters = 4",
+            r"torch\.multinomial\(probs, num_samples=1\)": "torch.argmax(probs, dim=-1, keepdim=True)",
+            r"^print\(decode\(m\.generate\(context, max_new_tokens=500\)\[0\]\.tolist\(\)\)\)$": (
+                'print("generated:", m.generate(context, max_new_tokens=64)[0].tolist())'
+            ),
+        },
+        expect_same_output="generated:",
     ),
     Program("ours: GradScaler + float16", ROOT / "tests" / "programs" / "optimize", "python train.py --steps 12 --amp"),
     Program(

@@ -194,7 +194,8 @@ def optimize(
         typer.Option(
             "--timing-runs",
             min=1,
-            help="Runs of each tree, interleaved, when only the step time can show a saving (fewer host reads).",
+            help="Runs of each tree, interleaved, when the step time decides: alone (equal counts of host reads and "
+            "compiles), or whether a counted saving is clearly slower.",
         ),
     ] = 3,
 ) -> None:

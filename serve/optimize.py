@@ -8,12 +8,14 @@ with their share of the step, compiles); each cost with a known rewrite is a `Ca
 family per module). Candidates are tried one at a time, most costly first, on a scratch copy of the tree with
 every candidate kept so far: the check runs again and, with a verify command, verify against the SAME
 reference run of the original (cached after the first verify, never rerun per candidate). A candidate is
-kept only when the step cost improves and the curve stays where the reference puts it (verify passes);
-otherwise it is rejected with the numbers. Fewer compiles are a cost saved by themselves (each one is seconds
-of compilation). Fewer host reads per step are not: a read moved into a step closure still waits for the same
-execution, so such a candidate is kept only when the step itself gets faster, measured over interleaved
-repeated runs of both trees (every candidate run faster than every baseline run). Without a command nothing runs: every candidate is proposed, with its diff and the finding it
-answers. A code model's proposal is judged the same way: a `Candidate` (proposer "model:NAME", the file's text
+kept only when the step cost improves and the curve stays where the reference puts it (verify holds at the
+baseline's level); otherwise it is rejected with the numbers. Host reads per step and compiles are counted,
+not timed: the same program gives the same counts on a busy machine or a quiet one. A candidate that lowers
+one (and raises none) is kept unless its step is clearly slower: one run's step time beyond the steps' spread
+and SLOWER_LIMIT, confirmed by interleaved repeated runs of both trees (every candidate run slower than every
+baseline run). Only when the counts are equal does the step time decide alone, and then it must be faster
+over the interleaved runs (every candidate run faster than every baseline run). Without a command nothing
+runs: every candidate is proposed, with its diff and the finding it answers. A code model's proposal is judged the same way: a `Candidate` (proposer "model:NAME", the file's text
 before and after) in `optimize(..., extra_candidates=[...])`, tried after the rules' candidates, or given to
 `Session.judge` with a baseline from `Session.run`.
 """
@@ -44,9 +46,10 @@ REPORT_MD = "xlaport-optimize.md"
 # (XLA:CPU step times on a shared machine move by ~10-20% between runs: counts decide first)
 SLOWER_LIMIT = 0.25
 FASTER_ENOUGH = 0.10
-# when only the step time can show a gain: runs of each tree, interleaved (baseline, candidate, baseline, ...).
-# Faster means every candidate run's median step below every baseline run's (with 3 and 3 runs, a one-sided
-# rank test at p = 1/20) and the median of the runs at least MIN_GAIN lower.
+# when the step time must decide (alone, or against a counted saving): runs of each tree, interleaved
+# (baseline, candidate, baseline, ...). Faster (slower) means every candidate run's median step below (above)
+# every baseline run's (with 3 and 3 runs, a one-sided rank test at p = 1/20) and the median of the runs at
+# least MIN_GAIN lower (higher).
 TIMING_RUNS = 3
 MIN_GAIN = 0.05
 # per-step finding kinds of the check (its READ_KINDS) that the logging family answers
@@ -127,17 +130,14 @@ class StepCost:
 
 
 def compare(before: StepCost, after: StepCost) -> tuple[list[str], list[str], list[str]]:
-    """(what costs less, what costs more, what changed without being a saving by itself), in words, from one run
-    of each. Fewer compiles save their compile time. Fewer host reads per step save nothing unless the step gets
-    faster (on XLA:CPU a read in a step closure waits for the same execution as before), so they are only
-    measured; more of them are a cost. One run's faster step is a saving only when large and beyond the steps'
-    spread; `Session.judge` asks repeated runs (`step_timing`) when the step time alone must decide."""
+    """(what costs less, what costs more, what changed without being a saving or a cost), in words, from one run
+    of each. Host reads per step and compiles are counts (`is_counted`): fewer of one is a saving, more a cost,
+    whatever the machine's load. The step time is timed: one run's step is faster (slower) only when by
+    FASTER_ENOUGH (SLOWER_LIMIT) and beyond the steps' spread; `Session.judge` asks repeated runs
+    (`step_timing`) before the step time rejects a counted saving or decides alone."""
     better, worse, measured = [], [], []
-    if after.host_reads_per_step <= before.host_reads_per_step - 0.5:
-        measured.append(f"host reads per step {before.host_reads_per_step:g} -> {after.host_reads_per_step:g}")
-    elif after.host_reads_per_step >= before.host_reads_per_step + 0.5:
-        worse.append(f"host reads per step {before.host_reads_per_step:g} -> {after.host_reads_per_step:g}")
     pairs = [
+        ("host reads per step", before.host_reads_per_step, after.host_reads_per_step, 0.5),
         ("compiles after warm-up", before.compiles_after_warmup, after.compiles_after_warmup, 1),
         ("compiles", before.compiles, after.compiles, 1),
     ]
@@ -155,9 +155,14 @@ def compare(before: StepCost, after: StepCost) -> tuple[list[str], list[str], li
             better.append(text)
         elif change >= SLOWER_LIMIT and after.step_ms - before.step_ms > noise:
             worse.append(text)
-        elif not better:
+        else:
             measured.append(text + ", within one run's noise")
     return better, worse, measured
+
+
+def is_counted(change: str) -> bool:
+    """A change `compare` words from a count (host reads, compiles), not from a timed step."""
+    return not change.startswith("step time")
 
 
 @dataclass
@@ -175,6 +180,14 @@ class StepTiming:
         return max(after) < min(before) and statistics.median(after) <= (1 - MIN_GAIN) * statistics.median(before)
 
     @property
+    def slower(self) -> bool:
+        """Every candidate run slower than every baseline run, the median by at least MIN_GAIN: a clear slowdown."""
+        before, after = self.before_ms, self.after_ms
+        if min(len(before), len(after)) < TIMING_RUNS:
+            return False
+        return min(after) > max(before) and statistics.median(after) >= (1 + MIN_GAIN) * statistics.median(before)
+
+    @property
     def p_value(self) -> float:
         """The one-sided rank test's p when every candidate run is faster (1 / C(n+m, n))."""
         return 1 / math.comb(len(self.before_ms) + len(self.after_ms), len(self.after_ms))
@@ -188,9 +201,13 @@ class StepTiming:
         head += f"(run medians {_ms(self.before_ms)} -> {_ms(self.after_ms)})"
         if self.faster:
             return head + f": every candidate run faster (one-sided rank test p = {self.p_value:.2f})"
+        if self.slower:
+            return head + f": every candidate run slower (one-sided rank test p = {self.p_value:.2f})"
         if max(self.after_ms) < min(self.before_ms):
             return head + f": faster in every run but by less than {MIN_GAIN:.0%}"
-        return head + ": the runs overlap, not faster beyond their spread"
+        if min(self.after_ms) > max(self.before_ms):
+            return head + f": slower in every run but by less than {MIN_GAIN:.0%}"
+        return head + ": the runs overlap, neither faster nor slower beyond their spread"
 
 
 def _ms(values: list[float]) -> str:
@@ -390,31 +407,46 @@ class Session:
             )
         if after.verify is not None and not _curve_holds(baseline.verify, after.verify):
             problems.append(f"the curve left the reference's band: {after.curve_line()}")
+        counted = [b for b in better if is_counted(b)]
+        timed = [c for c in better + worse + measured if not is_counted(c)]  # one run's step time, if measured
         timing = None
-        if not problems and not worse and self.timing_runs > 1 and not any(b.startswith("compiles") for b in better):
-            # only the step time can show a saving: one run of each is not enough on a busy machine
-            better = [b for b in better if not b.startswith("step time")]
-            timing = self.step_timing(texts, baseline, after)
-            if timing.faster:
-                better.append(timing.line())
-            else:
-                measured = [m for m in measured if not m.startswith("step time")] + [timing.line()]
-        if not problems and not better:
+        if not problems and not any(is_counted(w) for w in worse) and self.timing_runs > 1:
+            if counted and any(not is_counted(w) for w in worse):
+                # a counted saving that one run says is slower: interleaved runs decide whether it clearly is
+                timing = self.step_timing(texts, baseline, after)
+                worse = [w for w in worse if is_counted(w)] + ([timing.line()] if timing.slower else [])
+                timed = [timing.line()]
+            elif not counted:
+                # the counts are equal: only the step time can show a saving, and one run of each is not enough
+                timing = self.step_timing(texts, baseline, after)
+                better, timed = ([timing.line()], []) if timing.faster else ([], [timing.line()])
+        more = [w for w in worse if is_counted(w)]
+        saved = "; ".join(counted) or _counts(baseline.cost, after.cost) + " (equal)"
+        if not problems and more:
             problems.append(
-                "the step cost did not improve"
-                + (f": {'; '.join(measured)}" if measured else "")
-                + (f" ({'; '.join(worse)})" if worse else "")
+                f"it costs more: counted: {'; '.join(more)}"
+                + "".join(f"; timed: {w}" for w in worse if not is_counted(w))
+                + (f" (it saves {'; '.join(counted)})" if counted else "")
             )
-        if not problems and worse:
-            problems.append(f"it costs more elsewhere: {'; '.join(worse)}")
-        timing_dict = None if timing is None else {**asdict(timing), "faster": timing.faster}
+        elif not problems and worse:
+            problems.append(f"its step is clearly slower: timed: {'; '.join(worse)} (counted: {saved})")
+        elif not problems and not better:
+            problems.append(
+                f"the step cost did not improve: counted: {_counts(baseline.cost, after.cost)} (equal)"
+                + (f"; timed: {'; '.join(timed)}" if timed else "")
+            )
+        timing_dict = None if timing is None else {**asdict(timing), "faster": timing.faster, "slower": timing.slower}
         if problems:
             verdict = self._verdict(candidate, "rejected", "; ".join(problems), baseline, after, timing_dict)
             return verdict, None
         self.texts[candidate.file] = candidate.new_text
-        saved = better + [m for m in measured if not m.startswith("step time")]
-        reason = f"{'; '.join(saved)}; {after.curve_line()}"
-        return self._verdict(candidate, "kept", reason, baseline, after, timing_dict), after
+        if counted:
+            step = "; ".join(timed) or "step time not measured"
+            step += " (one run each)" if timing is None and timed else ""
+        else:
+            step = "; ".join(better) + (" (one run each)" if timing is None else "")
+        reason = f"counted: {saved}; timed: {step}"
+        return self._verdict(candidate, "kept", f"{reason}; {after.curve_line()}", baseline, after, timing_dict), after
 
     def step_timing(self, texts: dict[str, str], baseline: Evidence, after: Evidence) -> StepTiming:
         """The step time of the kept texts and of `texts`, over `timing_runs` runs of each (the two runs already
@@ -518,12 +550,23 @@ def families_changes_numbers(family: str) -> bool:
 
 
 def _curve_holds(before: dict | None, after: dict) -> bool:
-    """The candidate's verify passes, or (when the tree's own did not) is no worse than the tree's own."""
+    """The candidate's verify holds at the baseline's level: it passes (at the baseline's level or above, when the
+    baseline passed), or (when the tree's own did not pass) ends the same way at a level no lower."""
+    if before is None:
+        return after["status"] == "pass"
     if after["status"] == "pass":
-        return True
-    if before is None or before["status"] == "pass":
+        return before["status"] != "pass" or level_at_least(after["level"], before["level"])
+    if before["status"] == "pass":
         return False
     return after["status"] == before["status"] and level_at_least(after["level"], before["level"])
+
+
+def _counts(before: StepCost, after: StepCost) -> str:
+    return (
+        f"host reads per step {before.host_reads_per_step:g} -> {after.host_reads_per_step:g}, "
+        f"compiles {before.compiles} -> {after.compiles} "
+        f"({before.compiles_after_warmup} -> {after.compiles_after_warmup} after warm-up)"
+    )
 
 
 def _refusal(cost: StepCost) -> str | None:
