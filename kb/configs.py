@@ -101,6 +101,7 @@ class ConfigHit:
     rule: type[ConfigRule]
     line: int  # 1-based
     column: int  # 1-based
+    end_column: int  # 1-based, exclusive: the reported word ends before it (SARIF regions need an end)
     message: str
     fixed_line: str | None = None  # the whole line rewritten (without its line ending), when it can be
 
@@ -141,7 +142,7 @@ def _device_hits(line: str, number: int, kind: str) -> list[ConfigHit]:
             start = match.end("head") + whole.start("dev")
             fixed = line[:start] + XLA_DEVICE + line[start + len(whole.group("dev")) :]
             message = f"`{match.group('key')}: {whole.group('dev')}` {rule.message}"
-            return [ConfigHit(rule, number, start + 1, message, fixed)]
+            return [ConfigHit(rule, number, start + 1, start + len(whole.group("dev")) + 1, message, fixed)]
     if kind == "shell":
         flags = list(SHELL_FLAG.finditer(code))
         if flags and len(flags) == len(words):
@@ -149,9 +150,11 @@ def _device_hits(line: str, number: int, kind: str) -> list[ConfigHit]:
             for flag in reversed(flags):
                 fixed = fixed[: flag.start("dev")] + XLA_DEVICE + fixed[flag.end("dev") :]
             message = f"`{flags[0].group(0).strip()}` {rule.message}"
-            return [ConfigHit(rule, number, flags[0].start("dev") + 1, message, fixed)]
+            dev = flags[0].span("dev")
+            return [ConfigHit(rule, number, dev[0] + 1, dev[1] + 1, message, fixed)]
     word = words[0]
-    return [ConfigHit(rule, number, word.start() + 1, f"`{word.group(0)}` {rule.message} (change it by hand)")]
+    message = f"`{word.group(0)}` {rule.message} (change it by hand)"
+    return [ConfigHit(rule, number, word.start() + 1, word.end() + 1, message)]
 
 
 def _infrastructure_hits(line: str, number: int, kind: str) -> list[ConfigHit]:
@@ -160,7 +163,8 @@ def _infrastructure_hits(line: str, number: int, kind: str) -> list[ConfigHit]:
     found = found or CUDA_ENV.search(code)
     if found is None:
         return []
-    return [ConfigHit(NcclInConfig, number, found.start() + 1, f"`{found.group(0)}`: {NcclInConfig.message}")]
+    message = f"`{found.group(0)}`: {NcclInConfig.message}"
+    return [ConfigHit(NcclInConfig, number, found.start() + 1, found.end() + 1, message)]
 
 
 def scan_config(text: str, path: str) -> list[ConfigHit]:
@@ -187,6 +191,8 @@ def _finding(path: str, hit: ConfigHit, lines: list[str] | None = None) -> Findi
         path=path,
         line=hit.line,
         column=hit.column,
+        end_line=hit.line,
+        end_column=hit.end_column,
         code=rule.code,
         category=rule.category,
         title=rule.title,

@@ -35,6 +35,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
             {"check": "migrate --validate", "verify": "migrate --verify"},
         ),
         (["migrate", "src", "--", "--validate", "x"], {}),  # after `--`: not an option of migrate
+        (["optimize", "dst"], {"check": "optimize"}),  # proposing alone imports the check's curves (numpy)
+        (["optimize", "dst", "--verify", "python t.py"], {"check": "optimize", "verify": "optimize --verify"}),
     ],
 )
 def test_each_command_line_needs_its_extras(arguments, needed):

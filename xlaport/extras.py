@@ -24,9 +24,13 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("model", "check"),
     "serve": ("serve",),
     "mcp": ("serve",),
+    "optimize": ("check",),  # even proposing alone imports the check's curves (numpy)
 }
-# options of `migrate` that ask for more than the rewrite: option -> extra
-MIGRATE_OPTION_EXTRAS = {"--validate": "check", "--verify": "verify", "--related": "search"}
+# options that ask for more than the command's own extras: command -> option -> extra
+OPTION_EXTRAS: dict[str, dict[str, str]] = {
+    "migrate": {"--validate": "check", "--verify": "verify", "--related": "search"},
+    "optimize": {"--verify": "verify"},
+}
 
 
 def missing_modules(extra: str) -> list[str]:
@@ -55,14 +59,12 @@ def extras_for(arguments: list[str]) -> dict[str, str]:
     command, rest = arguments[0], arguments[1:]
     if command == "kb" and rest[:1] == ["search"]:
         return {"search": "kb search"}
-    if command == "migrate":
-        needed = {}
-        for option, extra in MIGRATE_OPTION_EXTRAS.items():
-            value = _option_value(rest, option)
-            if value is not None and value not in ("", "0"):  # `--related 0`: no search
-                needed[extra] = f"migrate {option}"
-        return needed
-    return dict.fromkeys(COMMAND_EXTRAS.get(command, ()), command)
+    needed = dict.fromkeys(COMMAND_EXTRAS.get(command, ()), command)
+    for option, extra in OPTION_EXTRAS.get(command, {}).items():
+        value = _option_value(rest, option)
+        if value is not None and value not in ("", "0"):  # `--related 0`: no search
+            needed.setdefault(extra, f"{command} {option}")
+    return needed
 
 
 def install_hint(extras: list[str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import dotted, expr, is_cuda_string, keyword_arg
+from ..cst_helpers import add_kwarg, dotted, expr, is_cuda_string, keyword_arg
 from ..rule import Rule
 
 IMPORT_XP = ("torch_xla.debug.profiler", None, "xp")
@@ -270,15 +270,8 @@ class LoggingConfigAfterTorchXla(Rule):
             return
         if keyword_arg(node, "force") is not None or any(arg.star for arg in node.args):
             return
-        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-        force = cst.Arg(keyword=cst.Name("force"), value=cst.Name("True"), equal=tight)
-        args = list(node.args)
-        if args and isinstance(args[-1].comma, cst.Comma):  # a trailing comma: the new argument takes its place
-            trailing = args[-1].comma
-            between = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else trailing
-            args[-1] = args[-1].with_changes(comma=between)
-            force = force.with_changes(comma=trailing)
-        self.report(node, replacement=node.with_changes(args=[*args, force]))
+        # add_kwarg keeps the call's layout (one argument a line stays so, without trailing blanks)
+        self.report(node, replacement=add_kwarg(node, "force", cst.Name("True")))
 
 
 def _imports_torch(stmt: cst.Import | cst.ImportFrom) -> bool:
