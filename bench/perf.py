@@ -161,6 +161,24 @@ XLAPORT = [sys.executable, "-m", "xlaport"]
 ONE_FILE = Path(__file__).resolve().parent.parent / "examples" / "amp_classifier" / "train.py"
 
 
+# Runs a command and reports on it from a small process of its own: the peak RSS a child reports (ru_maxrss) starts
+# at its parent's RSS when it was forked (Linux copies the high-water mark with the memory map and keeps it across
+# exec), so a command started from this process, which has imported the service by then, reported ~150 MB for a
+# migrate that peaks at ~60 MB. Forked from this small process instead, it starts at ~10 MB.
+_MEASURE = """
+import json, os, sys, time
+fd, command = int(sys.argv[1]), sys.argv[2:]
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.close(fd)  # the report's pipe: a long-lived worker of the command must not hold it open
+    os.execv(command[0], command)
+_, status, usage = os.wait4(pid, 0)
+report = [time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, os.waitstatus_to_exitcode(status)]
+os.write(fd, json.dumps(report).encode())
+"""
+
+
 def timed_command(args: list[str], cwd: Path | None = None) -> dict:
     """One command as a subprocess: wall seconds, CPU seconds of its process tree (the command and the processes
     it waited for: its workers; not a forkserver's children, which `migrate`'s are), peak RSS (MB) of its largest
@@ -169,22 +187,34 @@ def timed_command(args: list[str], cwd: Path | None = None) -> dict:
     # start-up as a user has it: an installed package has its bytecode compiled (a session's
     # PYTHONDONTWRITEBYTECODE=1 made every command compile xlaport's ~90 modules again: ~0.1 s CPU each start)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    read, write = os.pipe()
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-        start = time.perf_counter()
-        process = subprocess.Popen(args, cwd=cwd, stdout=stdout, stderr=stderr, text=True, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
+        process = subprocess.Popen(
+            [sys.executable, "-c", _MEASURE, str(write), *map(str, args)],
+            cwd=cwd,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            env=env,
+            pass_fds=(write,),
+        )
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            report = pipe.read()
+        process.wait()
         stdout.seek(0)
         stderr.seek(0)
         out, err = stdout.read(), stderr.read()
-    if process.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(map(str, args))} exited {process.returncode}: {err[-2000:]}")
+    if not report:
+        raise SystemExit(f"{' '.join(map(str, args))}: no report ({err[-2000:]})")
+    wall, cpu, peak_kb, code = json.loads(report)
+    if code not in (0, 1):
+        raise SystemExit(f"{' '.join(map(str, args))} exited {code}: {err[-2000:]}")
     return {
         "seconds": round(wall, 2),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024),
-        "exit": process.returncode,
+        "cpu_seconds": round(cpu, 2),
+        "peak_rss_mb": round(peak_kb / 1024),
+        "exit": code,
         "stdout": out,
     }
 
