@@ -107,6 +107,8 @@ def run_rules(
         analysis.project, analysis.module_name = project, project.module_of(path)
     for visitor in visitors:
         visitor.analysis = analysis
+        # Rule.qualified_names, one call shorter: the rules ask it ~50 times for each call of the module
+        visitor.qualified_names = analysis.imported_names
     if any(visitor.get_inherited_dependencies() for visitor in visitors):
         wrapper.visit_batched(visitors)  # a rule that declares libcst metadata gets it resolved
     else:
@@ -121,14 +123,8 @@ def _visit_batched(analysis: ModuleAnalysis, visitors: list[Rule]) -> None:
     visits: dict[type, list] = {}
     leaves: dict[type, list] = {}
     for visitor in visitors:
-        for name, method in visitor.get_visitors().items():
-            kind, _, node_type = name.partition("_")
-            if "_" in node_type:
-                raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
-            visited = getattr(cst, node_type)
-            if issubclass(visited, LAYOUT):
-                raise NotImplementedError(f"{type(visitor).__name__}.{name}: layout nodes are not walked")
-            (visits if kind == "visit" else leaves).setdefault(visited, []).append(method)
+        for is_visit, visited, name in _dispatch(visitor):
+            (visits if is_visit else leaves).setdefault(visited, []).append(getattr(visitor, name))
     # (depth, node, its leave methods) of the nodes entered and not left yet that some rule leaves: only those
     # need remembering (a node is left when the walk comes to one that is not deeper)
     entered: list[tuple[int, cst.CSTNode, list]] = []
@@ -146,6 +142,28 @@ def _visit_batched(analysis: ModuleAnalysis, visitors: list[Rule]) -> None:
         _, done, methods = entered.pop()
         for method in methods:
             method(done)
+
+
+_DISPATCH: dict[type, tuple[tuple[bool, type, str], ...]] = {}  # rule class -> its visit_/leave_ methods
+
+
+def _dispatch(visitor: Rule) -> tuple[tuple[bool, type, str], ...]:
+    """(a visit or a leave, the node type, the method's name) for each of the visitor's `visit_<Type>` and
+    `leave_<Type>` methods, in `get_visitors`' order: worked out once per rule class (which they depend on alone,
+    see Rule.get_visitors), not on every pass of every module (an issubclass on libcst's abstract classes each)."""
+    found = _DISPATCH.get(type(visitor))
+    if found is None:
+        entries = []
+        for name in visitor.get_visitors():
+            kind, _, node_type = name.partition("_")
+            if "_" in node_type:
+                raise NotImplementedError(f"{type(visitor).__name__}.{name}: attribute visitors are not supported")
+            visited = getattr(cst, node_type)
+            if issubclass(visited, LAYOUT):
+                raise NotImplementedError(f"{type(visitor).__name__}.{name}: layout nodes are not walked")
+            entries.append((kind == "visit", visited, name))
+        found = _DISPATCH[type(visitor)] = tuple(entries)
+    return found
 
 
 # A string escape that can spell a letter (`"\x63uda"` is "cuda"): then a word a rule needs may be absent from the

@@ -71,10 +71,14 @@ def _limit(name: str, default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
-def _string_parts(lines: list[str], node: ast.expr) -> int:
+def _string_parts(lines: list[str], node: ast.expr, most: int | None = None) -> int:
     """How many literals make up a string (`"a" "b"` is two: libcst nests them like an operator chain).
-    `lines`: the source's lines, line ends kept."""
+    `lines`: the source's lines, line ends kept. `most` (for a Constant, which has no children): only whether
+    there are more than `most` matters; 0 when the lines cannot hold more (each literal has two quotes at least),
+    so that a long docstring is not tokenized."""
     segment = "".join(lines[node.lineno - 1 : node.end_lineno])
+    if most is not None and (segment.count('"') + segment.count("'")) // 2 <= most:
+        return 0
     try:
         tokens = tokenize.generate_tokens(io.StringIO(segment).readline)
         return sum(tok.type == tokenize.STRING for tok in tokens)
@@ -116,7 +120,7 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
             if _span_chars(node) > 2 * (max_nesting - depth):
                 if lines is None:
                     lines = source.splitlines(keepends=True)
-                depth += _string_parts(lines, node)
+                depth += _string_parts(lines, node, max_nesting - depth if type(node) is ast.Constant else None)
                 if depth > max_nesting:
                     raise SourceError(
                         f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"

@@ -77,9 +77,16 @@ _BINDING_NODES = frozenset(
 _CONTEXTS = (ast.Load, ast.Store, ast.Del)
 
 
+# Nodes with no child but a Load/Store/Del marker (a Name's `id` is a string, a Constant's `value` never a node):
+# half the nodes of a module
+_LEAVES = frozenset({ast.Name, ast.Constant})
+
+
 def _children(node: ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing): the walks here
     visit every node of a module, and a list is cheaper than iter_child_nodes' generator."""
+    if type(node) in _LEAVES:
+        return []
     found: list[ast.AST] = []
     for name in node._fields:
         value = getattr(node, name, None)

@@ -456,7 +456,7 @@ class DeviceAnalysis:
         """(flag, region) for each name or attribute named like a device flag (FLAG_NAME) that is the test, or an
         `and` operand of the test, of an `if` or a conditional expression (`not` taking the other branch)."""
         for node in self.nodes:
-            if not isinstance(node, (cst.If, cst.IfExp)):
+            if type(node) is not cst.If and type(node) is not cst.IfExp:  # exact types (no subclasses): no ABCMeta
                 continue
             stack: list[tuple[cst.CSTNode, bool]] = [(node.test, True)]
             while stack:

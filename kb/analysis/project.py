@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -245,23 +246,10 @@ def project_steppers(rule: StepView, call: cst.Call) -> set[str]:
 def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
     """What this module passes to the tree's functions: (function, position or keyword, class) for each
     argument, the class `UNKNOWN` when the argument is not an instance of one class of the tree."""
-    project = rule.analysis.project
-    if project is None:
-        return ()
     found = []
-    defined, imported = project.defined, rule.analysis.names().imported_heads
-    for call in rule.analysis.nodes.calls:
-        if defined is not None and not _may_name_function(call.func, defined, imported):
-            continue  # resolving its name (the cost of this summary) would find none of the tree's functions
-        callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
-        if not callees:
-            continue
-        positions = {id(a): i for i, a in enumerate(positional_args(call))}
-        for arg in call.args:
-            if arg.star:
-                continue
-            where: int | str = arg.keyword.value if arg.keyword is not None else positions[id(arg)]
-            classes = {r for r in map(project.resolve, _constructed(rule, arg.value)) if r is not None}
+    for callees, arguments in _tree_calls(rule):
+        for where, arg in arguments:
+            classes = {r for r in map(rule.analysis.project.resolve, _constructed(rule, arg.value)) if r is not None}
             klass = next(iter(classes)) if len(classes) == 1 else UNKNOWN
             found += [(callee, where, klass) for callee in callees]
     return tuple(found)
@@ -270,25 +258,51 @@ def passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
 def flag_passes(rule: StepView) -> tuple[tuple[str, int | str, str], ...]:
     """The device flags this module passes to the tree's functions: (function, position or keyword, the flag's
     key) for each argument named like one (`load_data(path, args.cuda)`, `to_device(x, self.use_cuda)`)."""
-    project = rule.analysis.project
-    if project is None:
-        return ()
     found = []
-    defined, imported = project.defined, rule.analysis.names().imported_heads
-    for call in rule.analysis.nodes.calls:
-        positions = {id(a): i for i, a in enumerate(positional_args(call))}
-        flags = [
-            (arg.keyword.value if arg.keyword is not None else positions[id(arg)], key)
-            for arg in call.args
-            if not arg.star
-            and isinstance(arg.value, (cst.Name, cst.Attribute))
-            and FLAG_NAME.search(key := key_of(arg.value) or "")
-        ]
-        if not flags or (defined is not None and not _may_name_function(call.func, defined, imported)):
-            continue
-        callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
+    for callees, flags in _tree_calls(rule, _flags):
         found += [(callee, where, key) for callee in sorted(callees) for where, key in flags]
     return tuple(found)
+
+
+Place = int | str  # an argument's position, or its keyword
+
+
+def _tree_calls(
+    rule: StepView, select: Callable[[list[tuple[Place, cst.Arg]]], list] | None = None
+) -> Iterator[tuple[set[str], list]]:
+    """The module's calls that name functions of the tree: (those functions, the call's arguments but `*args` and
+    `**kwargs` with their places), one call at a time. `select`: a cheap look at the arguments, made before the
+    call's name is resolved (the cost of this summary): what it keeps replaces the arguments, and a call it keeps
+    nothing of is not resolved."""
+    project = rule.analysis.project
+    if project is None:
+        return
+    defined, imported = project.defined, rule.analysis.names().imported_heads
+    for call in rule.analysis.nodes.calls:
+        kept = select(_arguments(call)) if select is not None else None
+        if select is not None and not kept:
+            continue
+        if defined is not None and not _may_name_function(call.func, defined, imported):
+            continue  # resolving its name would find none of the tree's functions
+        callees = {r for r in map(project.resolve, absolute_names(rule, call.func)) if r is not None}
+        if callees:
+            yield callees, kept if select is not None else _arguments(call)
+
+
+def _arguments(call: cst.Call) -> list[tuple[Place, cst.Arg]]:
+    positions = {id(a): i for i, a in enumerate(positional_args(call))}
+    return [
+        (arg.keyword.value if arg.keyword is not None else positions[id(arg)], arg) for arg in call.args if not arg.star
+    ]
+
+
+def _flags(arguments: list[tuple[Place, cst.Arg]]) -> list[tuple[Place, str]]:
+    """(place, key) of the arguments named like a device flag (`args.cuda`, `self.use_cuda`)."""
+    return [
+        (where, key)
+        for where, arg in arguments
+        if isinstance(arg.value, (cst.Name, cst.Attribute)) and FLAG_NAME.search(key := key_of(arg.value) or "")
+    ]
 
 
 def _may_name_function(func: cst.CSTNode, defined: frozenset[str], imported: frozenset[str]) -> bool:

@@ -246,6 +246,9 @@ class CudaGradScaler(_AmpRule):
 
     def _trains_in_float16(self, found: Nodes) -> bool:
         """`.half()` or a float16 dtype outside a CUDA autocast call (which XLA501 turns into bfloat16)."""
+        source = self.analysis.source
+        if source is not None and "half" not in source and "float16" not in source:
+            return False  # no import-resolved name is torch.float16 or torch.half unless the text spells it
         for call in found.calls:
             if method_name(call) == "half" and not call.args:
                 return True

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import random
 
+from xlaport.kb import text_edits as text_edits_module
 from xlaport.kb.text_edits import _line_opcodes, apply_edits, text_edits
 
 
@@ -38,5 +39,33 @@ def test_one_line_changed_in_a_long_text():
             ("equal", 1202, 3000, 1202, 3000),
         ]
     )
+    old, new = "".join(lines), "".join(edited)
+    assert apply_edits(old, text_edits(old, new)) == new
+
+
+def test_the_sampled_search_gives_difflibs_matches(monkeypatch):
+    """The search by sampling (kb/text_edits.py _Matcher) on texts of few distinct lines with long common runs
+    (rewrites that add lines far apart, repeats everywhere), its threshold lowered so that it runs on small ranges
+    too: difflib's matching blocks, exactly."""
+    monkeypatch.setattr(text_edits_module, "MIN_SAMPLED_RUN", 2)
+    chance = random.Random(2027)
+    for _ in range(2000):
+        lines = [f"line {chance.randrange(3)}\n" for _ in range(chance.randrange(4, 60))]
+        edited = list(lines)
+        for _ in range(chance.randrange(1, 4)):
+            at = chance.randrange(len(edited) + 1)
+            cut = chance.randrange(3)
+            edited[at : at + cut] = [f"{chance.choice(['line', 'new'])} {chance.randrange(4)}\n"] * chance.randrange(3)
+        expected = difflib.SequenceMatcher(None, lines, edited, autojunk=False)
+        found = text_edits_module._Matcher(lines, edited)
+        assert found.get_matching_blocks() == expected.get_matching_blocks(), (lines, edited)
+        assert found.get_opcodes() == expected.get_opcodes()
+
+
+def test_an_import_added_far_from_the_change():
+    """The common case the sampled search is for: one line added at the top, one changed far below."""
+    lines = [f"    x{i} = f(x{i - 1})\n" if i % 5 else "\n" for i in range(3000)]
+    edited = lines[:3] + ["import torch_xla\n"] + lines[3:2500] + ['    device = "xla"\n'] + lines[2501:]
+    assert _line_opcodes(lines, edited) == whole(lines, edited)
     old, new = "".join(lines), "".join(edited)
     assert apply_edits(old, text_edits(old, new)) == new
