@@ -46,6 +46,7 @@ def rank_codes(index, items: list[dict], lexical_weight: float | None, embedding
     from xlaport.kb import retrieval
 
     saved = retrieval.LEXICAL_WEIGHT
+    index._ranked.clear()  # the index keeps each text's ranking, made under the weight of its first search
     try:
         if lexical_weight is not None:
             retrieval.LEXICAL_WEIGHT = lexical_weight
@@ -59,6 +60,7 @@ def rank_codes(index, items: list[dict], lexical_weight: float | None, embedding
         return ranked
     finally:
         retrieval.LEXICAL_WEIGHT = saved
+        index._ranked.clear()
 
 
 def score(items: list[dict], ranked: list[list[str]]) -> dict:
@@ -83,6 +85,9 @@ def main() -> int:
     parser.add_argument(
         "--failing-line-weight", type=float, default=None, help="override retrieval.FAILING_LINE_WEIGHT (0: off)"
     )
+    parser.add_argument(
+        "--line-finding-bonus", type=float, default=None, help="override retrieval.LINE_FINDING_BONUS (0: off)"
+    )
     parser.add_argument("--sweep", action="store_true", help="top-1/top-3 on dev for a range of lexical weights")
     parser.add_argument("--show-misses", action="store_true", help="print each query whose first result is wrong")
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -98,6 +103,8 @@ def main() -> int:
 
     if args.failing_line_weight is not None:
         retrieval.FAILING_LINE_WEIGHT = args.failing_line_weight
+    if args.line_finding_bonus is not None:
+        retrieval.LINE_FINDING_BONUS = args.line_finding_bonus
     started = time.perf_counter()
     index = retrieval.FixIndex.load_or_build()
     load_s = time.perf_counter() - started
@@ -129,7 +136,6 @@ def main() -> int:
             if not subset:
                 continue
             index._vectors.clear()  # time each split's queries from cold (no cached query embeddings)
-            index._ranked.clear()
             started = time.perf_counter()
             fused = rank_codes(index, subset, weight)
             query_ms.append((time.perf_counter() - started) * 1000 / len(subset))
