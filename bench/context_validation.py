@@ -459,6 +459,21 @@ THIRD_CASES = [
 # rejecting the patch. gan-collection: the original program itself fails with this torchvision (a 3-channel
 # Normalize on 1-channel MNIST), so no patch of it can validate here; vqvae: the same transform.
 EXTRA_CASES = [
+    # Cutout as the first run had it (no checkpoints/): its last line, torch.save into that folder, fails in the
+    # original too, so the correct patch is 'could not judge' (unvalidated, saying so), never 'rejected'
+    # (serve/validation.py runs the original when the migrated run fails in the user's code). Run it with its own
+    # --work: the cases share a repository's copy, and cutout-train's makes checkpoints/.
+    Case(
+        "cutout-no-checkpoints",
+        "uoguelph-mlrg__Cutout",
+        "train.py",
+        "python train.py --dataset cifar10 --model resnet18 --epochs 1 --batch_size 16",
+        ["cifar10_small:data"],
+        replace("cnn = cnn.to(torch_xla.device())", "cnn = cnn"),
+        "the model is left on the CPU while the batches go to the XLA device",
+        DEVICE_MISMATCH,
+        setup=["mkdir -p logs && echo logs > logs/README.txt"],
+    ),
     Case(
         "vqvae",
         "ritheshkumar95__pytorch-vqvae",

@@ -1,7 +1,10 @@
 """Search benchmark: does `xlaport kb search` put the right kb entry first for an error a user pastes?
 
-    .venv/bin/python bench/search.py [--labels bench/search_labels.jsonl] [--split dev|test|all]
+    .venv/bin/python bench/search.py [--labels bench/search_labels.jsonl ...] [--split dev|test|all]
         [--lexical-weight W] [--sweep] [--show-misses] [--json out.json]
+
+Several label files (`--labels A B`) are scored in one run, each file's splits on their own rows; `--all-labels`
+scores every bench/search_labels*.jsonl.
 
 bench/search_labels.jsonl holds errors and warnings as torch, torch_xla, transformers and the XLA debug
 output print them (most were triggered on this machine, the rest copied from the message in the library's
@@ -43,6 +46,7 @@ def rank_codes(index, items: list[dict], lexical_weight: float | None, embedding
     from xlaport.kb import retrieval
 
     saved = retrieval.LEXICAL_WEIGHT
+    index._ranked.clear()  # the index keeps each text's ranking, made under the weight of its first search
     try:
         if lexical_weight is not None:
             retrieval.LEXICAL_WEIGHT = lexical_weight
@@ -56,6 +60,7 @@ def rank_codes(index, items: list[dict], lexical_weight: float | None, embedding
         return ranked
     finally:
         retrieval.LEXICAL_WEIGHT = saved
+        index._ranked.clear()
 
 
 def score(items: list[dict], ranked: list[list[str]]) -> dict:
@@ -73,18 +78,23 @@ def score(items: list[dict], ranked: list[list[str]]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--labels", type=Path, default=DEFAULT_LABELS)
+    parser.add_argument("--labels", type=Path, nargs="+", default=[DEFAULT_LABELS])
+    parser.add_argument("--all-labels", action="store_true", help="every bench/search_labels*.jsonl, in name order")
     parser.add_argument("--split", choices=("dev", "test", "all"), default="all")
     parser.add_argument("--lexical-weight", type=float, default=None, help="override retrieval.LEXICAL_WEIGHT")
     parser.add_argument(
         "--failing-line-weight", type=float, default=None, help="override retrieval.FAILING_LINE_WEIGHT (0: off)"
     )
+    parser.add_argument(
+        "--line-finding-bonus", type=float, default=None, help="override retrieval.LINE_FINDING_BONUS (0: off)"
+    )
     parser.add_argument("--sweep", action="store_true", help="top-1/top-3 on dev for a range of lexical weights")
     parser.add_argument("--show-misses", action="store_true", help="print each query whose first result is wrong")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    paths = sorted(DEFAULT_LABELS.parent.glob("search_labels*.jsonl")) if args.all_labels else args.labels
     try:
-        items = load_labels(args.labels)
+        label_sets = {path: load_labels(path) for path in paths}
     except (OSError, ValueError) as exc:
         print(f"bench/search.py: {exc}", file=sys.stderr)
         return 2
@@ -93,23 +103,21 @@ def main() -> int:
 
     if args.failing_line_weight is not None:
         retrieval.FAILING_LINE_WEIGHT = args.failing_line_weight
+    if args.line_finding_bonus is not None:
+        retrieval.LINE_FINDING_BONUS = args.line_finding_bonus
     started = time.perf_counter()
     index = retrieval.FixIndex.load_or_build()
     load_s = time.perf_counter() - started
     index.search("warm up", 1)  # the encoder's weights
     splits = ("dev", "test") if args.split == "all" else (args.split,)
     weight = retrieval.LEXICAL_WEIGHT if args.lexical_weight is None else args.lexical_weight
-    results: dict = {
-        "labels": str(args.labels),
-        "lexical_weight": weight,
-        "index_load_s": round(load_s, 3),
-        "splits": {},
-    }
+    results: dict = {"labels": [str(p) for p in paths], "lexical_weight": weight, "index_load_s": round(load_s, 3)}
+    results["files"] = {}
 
     if args.sweep:
-        dev = [i for i in items if i["split"] == "dev"]
+        dev = [i for items in label_sets.values() for i in items if i["split"] == "dev"]
         results["sweep_dev"] = {}
-        print(f"{'weight':>7} {'top-1':>12} {'top-3':>12}   (dev, n={len(dev)})")
+        print(f"{'weight':>7} {'top-1':>12} {'top-3':>12}   (dev of all files, n={len(dev)})")
         for w in SWEEP:
             s = score(dev, rank_codes(index, dev, w))
             results["sweep_dev"][str(w)] = s
@@ -118,36 +126,43 @@ def main() -> int:
             )
         print()
 
-    print(f"{'split':<6} {'method':<22} {'n':>3} {'top-1':>11} {'top-3':>11}")
-    for split in splits:
-        subset = [i for i in items if i["split"] == split]
-        index._vectors.clear()  # time each split's queries from cold (no cached query embeddings)
-        started = time.perf_counter()
-        fused = rank_codes(index, subset, weight)
-        per_query_ms = (time.perf_counter() - started) * 1000 / max(len(subset), 1)
-        rows = {
-            f"fused (w={weight:g})": score(subset, fused),
-            "embeddings only": score(subset, rank_codes(index, subset, 0.0)),
-            "BM25 only": score(subset, rank_codes(index, subset, None, embeddings=False)),
-        }
-        for method, s in rows.items():
-            print(
-                f"{split:<6} {method:<22} {s['n']:>3} {s['top1']:>4} {s['top1_rate']:>5.0%} {s['top3']:>4} {s['top3_rate']:>5.0%}"
-            )
-        misses = [
-            {"id": i["id"], "codes": i["codes"], "got": r, "query": i["query"].splitlines()[-1][:110]}
-            for i, r in zip(subset, fused, strict=True)
-            if not (r and r[0] in i["codes"])
-        ]
-        results["splits"][split] = {"methods": rows, "query_ms": round(per_query_ms, 1), "misses": misses}
-        if args.show_misses:
-            for miss in misses:
+    print(f"{'labels':<20} {'split':<6} {'method':<22} {'n':>3} {'top-1':>11} {'top-3':>11}")
+    query_ms = []
+    for path, items in label_sets.items():
+        name = path.stem.removeprefix("search_labels").lstrip("_") or "main"
+        results["files"][name] = {}
+        for split in splits:
+            subset = [i for i in items if i["split"] == split]
+            if not subset:
+                continue
+            index._vectors.clear()  # time each split's queries from cold (no cached query embeddings)
+            started = time.perf_counter()
+            fused = rank_codes(index, subset, weight)
+            query_ms.append((time.perf_counter() - started) * 1000 / len(subset))
+            rows = {
+                f"fused (w={weight:g})": score(subset, fused),
+                "embeddings only": score(subset, rank_codes(index, subset, 0.0)),
+                "BM25 only": score(subset, rank_codes(index, subset, None, embeddings=False)),
+            }
+            for method, s in rows.items():
                 print(
-                    f"    miss #{miss['id']}: want {'/'.join(miss['codes'])}, got {' '.join(miss['got'])}: {miss['query']}"
+                    f"{name:<20} {split:<6} {method:<22} {s['n']:>3} {s['top1']:>4} {s['top1_rate']:>5.0%} "
+                    f"{s['top3']:>4} {s['top3_rate']:>5.0%}"
                 )
-    print(
-        f"\nindex load {load_s:.2f} s; a query (encoding included) {results['splits'][splits[-1]]['query_ms']:.0f} ms"
-    )
+            misses = [
+                {"id": i["id"], "codes": i["codes"], "got": r, "query": i["query"].splitlines()[-1][:110]}
+                for i, r in zip(subset, fused, strict=True)
+                if not (r and r[0] in i["codes"])
+            ]
+            results["files"][name][split] = {"methods": rows, "query_ms": round(query_ms[-1], 1), "misses": misses}
+            if args.show_misses:
+                for miss in misses:
+                    print(
+                        f"    miss #{miss['id']}: want {'/'.join(miss['codes'])}, got {' '.join(miss['got'])}: "
+                        f"{miss['query']}"
+                    )
+    mean_ms = sum(query_ms) / max(len(query_ms), 1)
+    print(f"\nindex load {load_s:.2f} s; a query (encoding included) {mean_ms:.0f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

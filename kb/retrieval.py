@@ -1,6 +1,6 @@
 """Retrieval over the fix knowledge base: which kb entries fit a code snippet, a finding or an error log.
 
-Two signals, added up per entry:
+Three signals, added up per entry:
 
 - **Meaning**: every entry is cut into passages (its summary, each symptom, its before/after examples),
   embedded with the offline MiniLM (384-dim, normalised; inner product = cosine). An entry scores the best
@@ -13,6 +13,10 @@ Two signals, added up per entry:
   (`GradScaler`, `is_cuda`, `SparseXLA`, `ProcessGroupNCCL`) are what tell the entries apart, and BM25
   weighs a word by how few entries use it. Its score, divided by the query's best, is added with
   LEXICAL_WEIGHT (chosen on the development half of bench/search_labels.jsonl; see bench/search.py).
+- **The failing line, linted**: for a pasted traceback, the kb's own rules run on the line of the user's code
+  that raised; an entry they report there gets LINE_FINDING_BONUS. The error's words are often shared by a
+  dozen entries ("Found no NVIDIA driver"); the line (`torch.Generator(device="cuda")`) says which one. Only
+  a traceback pays for libcst and the rules.
 
 The passage vectors and the entries are cached in `cache_dir()` under a hash of the kb content, the
 passage scheme and the embedding model; a second small file maps a hash of the kb package's source files to
@@ -52,6 +56,11 @@ LEXICAL_WEIGHT = (
     0.8  # BM25 / the query's best BM25, added to the embedding score: the middle of the best range on dev (0.6-1.0)
 )
 FAILING_LINE_WEIGHT = 0.5  # a traceback's failing user line in the lexical score (0.25-0.75 alike on dev)
+LINE_FINDING_BONUS = 0.75  # an entry the kb's rules report on a traceback's failing line (0.75-1.0 alike on dev)
+# what a failing line is linted with: the names PyTorch code imports by convention (the line alone has no imports)
+LINE_PRELUDE = (
+    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.distributed as dist\n"
+)
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_QUERY_CHARS = 4000
@@ -181,6 +190,25 @@ def user_code_lines(lines: list[str]) -> list[str]:
         if frame and not LIBRARY_PATH.search(frame.group("file")) and not TRACEBACK_FRAME.match(line):
             code.append(line)
     return code
+
+
+def failing_line_codes(text: str) -> frozenset[str]:
+    """The codes the kb's rules report on a pasted traceback's failing user line (the deepest frame in the
+    user's code); none without a traceback, or when the line alone does not parse."""
+    code = user_code_lines([line.strip() for line in text.strip()[-MAX_QUERY_CHARS:].splitlines() if line.strip()])
+    return _codes_on_line(code[-1]) if code else frozenset()
+
+
+@lru_cache(maxsize=1024)
+def _codes_on_line(line: str) -> frozenset[str]:
+    from .engine import lint_source  # libcst and the rules: only when a traceback is searched
+    from .parsing import SourceError
+
+    body = f"{line}\n    pass\n" if line.rstrip().endswith(":") else f"{line}\n"  # `with ...:`, `if x.is_cuda:`
+    try:
+        return frozenset(f.code for f in lint_source(LINE_PRELUDE + body, "failing_line.py"))
+    except SourceError:
+        return frozenset()
 
 
 class BM25:
@@ -357,6 +385,11 @@ class FixIndex:
         quoted = {code for code, symptom in self._symptoms if len(symptom) >= 12 and symptom in query}
         # many entries share a symptom; the summary (what / why) then says which one fits the query best
         bonus = np.array([SYMPTOM_BONUS if code in quoted else 0.0 for code in self._codes])
+        # the entries the kb's own rules report on the line that raised: that line's code is the cause, where the
+        # error's words are shared by a dozen entries ('Found no NVIDIA driver', 'CUDA driver version is
+        # insufficient'); linted only for a traceback (a plain search imports neither libcst nor the rules)
+        on_line = failing_line_codes(text)
+        bonus += np.array([LINE_FINDING_BONUS if code in on_line else 0.0 for code in self._codes])
         score = best.astype(np.float64) + SUMMARY_WEIGHT * summary + bonus + LEXICAL_WEIGHT * self.lexical_scores(text)
         hits = []
         for i in np.argsort(-score, kind="stable")[:k]:  # ties: the codes are in order

@@ -8,6 +8,9 @@ and the migrated text written at the file's path in each. Then:
 - differential tests are generated for the changed file's functions and classes (original on the CPU, migrated
   on the XLA device), with inputs recorded from that run when there is one;
 - a module without an entry point is validated by those tests alone: nothing to run is no reason to reject it.
+- a run that fails at a line of the user's code is followed by the original's run, the same way (CUDA mapped to
+  the CPU): failing there too (or with the same error), the failure is the program's, not the patch's: 'could not
+  judge', never a rejection.
 
 A run that fails because its context is missing (a module that was not sent, a data file, the network) is no
 evidence against the patch: the patch stays unvalidated and says what to send. Light at import.
@@ -20,6 +23,7 @@ import importlib.util
 import os
 import re
 import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -86,6 +90,7 @@ def validate_in_project(
             raise ProjectError(f"`cwd` {cwd!r} is not a folder of the project")
         script, args, how = _what_to_run(roots["migrated"], rel_path, cwd, migrated, options)
         checks: list[CheckRun] = []
+        original_error = None
         if script is not None:
             workdir = roots["migrated"] / cwd
             run = run_xla_check(
@@ -96,6 +101,12 @@ def validate_in_project(
                 or _fails_in_unmigrated_file(run, roots["migrated"], rel_path)
                 or run
             )
+            if _fails_in_users_code(checks[0]):
+                # the original, run the same way, decides whether the failure is the patch's (cutout's last
+                # line saved into a missing folder: 'rejected', though the original fails there too)
+                original_error = _original_run_error(
+                    roots["original"], cwd, script, args, options.timeout_s, options.memory_mb
+                )
         # the tests' trees: the working folder when the file lies in it (the recorded run starts there), else the root
         inside = cwd == "." or PurePosixPath(rel_path).is_relative_to(cwd)
         tree = cwd if inside else "."
@@ -115,7 +126,7 @@ def validate_in_project(
             )
         )
     tests = checks[-1]
-    if checks[0].name == "xla_check" and (own := _original_fails_alike(checks[0], tests)) is not None:
+    if original_error is not None and (own := _original_fails_alike(checks[0], original_error)) is not None:
         checks[0] = own
     if tests.passed is None and any(c.name == "xla_check" and c.passed for c in checks):
         # nothing drivable changed but the entry point, and the program's run went through it: the run decides
@@ -181,25 +192,52 @@ _NO_NETWORK = re.compile(
 )
 
 
-def _original_fails_alike(run: CheckRun, tests: CheckRun) -> CheckRun | None:
-    """The failed run as 'could not judge' when the original program, run for the tests' recording (CUDA mapped to
-    the CPU), failed with the same error, or at the same line of the user's code (torch and torch_xla word one
-    failure differently: a float loss given int64 labels is 'Found dtype Long but expected Float' on the CPU and
-    'Binary op subtract with different element types' on XLA): the program or its environment fails here, not the
-    patch."""
+def _fails_in_users_code(run: CheckRun) -> bool:
+    """True when the run failed (not for missing context) at a line of the user's code."""
+    line = _user_failing_source(run.report.get("error") or "") if run.passed is False else None
+    return line is not None and len(line) >= 8
+
+
+def _original_run_error(
+    root: Path, cwd: str, script: str, args: list[str], timeout_s: float, memory_mb: int
+) -> str | None:
+    """The traceback of the ORIGINAL program run as the migrated one was (from `cwd` of its copy at `root`, CUDA
+    mapped to the CPU, in the sandbox, through a private view: the copy is not changed); None when it ran to its
+    end, or was stopped (time, memory) before it failed."""
+    from xlaport.eval.sandbox import run_sandboxed
+
+    workdir = root / cwd
+    result = run_sandboxed(
+        [sys.executable, "-m", "xlaport.eval.cuda_to_cpu", str(workdir / script), *args],
+        cwd=workdir,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        env={"USE_TORCH_XLA": "0"},
+        views=[root],
+        reveal=True,  # a tree xlaport wrote itself, as the migrated run's
+    )
+    if result.returncode == 0 or result.timed_out or result.memory_exceeded:
+        return None
+    return "\n".join((result.stderr or result.stdout).strip().splitlines()[-80:])
+
+
+def _original_fails_alike(run: CheckRun, original_error: str) -> CheckRun | None:
+    """The failed run as 'could not judge' when the original program, run the same way (CUDA mapped to the CPU),
+    failed with the same error, or at the same line of the user's code (torch and torch_xla word one failure
+    differently: a float loss given int64 labels is 'Found dtype Long but expected Float' on the CPU and 'Binary op
+    subtract with different element types' on XLA): the program or its environment fails here, not the patch."""
     if run.passed is not False:
         return None
     error = (run.report.get("error") or "").strip()
     last = error.splitlines()[-1].strip() if error else ""
-    notes = " ".join(tests.report.get("generated", {}).get("notes", []))
-    if len(last) < 12 or "recorded run did not finish cleanly" not in notes:
+    original = original_error.strip().splitlines()
+    if len(last) < 12 or not original:
         return None
-    if last in notes:
+    if last == original[-1].strip():
         why = f"the original program fails the same way here ({last[:300]})"
     else:
         line = _user_failing_source(error)
-        original = [text.strip() for text in notes.splitlines()]
-        if line is None or len(line) < 8 or line not in original or line != _user_failing_source(notes):
+        if line is None or len(line) < 8 or line != _user_failing_source(original_error):
             return None
         why = f"the original program fails at the same line here (`{line[:200]}`; the migrated one: {last[:300]})"
     why = (

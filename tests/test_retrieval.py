@@ -254,6 +254,7 @@ def test_a_tracebacks_failing_line_decides_when_its_error_is_shared(index, monke
     )
     index._vectors.clear()
     index._ranked.clear()
+    monkeypatch.setattr(retrieval, "LINE_FINDING_BONUS", 0.0)  # the words alone (the linted line decides too)
     assert index.search(query, 1)[0].code == "XLA208"
     monkeypatch.setattr(retrieval, "FAILING_LINE_WEIGHT", 0.0)
     index._ranked.clear()  # the ranking of this text is cached: rank it again under the new weight
@@ -347,3 +348,29 @@ def test_kb_search_command(cache, monkeypatch):
     assert text.exit_code == 0 and text.stdout.startswith("1. XLA201")
     empty = runner.invoke(app, ["kb", "search", "   "])
     assert empty.exit_code == 2
+
+
+@pytest.mark.slow
+def test_the_kb_rules_on_the_failing_line_name_its_entry(index, monkeypatch):
+    """A shared CUDA error under a line the kb's rules flag: a random generator made on the GPU (torch 2.9's CUDA
+    wheel without a driver says 'CUDA driver version is insufficient', as a dozen APIs do). The rule on that line
+    (XLA202, a device given as "cuda") names the entry; the words alone put XLA207 (seeds) first."""
+    from xlaport.kb import retrieval
+
+    query = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/jobs/augment.py", line 54, in build_sampler\n'
+        '    shuffle_rng = torch.Generator(device="cuda")\n'
+        "torch.AcceleratorError: CUDA error: CUDA driver version is insufficient for CUDA runtime version\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    )
+    assert retrieval.failing_line_codes(query) == {"XLA202"}
+    index._ranked.clear()
+    assert index.search(query, 1)[0].code == "XLA202"
+    monkeypatch.setattr(retrieval, "LINE_FINDING_BONUS", 0.0)
+    index._ranked.clear()
+    assert index.search(query, 1)[0].code != "XLA202"  # without the linted line: the test can fail
+    header = 'Traceback (most recent call last):\n  File "m.py", line 3, in f\n    if batch.is_cuda:\nValueError: x'
+    assert "XLA220" in retrieval.failing_line_codes(header)  # a compound statement's header is linted too
+    assert retrieval.failing_line_codes("RuntimeError: Found no NVIDIA driver on your system") == frozenset()

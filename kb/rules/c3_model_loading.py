@@ -76,7 +76,11 @@ class DeviceMapDispatch(Rule):
     )
     before = 'from transformers import AutoModelForCausalLM\n\nmodel = AutoModelForCausalLM.from_pretrained(name, device_map="auto")\n'
     message = "`device_map` dispatch ignores TPUs (layers land on the CPU); load, then `.to(torch_xla.device())`"
-    symptoms = ("model parameters on cpu after from_pretrained(device_map='auto')",)
+    symptoms = (
+        "model parameters on cpu after from_pretrained(device_map='auto')",
+        # transformers' warning when device_map='auto' offloads what does not fit on the (missing) GPU
+        "Some parameters are on the meta device because they were offloaded to the cpu.",
+    )
     references = ("accelerate utils/modeling.py get_max_memory / infer_auto_device_map",)
     valid = (
         "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained(name)\n",

@@ -96,6 +96,10 @@ class CudaAutocast(_AmpRule):
     )
     symptoms = (
         "TPU Autocast only supports dtype of torch.bfloat16",
+        # torch's own wording (torch/amp/autocast_mode.py): CUDA autocast where CUDA is missing, and XLA autocast
+        # given a dtype it does not take
+        "UserWarning: User provided device_type of 'cuda', but CUDA is not available. Disabling",
+        "XLA Autocast only supports dtype of torch.bfloat16 currently.",
         "matmul output dtype stays float32",
         "RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.",
     )

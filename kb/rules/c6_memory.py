@@ -38,7 +38,12 @@ MEMORY_READERS = {
     "_record_memory_history": "`PT_XLA_DEBUG_LEVEL=1` (post-compilation memory analysis) or the TPU profiler",
     "_dump_snapshot": "`PT_XLA_DEBUG_LEVEL=1` (post-compilation memory analysis) or the TPU profiler",
 }
-MEMORY_READER_NAMES = frozenset(cuda_names(*MEMORY_READERS))
+# readers of the GPU through NVML (pynvml): a TPU host has neither, so they raise
+NVML_READERS = {
+    "memory_usage": "the `tpu-info` CLI",
+    "utilization": "the `tpu-info` CLI",
+}
+MEMORY_READER_NAMES = frozenset(cuda_names(*MEMORY_READERS, *NVML_READERS))
 
 
 class CudaMemoryStats(Rule):
@@ -49,7 +54,8 @@ class CudaMemoryStats(Rule):
     fix = "manual"
     detects = (
         "`torch.cuda.memory_allocated`, `max_memory_allocated`, `memory_reserved`, `max_memory_reserved`, "
-        "`memory_stats`, `memory_summary`, `mem_get_info`, memory snapshots and `list_gpu_processes`."
+        "`memory_stats`, `memory_summary`, `mem_get_info`, memory snapshots and `list_gpu_processes`; the NVML "
+        "readers `torch.cuda.memory_usage()` and `torch.cuda.utilization()`."
     )
     why = (
         "They read the CUDA caching allocator, which a TPU run never uses: `memory_allocated()` and "
@@ -58,7 +64,9 @@ class CudaMemoryStats(Rule):
         "`KeyError: 'allocated_bytes.all.current'` and `mem_get_info()` raises `Found no NVIDIA driver`. "
         "On XLA use `xm.get_memory_info(dev)` -> `{'bytes_used', 'bytes_limit', 'peak_bytes_used'}` (TPU only: on "
         "PJRT CPU it raises `UNIMPLEMENTED: GetAllocatorStats is not supported`; the old `kb_free`/`kb_total` keys "
-        "are gone), or `PT_XLA_DEBUG_LEVEL=1`, which prints each compiled graph's memory sizes."
+        "are gone), or `PT_XLA_DEBUG_LEVEL=1`, which prints each compiled graph's memory sizes. "
+        "`memory_usage()` and `utilization()` ask NVML (pynvml) about the GPU and raise without one; `tpu-info` "
+        "shows a TPU's memory and duty cycle."
     )
     before = "import torch\n\npeak_gb = torch.cuda.max_memory_allocated() / 2**30\n"
     message = "CUDA allocator statistic: 0 or an error on TPU; use `xm.get_memory_info(dev)`"
@@ -67,6 +75,7 @@ class CudaMemoryStats(Rule):
         "KeyError: 'allocated_bytes.all.current'",
         "RuntimeError: Bad StatusOr access: UNIMPLEMENTED: GetAllocatorStats is not supported",
         "KeyError: 'kb_free'",
+        "ModuleNotFoundError: pynvml does not seem to be installed or it can't be imported.",
         "Post Compilation Analysis: Graph input size",
     )
     references = (
@@ -89,6 +98,10 @@ class CudaMemoryStats(Rule):
                 self.report(
                     node, f"`torch.cuda.{short}()` reads the CUDA allocator (0 or an error on TPU); use {advice}"
                 )
+                return
+        for short, advice in NVML_READERS.items():
+            if names & cuda_names(short):
+                self.report(node, f"`torch.cuda.{short}()` asks NVML about the GPU (it raises on TPU); use {advice}")
                 return
 
 

@@ -107,3 +107,12 @@ def test_fix_is_idempotent_and_parses(rule):
     if not issubclass(rule, ConfigRule):
         ast.parse(once)
     assert fixed_text(once, rule) == once
+
+
+def test_nvml_readers_of_the_gpu_are_reported_with_the_memory_statistics():
+    """`torch.cuda.utilization()` and `memory_usage()` ask NVML (pynvml) about the GPU: on a TPU host they raise
+    'pynvml does not seem to be installed'; no entry reported them."""
+    source = "import torch\n\nbusy = torch.cuda.utilization()\nreads = torch.cuda.memory_usage(0)\n"
+    found = [(f.code, f.line) for f in lint_source(source)]
+    assert ("XLA601", 3) in found and ("XLA601", 4) in found, found
+    assert "NVML" in next(f.message for f in lint_source(source) if f.code == "XLA601")
