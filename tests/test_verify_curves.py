@@ -257,6 +257,17 @@ def test_flat_migrated_curve_fails_on_trend():
     assert result.verdict == "worse" and "trends disagree" in result.reasons[-1]
 
 
+def test_a_reference_trend_that_chance_reaches_is_no_trend():
+    # 32 losses of a network on random labels: the reference's rank correlation with the step is -0.30, which a
+    # curve of 32 points reaches by chance (p ~ 0.1); a migrated curve without it is not "not learning"
+    rng = np.random.default_rng(5)
+    ref = list(2.30 + 0.05 * rng.standard_normal(32) - np.linspace(0, 0.03, 32))
+    mig = list(2.30 + 0.05 * rng.standard_normal(32))
+    result = cv.compare_loss(series(ref), series(mig), LIMITS)
+    assert -0.4 < result.ref_trend <= -0.3 and result.mig_trend > 0, (result.ref_trend, result.mig_trend)
+    assert not any("trends disagree" in r for r in result.reasons), result.reasons
+
+
 def test_metric_direction_and_noise():
     acc_ref, acc_mig = series([0.5, 0.8, 0.9], "accuracy"), series([0.5, 0.8, 0.95], "accuracy")
     assert cv.compare_metric(acc_ref, acc_mig, "accuracy", True, LIMITS).verdict == "better"
