@@ -637,3 +637,6 @@ def test_new_graphs_of_a_first_epoch_end_settle_and_are_not_repeated_compilation
     assert compiles_keep_coming(report({0, 1, 4, 9, 14, 19, 24}))  # a new shape every few steps
     assert compiles_keep_coming(report(set(range(28))))
     assert not compiles_keep_coming(report({0, 1, 20, 27}))  # two late new graphs (evaluation): a cost, once each
+    # a late phase (generation after training) compiles its few graphs, then runs cached to the end
+    assert not compiles_keep_coming(report({0, 1, 14, 15, 16}))
+    assert compiles_keep_coming(report({0, 1, 14, 15, 16, 24}))  # ... unless it keeps compiling

@@ -293,16 +293,24 @@ def _without_runner_frames(traceback_lines: list[str]) -> list[str]:
 
 # Post-warm-up steps that compile before it counts as repeated compilation (C4).
 REPEATED_COMPILE_STEPS = 3
+# Cached steps after the last compile that show a late phase settled (at least twice its compiling steps).
+SETTLE_STEPS = 4
 
 
 def compiles_keep_coming(report: CheckReport) -> bool:
-    """Repeated compilation: post-warm-up steps compiled REPEATED_COMPILE_STEPS times or more, and still in the
-    second half of those steps. New graphs of a first epoch's end (a partial last batch, an epoch-end metric)
-    compile a few times early and are then cached: that settles, and is a performance finding, not a reason to
-    refuse L2; a shape that changes from step to step keeps compiling to the end."""
+    """Repeated compilation: post-warm-up steps compiled REPEATED_COMPILE_STEPS times or more, still in the second
+    half of those steps, and not settled since. New graphs of a first epoch's end (a partial last batch, an
+    epoch-end metric) compile a few times early and are then cached: that settles, and is a performance finding,
+    not a reason to refuse L2. So does a late phase (generation after training) whose few new graphs are followed
+    by cached steps: at least SETTLE_STEPS of them and twice its compiling steps. A shape that changes from step to
+    step keeps compiling to the end."""
     after = report.per_step[report.steps_warmup :]
     compiled = [i for i, s in enumerate(after) if s.compiles]
-    return len(compiled) >= REPEATED_COMPILE_STEPS and compiled[-1] >= len(after) // 2
+    if len(compiled) < REPEATED_COMPILE_STEPS or compiled[-1] < len(after) // 2:
+        return False
+    late = sum(1 for i in compiled if i >= len(after) // 2)
+    cached_since = len(after) - 1 - compiled[-1]
+    return cached_since < max(SETTLE_STEPS, 2 * late)
 
 
 def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, list[str]]:
