@@ -167,6 +167,40 @@ def token_shards(folder: Path, shards: int = 2, tokens: int = 100_000, vocab: in
         (folder / f"data{i:02d}.bin").write_bytes(ids.tobytes())
 
 
+def texture_digits(root: Path, count: int = 128, size: int = 28, texture: int = 256) -> None:
+    """A coloured-digit-on-texture set (`root`/imdb.json with `train_data`/`test_data` entries naming a digit PNG,
+    a texture PNG, the texture's class and the digit's colour; `texture_classes_index`)."""
+    import json
+
+    rng = np.random.default_rng(12)
+    textures = ["banded", "dotted", "woven"]
+    for name in textures:
+        _png(root / "textures" / f"{name}.png", rng.integers(0, 256, (texture, texture, 3), dtype=np.uint8))
+    entries = []
+    for i in range(count):
+        digit = i % 10
+        _png(root / "digits" / f"{i}.png", rng.integers(0, 256, (size, size), dtype=np.uint8))
+        r, g, b = rng.random(3).round(3)
+        name = textures[i % len(textures)]
+        entries.append(
+            {
+                "digit_name": str(digit),
+                "digit_image": f"digits/{i}.png",
+                "texture_name": name,
+                "texture_image": f"textures/{name}.png",
+                "color_r": float(r),
+                "color_g": float(g),
+                "color_b": float(b),
+            }
+        )
+    imdb = {
+        "train_data": entries,
+        "test_data": entries[:16],
+        "texture_classes_index": {n: i for i, n in enumerate(textures)},
+    }
+    (root / "imdb.json").write_text(json.dumps(imdb))
+
+
 def _mark(folder: Path) -> None:
     """torchvision's CIFAR loaders check each file's md5 against the real data set (and download on a mismatch):
     a folder carrying this mark is trusted by the bench environment's hook instead (bench/synthetic_trust.py)."""
@@ -400,6 +434,7 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     # full-batch scripts (batch 1024, drop_last) need a few thousand images for a step per epoch
     "cifar10_2k": lambda root: cifar10(root, per_batch=420),
     "token_shards": token_shards,
+    "texture_digits": texture_digits,
     "cifar100": cifar100,
     "cora": cora,
     "paired_images": paired_images,
