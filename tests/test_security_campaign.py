@@ -436,3 +436,44 @@ def test_a_folder_swapped_for_a_link_between_the_check_and_the_write_is_not_writ
     assert [p.name for p in outside.iterdir()] == ["train.py"] and (outside / "train.py").read_text() == "outside\n"
     assert sorted(p.name for p in (root / "pkg-moved").iterdir()) == ["train.py"]
     assert (root / "pkg-moved" / "train.py").read_text() == "old\n"
+
+
+@pytest.mark.parametrize("write", ["atomic_write", "copy_file"])
+def test_a_missing_folder_is_never_created_through_a_link_swapped_in_after_the_check(tmp_path, monkeypatch, write):
+    """The new file's folders do not exist yet: they were created by name after the check, so a folder on the way
+    swapped for a link out of the root made an empty folder outside (the write itself was refused). They are
+    created one level at a time relative to the opened parent, only inside the root."""
+    from xlaport import files
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    target = root / "pkg" / "new" / "deeper" / "train.py"
+    checked = files.check_writable
+
+    def check_then_swap(path: Path) -> None:
+        checked(path)
+        if not (root / "pkg").is_symlink():
+            (root / "pkg").rename(root / "pkg-moved")
+            (root / "pkg").symlink_to(outside)
+
+    monkeypatch.setattr(files, "check_writable", check_then_swap)
+    source = tmp_path / "source.py"
+    source.write_text("copied\n")
+    with files.writes_confined_to(root), pytest.raises(files.WriteFailed, match="no longer inside"):
+        if write == "atomic_write":
+            files.atomic_write(target, "new\n")
+        else:
+            files.copy_file(source, target)
+    assert list(outside.iterdir()) == []  # nothing made outside, not even an empty folder
+    assert list((root / "pkg-moved").iterdir()) == []
+
+
+def test_missing_folders_inside_the_root_are_still_created(tmp_path):
+    from xlaport import files
+
+    root = tmp_path / "root"
+    root.mkdir()
+    with files.writes_confined_to(root):
+        files.atomic_write(root / "a" / "b" / "c.py", "x = 1\n")
+    assert (root / "a" / "b" / "c.py").read_text() == "x = 1\n"

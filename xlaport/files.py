@@ -288,6 +288,36 @@ def _folder_for_writes(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def _make_folders(folder: Path) -> None:
+    """Creates `folder` and its missing parents. When writes are confined, one level at a time: each made and opened
+    relative to its opened parent (never through a link), and only in a parent whose opened descriptor lies inside
+    the roots, so a folder on the way swapped for a link after `check_writable` creates nothing outside."""
+    if _WRITE_ROOTS.get() is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        return
+    missing: list[str] = []
+    existing = folder
+    while not os.path.lexists(existing):
+        missing.append(existing.name)
+        existing = existing.parent
+    fd = os.open(existing, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in reversed(missing):
+            if not _opened_inside_roots(fd):
+                raise WriteFailed(
+                    f"refusing to create {folder}: a folder on its way is no longer inside the allowed folder"
+                )
+            try:
+                os.mkdir(name, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
 def _new_temporary(folder: int, name: str) -> tuple[int, str]:
     """A new file `.NAME.XXXXXXXX.xlaport.tmp` (0600) in the open folder `folder`: (its descriptor, its name)."""
     for _ in range(100):
@@ -331,7 +361,7 @@ def atomic_write(
         text = BOM + text
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_folders(path.parent)
         with _folder_for_writes(path) as folder:
             fd, tmp = _new_temporary(folder, path.name)
             try:
@@ -410,7 +440,7 @@ def copy_file(source: Path, target: Path) -> None:
     are confined elsewhere (`writes_confined_to`)."""
     check_writable(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _make_folders(target.parent)
         with _folder_for_writes(target) as folder:
             if os.path.islink(source):
                 if os.path.lexists(target):
