@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
+from libcst.helpers import parse_template_expression
 
 from ..analysis.device_facts import key_of
 from ..analysis.devices import analyse as analyse_devices
@@ -128,18 +129,10 @@ class LoadOntoCudaOrXla(Rule):
         held = isinstance(value, (cst.Name, cst.Attribute)) and not self.qualified_names(value)
         device = value if held else expr("torch_xla.device()")
         on_cpu = node.deep_replace(value, cpu)
-        moved = cst.Call(
-            func=expr("torch.utils._pytree.tree_map_only"),
-            args=[
-                cst.Arg(expr("torch.Tensor")),
-                cst.Arg(
-                    cst.Lambda(
-                        params=cst.Parameters([cst.Param(cst.Name("t"))]),
-                        body=cst.Call(func=cst.Attribute(cst.Name("t"), cst.Name("to")), args=[cst.Arg(device)]),
-                    )
-                ),
-                cst.Arg(on_cpu),
-            ],
+        moved = parse_template_expression(
+            "torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to({device}), {load})",
+            device=device,
+            load=on_cpu,
         )
         self.report(node, replacement=moved, imports=() if held else (IMPORT_TORCH_XLA,))
 
