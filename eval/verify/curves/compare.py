@@ -72,7 +72,10 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
     # the first logged loss is one point, before training changed anything: it decides even when few were logged
     first_diff = view.first_diff if view is not None else result.initial_rel_diff
     if abs(first_diff) > limits.initial_loss_tolerance:
-        first = _first_loss_verdict(result, r[0], m[0], steps[0], limits, view, spread)
+        # one step's loss is one batch's draw: the reference's early step-to-step noise is a floor for the
+        # run-to-run noise two runs' first steps give (two close by chance once failed a correct migration)
+        early = step_noise(r[:10]) / max(abs(float(r[0])), 1e-12)
+        first = _first_loss_verdict(result, r[0], m[0], steps[0], limits, view, spread, early)
         if first is not None:
             return first
     if len(steps) < limits.min_steps:
@@ -217,6 +220,7 @@ def _first_loss_verdict(
     limits: Thresholds,
     view: AgainstRuns | None,
     spread: Spread | None,
+    early_noise: float = 0.0,
 ) -> LossComparison | None:
     """A first logged loss beyond the tolerance: a changed objective, unless the original's own runs differ that
     much at their first step (no fixed seed: `view` holds the migrated run against them). None when the comparison
@@ -234,11 +238,13 @@ def _first_loss_verdict(
     against = (
         f"{view.first_diff:+.1%} from the mean first loss of the original's {view.runs} runs (its runs' first "
         f"losses: {firsts}), whose run-to-run noise there is {view.first_noise:.1%}"
+        + (f" (at least its early step-to-step noise, {early_noise:.1%})" if early_noise > view.first_noise else "")
     )
-    if abs(view.first_diff) <= limits.noise_z * view.first_noise:
+    noise = max(view.first_noise, early_noise)
+    if abs(view.first_diff) <= limits.noise_z * noise:
         result.reasons.append(f"{what}): {against}: inside it, randomness, not the migration")
         return None
-    if abs(view.first_diff) <= limits.spread_z * view.first_noise:
+    if abs(view.first_diff) <= limits.spread_z * noise:
         result.verdict = "inconclusive"
         result.reasons.append(
             f"{what}): {against}: between {limits.noise_z:g}x and {limits.spread_z:g}x it; would decide: "
@@ -247,7 +253,7 @@ def _first_loss_verdict(
         return result
     result.verdict = "worse"
     result.reasons.append(
-        f"{what}): {against}: {abs(view.first_diff) / max(view.first_noise, 1e-12):.0f}x it, so the migrated code "
+        f"{what}): {against}: {abs(view.first_diff) / max(noise, 1e-12):.0f}x it, so the migrated code "
         "computes a different objective, data or initialization (e.g. a dropped loss term, a scaled loss)"
     )
     return result
