@@ -399,6 +399,21 @@ def test_a_tree_behind_a_folder_the_sandbox_user_cannot_enter_is_never_shown_to_
     assert "chmod" in error["next_step"] and "hunter2" not in result.content[0].text
 
 
+def _swap_pkg_for_a_link_after_the_check(monkeypatch, root: Path, outside: Path) -> None:
+    """Right after the write's check, root/pkg becomes a link to `outside` (the race, made deterministic)."""
+    from xlaport import files
+
+    checked = files.check_writable
+
+    def check_then_swap(path: Path) -> None:
+        checked(path)
+        if not (root / "pkg").is_symlink():
+            (root / "pkg").rename(root / "pkg-moved")
+            (root / "pkg").symlink_to(outside)
+
+    monkeypatch.setattr(files, "check_writable", check_then_swap)
+
+
 @pytest.mark.parametrize("write", ["atomic_write", "write_with_backup", "copy_file"])
 def test_a_folder_swapped_for_a_link_between_the_check_and_the_write_is_not_written_through(
     tmp_path, monkeypatch, write
@@ -415,15 +430,7 @@ def test_a_folder_swapped_for_a_link_between_the_check_and_the_write_is_not_writ
     target = root / "pkg" / "train.py"
     target.write_text("old\n")
     (outside / "train.py").write_text("outside\n")
-    checked = files.check_writable
-
-    def check_then_swap(path: Path) -> None:
-        checked(path)
-        if not (root / "pkg").is_symlink():
-            (root / "pkg").rename(root / "pkg-moved")
-            (root / "pkg").symlink_to(outside)
-
-    monkeypatch.setattr(files, "check_writable", check_then_swap)
+    _swap_pkg_for_a_link_after_the_check(monkeypatch, root, outside)
     source = tmp_path / "source.py"
     source.write_text("copied\n")
     with files.writes_confined_to(root), pytest.raises(files.WriteFailed, match="no longer inside"):
@@ -449,15 +456,7 @@ def test_a_missing_folder_is_never_created_through_a_link_swapped_in_after_the_c
     (root / "pkg").mkdir(parents=True)
     outside.mkdir()
     target = root / "pkg" / "new" / "deeper" / "train.py"
-    checked = files.check_writable
-
-    def check_then_swap(path: Path) -> None:
-        checked(path)
-        if not (root / "pkg").is_symlink():
-            (root / "pkg").rename(root / "pkg-moved")
-            (root / "pkg").symlink_to(outside)
-
-    monkeypatch.setattr(files, "check_writable", check_then_swap)
+    _swap_pkg_for_a_link_after_the_check(monkeypatch, root, outside)
     source = tmp_path / "source.py"
     source.write_text("copied\n")
     with files.writes_confined_to(root), pytest.raises(files.WriteFailed, match="no longer inside"):
