@@ -18,6 +18,9 @@ from pathlib import Path
 
 from xlaport.files import UnreadableSource, read_source
 
+from .analysis.devices import DeviceAnalysis
+from .analysis.devices import analysed as analysed_devices
+from .analysis.devices import remember as remember_devices
 from .analysis.module import ModuleAnalysis
 from .analysis.project import passes, star_exports
 from .analysis.project_steps import UNKNOWN, ModuleSteps, ProjectSteps, module_name
@@ -424,17 +427,25 @@ class _Store:
         self.texts: dict[tuple, str] = {}
         self.kept = 0
         self.rules: dict[tuple[str, ...] | None, list[type[Rule]] | None] = {}
+        # each kept module's device analysis (devices.py), made by its summary: its lint would build it again
+        # (devices.py holds the last few modules' only)
+        self.devices: dict[tuple, DeviceAnalysis] = {}
 
     def do(self, step: str, item: _Item, projects: dict[int, ProjectSteps], extra: object) -> object:
         """`extra`: the task of a run; the classes named next to a step, by tree, in the first step."""
         project = projects.get(item.tree) if item.tree is not None else None
+        if step == "run":
+            return self.run(item, project, extra)
         if step == "first":
-            return self.first(item, project, extra[item.tree])
-        if step == "steps":
-            return self.steps(item, project)
-        if step == "passes":
-            return self.passes(item, project)
-        return self.run(item, project, extra)
+            found = self.first(item, project, extra[item.tree])
+        elif step == "steps":
+            found = self.steps(item, project)
+        else:
+            found = self.passes(item, project)
+        visitor = self.modules.get(item.key)
+        if visitor is not None and (devices := analysed_devices(visitor.analysis.module)) is not None:
+            self.devices[item.key] = devices
+        return found
 
     def first(
         self, item: _Item, project: ProjectSteps, classes: frozenset[str]
@@ -481,6 +492,9 @@ class _Store:
         text = self.texts.pop(item.key, None)
         if text is not None:
             self.kept -= len(text)
+        devices = self.devices.pop(item.key, None)
+        if visitor is not None and devices is not None:
+            remember_devices(visitor.analysis.module, devices)
         codes = task.codes_for(item.path)
         if codes not in self.rules:
             self.rules[codes] = None if codes is None else [get_rule(c) for c in codes]
@@ -521,6 +535,7 @@ class _Store:
         return visitor
 
     def _fail(self, item: _Item) -> None:
+        self.devices.pop(item.key, None)
         text = self.texts.pop(item.key, None)
         if text is not None:
             self.kept -= len(text)

@@ -4,6 +4,8 @@ the nodes inside a subtree, what each function binds (scopes), and whole-module 
 from __future__ import annotations
 
 import re
+import weakref
+from functools import partial
 
 import libcst as cst
 
@@ -93,12 +95,7 @@ class ScopedRule(Rule):
         return index.facts
 
     def _scan_module(self, found: Nodes) -> ModuleFacts:
-        facts = ModuleFacts()
-        imported = self.analysis.names().imported_heads  # a name no import binds resolves to nothing: most names
-        for name in found.names:
-            # outermost names and attribute chains only
-            if head_name(name) in imported and type(self.parent(name)) is not cst.Attribute:
-                facts.qnames |= self.qualified_names(name)
+        facts = ModuleFacts(resolve=partial(_resolve_fact, weakref.ref(self.analysis)))
         for assign in found.assigns:
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
                 continue
@@ -121,21 +118,23 @@ class ScopedRule(Rule):
                     facts.device_loader_keys.add(key)
             if method_name(call) == "per_device_loader":
                 facts.device_loader_keys.add(key)
-        cuda_strings = any(is_cuda_string(s) for s in found.strings)
-        cuda_calls = any(method_name(c) == "cuda" for c in found.calls)
-        facts.device_code = cuda_strings or cuda_calls or facts.uses("torch_xla", "torch.cuda")
-        facts.cpu_script = (
-            facts.uses("torch")
-            and self._is_script()
-            and not any(_names_device(n) for n in (*found.names, *found.strings))
+        facts.cuda_spelled = any(is_cuda_string(s) for s in found.strings) or any(
+            method_name(c) == "cuda" for c in found.calls
         )
-        # a name resolved to torch.bfloat16 is, or is inside, an outermost name resolved to it or below it
-        facts.uses_bf16 = (
-            (facts.uses("torch.bfloat16") and any(self._casts_to_bf16(name) for name in found.names))
-            or any(method_name(c) == "bfloat16" for c in found.calls)
-            or any(string_value(s) in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "bfloat16") for s in found.strings)
+        facts.script = self._is_script()
+        facts.bf16_spelled = any(method_name(c) == "bfloat16" for c in found.calls) or any(
+            string_value(s) in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "bfloat16") for s in found.strings
         )
         return facts
+
+    def _qnames(self) -> set[str]:
+        qnames: set[str] = set()
+        imported = self.analysis.names().imported_heads  # a name no import binds resolves to nothing: most names
+        for name in self.analysis.nodes.names:
+            # outermost names and attribute chains only
+            if head_name(name) in imported and type(self.parent(name)) is not cst.Attribute:
+                qnames |= self.qualified_names(name)
+        return qnames
 
     def _is_script(self) -> bool:
         for stmt in self.analysis.module.body:
@@ -209,3 +208,19 @@ class ScopedRule(Rule):
         if name.value in scope.assigns or name.value in scope.params or isinstance(scope_node, cst.Module):
             return scope.assigns.get(name.value, [])
         return self.scope(self.analysis.module).assigns.get(name.value, [])
+
+
+def _resolve_fact(analysis: weakref.ref[ModuleAnalysis], name: str) -> object:
+    """One of ModuleFacts' facts found on first use, by a rule reading the module's analysis (a weak reference:
+    the facts are kept by the analysis, which frees with its module by reference counting, no cycle)."""
+    rule = ScopedRule()
+    rule.analysis = analysis()
+    rule.qualified_names = rule.analysis.imported_names
+    if name == "qnames":
+        return rule._qnames()
+    names = rule.analysis.nodes.names
+    if name == "names_device":
+        return any(_names_device(n) for n in (*names, *rule.analysis.nodes.strings))
+    if name == "casts_to_bf16":
+        return any(rule._casts_to_bf16(n) for n in names)
+    raise ValueError(f"no module fact {name!r}")

@@ -203,10 +203,8 @@ class TopLevelBindings:
     module_level: frozenset[str]
     # only deleted or annotated without a value in the module's own scope: the slow path
     module_unsure: frozenset[str]
-    # each function definition (in source order): its name, what it binds in its own scope (parameters,
-    # assignments, nested definitions, imports), the names whose binding libcst may see otherwise, and the names
-    # it declares `global` (bound in the module's scope, whatever the function does with them)
-    functions: tuple[tuple[str, frozenset[str], frozenset[str], frozenset[str]], ...]
+    # each function definition, in source order (`own_bindings` tells what each binds: asked of few functions)
+    functions: tuple[ast.FunctionDef | ast.AsyncFunctionDef, ...]
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -260,16 +258,16 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
         else:
             stack.extend((child, in_function, at_top) for child in _children(node))
     functions.sort(key=lambda f: (f.lineno, f.col_offset))
-    own = tuple((f.name, *_own_bindings(f)) for f in functions)
-    return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), own)
+    return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), tuple(functions))
 
 
-def _own_bindings(
+def own_bindings(
     func: ast.FunctionDef | ast.AsyncFunctionDef,
 ) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """(what `func` binds in its own scope; names whose binding there libcst may see otherwise: declared
-    `global` or `nonlocal`, bound in a comprehension, only deleted, augmented or annotated; names declared
-    `global`)."""
+    """(what `func` binds in its own scope: parameters, assignments, nested definitions, imports; names whose
+    binding there libcst may see otherwise: declared `global` or `nonlocal`, bound in a comprehension, only
+    deleted, augmented or annotated; names declared `global`: bound in the module's scope, whatever the function
+    does with them)."""
     args = func.args
     names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
     unsure: set[str] = set()

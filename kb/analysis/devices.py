@@ -629,7 +629,7 @@ def _is_script(module: cst.Module) -> bool:
     return False
 
 
-_CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}
+_CACHE: dict[int, tuple[cst.Module, DeviceAnalysis]] = {}  # a few modules' analyses (see `analyse`)
 
 
 def analyse(module: cst.Module) -> DeviceAnalysis:
@@ -639,8 +639,20 @@ def analyse(module: cst.Module) -> DeviceAnalysis:
     cached = _CACHE.get(id(module))
     if cached is not None and cached[0] is module and cached[1].tree_flags == flags:
         return cached[1]
+    analysis = DeviceAnalysis(module, flags)
+    remember(module, analysis)
+    return analysis
+
+
+def analysed(module: cst.Module) -> DeviceAnalysis | None:
+    """The analysis of `module` that `analyse` holds now, if any: a caller that keeps the module for a later pass
+    (kb/batch.py keeps a tree's modules from its summary to their lint) keeps this too, and `remember`s it then."""
+    cached = _CACHE.get(id(module))
+    return cached[1] if cached is not None and cached[0] is module else None
+
+
+def remember(module: cst.Module, analysis: DeviceAnalysis) -> None:
+    """`analyse` answers `analysis` for `module` again (while its tree flags are the same)."""
     if len(_CACHE) > 16:
         _CACHE.clear()
-    analysis = DeviceAnalysis(module, flags)
     _CACHE[id(module)] = (module, analysis)
-    return analysis

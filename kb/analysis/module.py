@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -33,17 +33,42 @@ class Scope:
 
 @dataclass
 class ModuleFacts:
-    qnames: set[str] = field(default_factory=set)
+    """Facts about the whole module. Those that need every name of the module resolved (`qnames`, and the facts
+    read from it) are found on first use, by `resolve`: most modules' rules never ask (in a lint of torch's nn,
+    optim and distributed, 12 modules of 471 did), and resolving every name costs about a tenth of a lint."""
+
     nn_keys: set[str] = field(default_factory=set)  # `criterion`, `self.fc`: assigned from torch.nn.<Module>()
     optimizer_keys: set[str] = field(default_factory=set)
     device_loader_keys: set[str] = field(default_factory=set)
-    device_code: bool = False
-    # A script (imports torch; a `__main__` block or a module-level loop) that names no device anywhere: no
-    # `cuda`, `xla`, `mps`, `device`, `accelerator` or `gpu` in a name or string. Its tensors live on the CPU.
-    # (A fragment without imports is taken as part of a larger device program.)
-    cpu_script: bool = False
-    uses_bf16: bool = False
     sets_static_cache: bool = False
+    cuda_spelled: bool = False  # a CUDA device string or a `.cuda()` call
+    script: bool = False  # a `__main__` block or a module-level loop
+    bf16_spelled: bool = False  # a `.bfloat16()` call, or a string naming bfloat16 or XLA's bf16 switches
+    # ("qnames" | "names_device" | "casts_to_bf16") -> its value, computed from the module (scoped_rule.py)
+    resolve: Callable[[str], object] | None = None
+
+    @cached_property
+    def qnames(self) -> set[str]:
+        """The import-resolved names of the module's outermost names and attribute chains."""
+        return self.resolve("qnames") if self.resolve is not None else set()
+
+    @cached_property
+    def device_code(self) -> bool:
+        return self.cuda_spelled or self.uses("torch_xla", "torch.cuda")
+
+    @cached_property
+    def cpu_script(self) -> bool:
+        """A script (imports torch; a `__main__` block or a module-level loop) that names no device anywhere: no
+        `cuda`, `xla`, `mps`, `device`, `accelerator` or `gpu` in a name or string. Its tensors live on the CPU.
+        (A fragment without imports is taken as part of a larger device program.)"""
+        return self.script and self.uses("torch") and self.resolve is not None and not self.resolve("names_device")
+
+    @cached_property
+    def uses_bf16(self) -> bool:
+        """The module casts to bfloat16 (outside autocast), or switches XLA's bf16 on."""
+        if self.bf16_spelled:
+            return True
+        return self.uses("torch.bfloat16") and self.resolve is not None and bool(self.resolve("casts_to_bf16"))
 
     def uses(self, *prefixes: str) -> bool:
         return any(q == p or q.startswith(p + ".") for q in self.qnames for p in prefixes)

@@ -22,7 +22,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment, QualifiedName, QualifiedNameSource
 
-from .bindings import TopLevelBindings, module_bindings, top_level_bindings
+from .bindings import TopLevelBindings, module_bindings, own_bindings, top_level_bindings
 from .cst_scopes import (
     head_name,
     import_scope,
@@ -47,6 +47,21 @@ def _dotted_names(node: cst.BaseExpression) -> list[str]:
 _TARGETS = {cst.AssignTarget, cst.AnnAssign, cst.For}
 _UNPACKING = {cst.Element, cst.StarredElement, cst.Tuple, cst.List}  # between a target and the names it unpacks into
 _OTHER_TARGETS = {cst.AsName, cst.CompFor, cst.Del}
+
+
+class FunctionBindings:
+    """libcst's function definition -> `own_bindings` of CPython's same definition, found on first use (a tree's
+    summary asks about the functions around a few names of each module)."""
+
+    def __init__(self, pairs: dict[cst.FunctionDef, ast.FunctionDef | ast.AsyncFunctionDef]) -> None:
+        self.pairs = pairs
+        self.found: dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {}
+
+    def __getitem__(self, function: cst.FunctionDef) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        found = self.found.get(function)
+        if found is None:
+            found = self.found[function] = own_bindings(self.pairs[function])
+        return found
 
 
 class ImportNames:
@@ -94,17 +109,15 @@ class ImportNames:
         return top_level_bindings(self.tree)
 
     @cached_property
-    def function_bindings(
-        self,
-    ) -> dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str], frozenset[str]]] | None:
+    def function_bindings(self) -> FunctionBindings | None:
         """libcst's function definitions -> (what each binds in its own scope, what it binds unsurely, what it
         declares `global`), paired in source order with CPython's (by name); None when they do not pair."""
         ast_functions = self.top_level.functions
         if len(self.functions) != len(ast_functions):
             return None
-        if any(d.name.value != f[0] for d, f in zip(self.functions, ast_functions, strict=True)):
+        if any(d.name.value != f.name for d, f in zip(self.functions, ast_functions, strict=True)):
             return None
-        return {d: f[1:] for d, f in zip(self.functions, ast_functions, strict=True)}
+        return FunctionBindings(dict(zip(self.functions, ast_functions, strict=True)))
 
     def _answerable(self, node: cst.CSTNode, head: str) -> bool:
         """Do the import tables give libcst's answer for `head` at `node`? Yes unless the module and functions

@@ -46,8 +46,18 @@ def test_rules_left_out_by_their_needs_report_nothing_there(monkeypatch):
 
 
 def test_every_rule_needs_lower_case_words():
+    # lower case, and only characters the engine's look-up of words keeps together (engine.NEEDS_WORD)
     for rule in all_rules():
-        assert all(word and word == word.lower() for word in rule.needs), rule.code
+        assert all(word and word == word.lower() and engine.NEEDS_WORD.fullmatch(word) for word in rule.needs), (
+            rule.code
+        )
+
+
+def test_a_needed_word_is_found_inside_a_longer_word_and_across_punctuation():
+    rules = [get_rule("XLA204")]  # needs "cuda"
+    assert engine.may_report(rules, "x = use_CUDA_now\n") == rules
+    assert engine.may_report(rules, "x = 'nvidia-cuda'\n") == rules
+    assert engine.may_report(rules, "x = cud + a\n") == []
 
 
 @pytest.mark.parametrize(

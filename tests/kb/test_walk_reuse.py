@@ -4,7 +4,7 @@ reused by its second pass after a tree's other modules pushed it out of the walk
 import ast
 
 import libcst as cst
-from xlaport.kb.analysis.bindings import _children, top_level_bindings
+from xlaport.kb.analysis.bindings import _children, own_bindings, top_level_bindings
 from xlaport.kb.analysis.module import ModuleAnalysis
 from xlaport.kb.cst_helpers import find_nodes, node_kinds
 from xlaport.kb.cst_walk import module_walk, walk
@@ -68,7 +68,7 @@ def test_children_without_context_markers_bind_the_same():
     found = top_level_bindings(tree)
     assert {"Head", "step", "batch", "exc", "global_step"} <= found.outside_functions  # bound other than by imports
     assert not {"torch", "os"} & found.outside_functions
-    forward = dict((f[0], f[1:]) for f in found.functions)["forward"]
+    forward = own_bindings(next(f for f in found.functions if f.name == "forward"))
     assert {"self", "x", "rest", "mask", "total"} <= forward[0]
     assert {"rest", "total"} <= forward[1]  # deleted, augmented: libcst may see them otherwise
 
