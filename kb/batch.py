@@ -229,7 +229,9 @@ def _key(job: FileJob) -> tuple:
 
 # --- the tree summary -------------------------------------------------------------------------------------------
 CLASS_DEF = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
-DEF = re.compile(r"\bdef[\s\\]+(\w+)")  # every function definition's name (and a few words of strings)
+# every function definition's name (and a few words of strings): `def` after a character that is not a word's
+# (tested on each match: a pattern that starts with `\b` is tried at every position of the text, ~15x slower)
+DEF = re.compile(r"def[\s\\]+(\w+)")
 WORD = re.compile(r"\w+")
 MAX_PROJECT_ROUNDS = 4  # a stepping helper calling another module's stepping helper: one round per link
 
@@ -253,9 +255,16 @@ def _plan(tree: Tree) -> _Plan:
     may_step = [text for text in texts.values() if "step" in text or "backward" in text]
     classes = frozenset(name for text in may_step for name in CLASS_DEF.findall(text))
     exports = star_exports({module_name(rel): text for rel, text in texts.items()})
-    defined = frozenset(name for text in texts.values() for name in DEF.findall(text))
+    defined = frozenset(name for text in texts.values() for name in _defined(text))
     start = ProjectSteps(modules=frozenset(module_name(rel) for rel in tree.rels), exports=exports, defined=defined)
     return _Plan(tree, texts, classes, start)
+
+
+def _defined(text: str) -> Iterable[str]:
+    for match in DEF.finditer(text):
+        start = match.start()
+        if not start or not (text[start - 1].isalnum() or text[start - 1] == "_"):
+            yield match.group(1)
 
 
 def _summarize(trees: list[Tree], executor: _Executor) -> dict[int, ProjectSteps]:

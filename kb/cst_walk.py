@@ -76,21 +76,39 @@ def _may_hold_walked(annotation: object) -> bool:
     return any(_may_hold_walked(part) for part in parts) if parts else annotation is not type(None)
 
 
-@cache
 def _is_walked(kind: type) -> bool:
     return issubclass(kind, cst.CSTNode) and not issubclass(kind, LAYOUT)
+
+
+# type -> walked or not, and node type -> its fields (`_node_fields`): plain dicts, read once per node and child
+# (a dict look-up is cheaper than a call of a cached function: the walks below run over every node of a tree)
+_WALKED: dict[type, bool] = {}
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The children of `node` in syntax order, without LAYOUT nodes (a list: cheaper than a generator here)."""
     children = []
-    for name in _node_fields(type(node)):
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = _node_fields(kind)
+    for name in names:
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:
-            children.extend(item for item in value if _is_walked(type(item)))
-        elif _is_walked(kind):
-            children.append(value)
+            for item in value:
+                walked = _WALKED.get(type(item))
+                if walked is None:
+                    walked = _WALKED[type(item)] = _is_walked(type(item))
+                if walked:
+                    children.append(item)
+        else:
+            walked = _WALKED.get(kind)
+            if walked is None:
+                walked = _WALKED[kind] = _is_walked(kind)
+            if walked:
+                children.append(value)
     return children
 
 

@@ -30,7 +30,7 @@ from .imports import add_imports, mark_device_imports, remove_imports_made_unuse
 from .parsing import parse_both
 from .registry import all_rules
 from .rule import ImportSpec, Report, Rule
-from .splice import OriginalText, code_after
+from .splice import OriginalText, splice
 from .text_edits import text_edits
 
 SUPPRESSION = re.compile(r"#\s*xlaport:\s*ignore(?:\[(?P<codes>[A-Z0-9,\s]+)\])?")
@@ -312,8 +312,8 @@ def _own_edits(module: cst.Module, d: _Detection, original: list[OriginalText]) 
     try:
         if not original:
             original.append(OriginalText(module))
-        fixed = code_after(original[0], _apply(module, [d]))
-        ast.parse(fixed)
+        fixed, generated = splice(original[0], _apply(module, [d]))
+        ast.parse(generated)  # parses exactly when `fixed` does (splice.py)
     except Exception:  # noqa: BLE001  (a rewrite that only works with its rule's other edits: no edits, the finding stays)
         return ()
     return text_edits(original[0].code, fixed)

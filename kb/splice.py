@@ -84,13 +84,22 @@ class OriginalText:
 
 def code_after(original: OriginalText, rewritten: cst.Module) -> str:
     """`rewritten.code`, where `rewritten` is a rewrite of `original.module` that shares its unchanged nodes."""
+    return splice(original, rewritten)[0]
+
+
+def splice(original: OriginalText, rewritten: cst.Module) -> tuple[str, str]:
+    """(`code_after`, the generated part of it): the rewritten module's code with each statement kept from the
+    original (same text, same indentation) stood in for by a one-line placeholder. Python's parser accepts the
+    code exactly when it accepts that part: a kept statement parsed in the original at the same indentation, and
+    any statement can stand where another one stands. A rewrite's check parses the short part."""
     module = original.module
     if (
         not rewritten.has_trailing_newline  # the module's last newline is dropped: it may be a kept statement's
         or rewritten.default_indent != module.default_indent
         or rewritten.default_newline != module.default_newline
     ):
-        return rewritten.code
+        code = rewritten.code
+        return code, code
     stand_ins: dict[cst.CSTNode, cst.SimpleStatementLine] = {}
     kept: dict[int, cst.CSTNode] = {}  # a stand-in's id -> the original statement
     holders: set[cst.CSTNode] = set()
@@ -107,7 +116,8 @@ def code_after(original: OriginalText, rewritten: cst.Module) -> str:
             elif type(child) in HOLDERS:
                 stack.append(child)
     if not stand_ins:
-        return rewritten.code
+        code = rewritten.code
+        return code, code
     state = _Recording(module, kept)
     replace_nodes(rewritten, stand_ins, holders)._codegen(state)
     pieces: list[str] = []
@@ -115,9 +125,10 @@ def code_after(original: OriginalText, rewritten: cst.Module) -> str:
     for stand_in, start, end, indent in sorted(state.spans.values(), key=lambda span: span[1]):
         first, last, original_indent = original.statement(kept[id(stand_in)])
         if indent != original_indent:  # a kept statement moved into another block: generate the whole module
-            return rewritten.code
+            code = rewritten.code
+            return code, code
         pieces += state.tokens[done:start]
         pieces += original.tokens[first:last]
         done = end
     pieces += state.tokens[done:]
-    return "".join(pieces)
+    return "".join(pieces), "".join(state.tokens)

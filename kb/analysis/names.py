@@ -92,6 +92,13 @@ class ImportNames:
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 for name in _dotted_names(bound):
                     table.setdefault(name, []).append(ImportAssignment(name, None, stmt, 0, bound))
+        # heads that only the module's own imports bind: their dotted names resolve the same wherever they are read
+        # (where `_answerable`), so each is resolved once (`_resolved`)
+        in_functions = {
+            n.partition(".")[0] for scope, t in self.tables.items() if type(scope) is not cst.Module for n in t
+        }
+        self.module_heads = {n.partition(".")[0] for t in self.tables.values() for n in t} - in_functions
+        self._resolved: dict[str, frozenset[str]] = {}
         self.tree = tree
         self.functions = functions
         self.bindings = module_bindings(tree)
@@ -146,6 +153,14 @@ class ImportNames:
             if found is None:
                 return frozenset(q.name for q in self.fallback(node) if q.source is QualifiedNameSource.IMPORT)
             return frozenset(q.name for a in found[0] for q in a.get_qualified_names_for(full))
+        if head in self.module_heads:
+            resolved = self._resolved.get(full)
+            if resolved is None:
+                resolved = self._resolved[full] = self._import_names(node, full)
+            return resolved
+        return self._import_names(node, full)
+
+    def _import_names(self, node: cst.CSTNode, full: str) -> frozenset[str]:
         return frozenset(q.name for a in self._assignments(node, full) for q in a.get_qualified_names_for(full))
 
     def builtin(self, node: cst.CSTNode) -> str | None:

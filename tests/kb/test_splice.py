@@ -5,15 +5,16 @@ for every fixable finding of the kb fixtures and examples."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import libcst as cst
 import pytest
 from xlaport.kb import engine, lint_source
-from xlaport.kb.cst_walk import module_walk, parent_map
+from xlaport.kb.cst_walk import module_walk, parent_map, walk
 from xlaport.kb.edits import ancestors, removal_marker, replace_nodes
 from xlaport.kb.imports import add_imports
-from xlaport.kb.splice import OriginalText, code_after
+from xlaport.kb.splice import OriginalText, code_after, splice
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,14 +92,41 @@ def test_every_fixable_finding_of_the_fixtures(monkeypatch):
     """Each finding's own rewrite (lint --format json), spliced and generated whole: the same text."""
     checked = []
 
-    def both(original: OriginalText, rewritten: cst.Module) -> str:
-        spliced = code_after(original, rewritten)
+    def both(original: OriginalText, rewritten: cst.Module) -> tuple[str, str]:
+        spliced, generated = splice(original, rewritten)
         assert spliced == rewritten.code
+        assert _parses(generated) == _parses(spliced)
         checked.append(spliced)
-        return spliced
+        return spliced, generated
 
-    monkeypatch.setattr(engine, "code_after", both)
+    monkeypatch.setattr(engine, "splice", both)
     paths = sorted((ROOT / "tests" / "fixtures" / "kb").glob("*/input.py")) + sorted(ROOT.glob("examples/**/*.py"))
     for path in paths:
         lint_source(path.read_text(encoding="utf-8"), path.name, edits=True)
     assert len(checked) >= 50
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
+
+
+def _replaced(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
+    return replace_nodes(module, {old: new}, ancestors({old: new}, parent_map(module)))
+
+
+def test_the_generated_part_is_short_and_parses_as_the_whole_code_does():
+    module = cst.parse_module(SOURCE)
+    original = OriginalText(module)
+    call = next(n for n in walk(module) if isinstance(n, cst.Call))
+    good = _replaced(module, call.func, cst.Name("renamed"))
+    code, generated = splice(original, good)
+    assert code == good.code and len(generated) < len(code)
+    assert _parses(generated) and _parses(code)
+    # a rewrite whose own statement is no Python (a keyword as a name): both refuse it
+    bad = _replaced(module, call.func, cst.Name("lambda"))
+    code, generated = splice(original, bad)
+    assert not _parses(code) and not _parses(generated)
