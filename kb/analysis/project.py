@@ -73,11 +73,22 @@ def _binding_scope(rule: StepView, node: cst.CSTNode, head: str, bindings: TopLe
     comprehension or a lambda is in between, or the function's binding is unsure: the slow path)."""
     functions = rule.analysis.names().function_bindings
     in_function = False  # the walk up passed through a function's body
+    outside = False  # the walk up came through a parameter's default or annotation
     child = node
     for anc in rule.ancestors(node):
         kind = type(anc)
-        if kind is cst.FunctionDef:
-            if child is not anc.body or functions is None:
+        if kind is cst.Param and child is not anc.name:
+            outside = True
+        elif kind is cst.FunctionDef:
+            if child is not anc.body:
+                # a decorator, the return annotation, a parameter's default or annotation: read in the scope around
+                # the function, as in libcst (cst_scopes.scopes_around); a parameter's own name is the function's
+                if child is anc.params and not outside:
+                    return None
+                outside = False
+                child = anc
+                continue
+            if functions is None:
                 return None
             own, unsure, declared_global = functions[anc]
             if head in declared_global:
@@ -88,8 +99,9 @@ def _binding_scope(rule: StepView, node: cst.CSTNode, head: str, bindings: TopLe
                 return None
             in_function = True
         elif kind is cst.ClassDef:
-            if not in_function:
-                return None  # in a class body: libcst names its bindings `Class.x`
+            if not in_function and child is anc.body and head in rule.analysis.names().bindings.class_bound:
+                return None  # in a class body that may bind it: libcst names its bindings `Class.x`
+            # a class body that binds no such name sees the scope around it; so do its decorators and bases
         elif kind in _CST_SCOPES:
             if _binds(anc, head):
                 return None

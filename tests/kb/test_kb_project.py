@@ -275,6 +275,12 @@ def outer():
         nonlocal state
         state = state(1)
     return inner
+
+@train_step(6)
+class Wrapped(Trainer):
+    @train_step(7)
+    def go(self, n=train_step(4)) -> train_step(5):
+        return max(n)
 """
 
 # What needs no scope analysis of the whole module (it costs about three parses of it): attributes of a method's
@@ -301,6 +307,16 @@ def reset():
     global counter
     counter = train_step(1)
     counter.step()
+
+@train_step
+def decorated(batch=train_step(2)) -> train_step(3):
+    return batch
+
+@train_step
+class Decorated(Loop):
+    @train_step
+    def method(self):
+        return counter
 """
 
 
