@@ -263,15 +263,16 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
 
 def own_bindings(
     func: ast.FunctionDef | ast.AsyncFunctionDef,
-) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+) -> tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]:
     """(what `func` binds in its own scope: parameters, assignments, nested definitions, imports; names whose
     binding there libcst may see otherwise: declared `global` or `nonlocal`, bound in a comprehension, only
     deleted, augmented or annotated; names declared `global`: bound in the module's scope, whatever the function
-    does with them)."""
+    does with them; names declared `nonlocal`: an enclosing function's)."""
     args = func.args
     names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
     unsure: set[str] = set()
     declared_global: set[str] = set()
+    declared_nonlocal: set[str] = set()
     stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in func.body]  # (node, inside a comprehension)
     while stack:
         node, in_comprehension = stack.pop()
@@ -294,8 +295,7 @@ def own_bindings(
             children = [c for c in _children(node) if c is not node.target or type(c) is not ast.Name]
         elif kind is ast.Global or kind is ast.Nonlocal:
             unsure.update(node.names)
-            if kind is ast.Global:
-                declared_global.update(node.names)
+            (declared_global if kind is ast.Global else declared_nonlocal).update(node.names)
         elif kind is ast.Import or kind is ast.ImportFrom:
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
@@ -304,4 +304,4 @@ def own_bindings(
             names.add(node.rest)
         inner = in_comprehension or kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
         stack.extend((child, inner) for child in (children if children is not None else _children(node)))
-    return frozenset(names), frozenset(unsure), frozenset(declared_global)
+    return frozenset(names), frozenset(unsure), frozenset(declared_global), frozenset(declared_nonlocal)

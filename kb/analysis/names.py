@@ -55,9 +55,11 @@ class FunctionBindings:
 
     def __init__(self, pairs: dict[cst.FunctionDef, ast.FunctionDef | ast.AsyncFunctionDef]) -> None:
         self.pairs = pairs
-        self.found: dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {}
+        self.found: dict[cst.FunctionDef, tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]] = {}
 
-    def __getitem__(self, function: cst.FunctionDef) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    def __getitem__(
+        self, function: cst.FunctionDef
+    ) -> tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]:
         found = self.found.get(function)
         if found is None:
             found = self.found[function] = own_bindings(self.pairs[function])
@@ -203,14 +205,33 @@ class ImportNames:
         found = self._in_order(node, full, head)
         if found is None:
             return bool(self.fallback(node))
-        imports, others = found
+        imports, others, _ = found
         return bool(imports) or others or hasattr(builtins, head)
 
-    def _in_order(self, node: cst.CSTNode, full: str, head: str) -> tuple[list[ImportAssignment], bool] | None:
+    def read_bindings(self, node: cst.CSTNode) -> tuple[frozenset[str], bool] | None:
+        """For a name that the scopes around `node` bind both by imports and otherwise (`try: from a import f` /
+        `except ImportError: def f(): ...`): (the import-resolved names of `node`, whether the module's own
+        binding counts too: libcst's LOCAL name, the dotted name itself), in libcst's order of bindings. None
+        where only libcst's scope analysis knows (a class body binds it, the order is not certain here)."""
+        full = resolved_name(node, self.parents)
+        head = full.partition(".")[0] if full else None
+        if head is None or head in self.bindings.class_bound and in_class_scope(node, self.parents):
+            return None
+        found = self._in_order(node, full, head)
+        if found is None:
+            return None
+        imports, others, scope = found
+        names = frozenset(q.name for a in imports for q in a.get_qualified_names_for(full))
+        return names, others and type(scope) is cst.Module
+
+    def _in_order(
+        self, node: cst.CSTNode, full: str, head: str
+    ) -> tuple[list[ImportAssignment], bool, cst.CSTNode | None] | None:
         """libcst's assignments for `head` at `node` where the scopes around it bind `head` both by imports and
-        otherwise: (the imports among them, whether there are others). libcst takes every binding of the innermost
-        scope that has one, or, when that is the node's own scope, those before the node (by the statements'
-        lines), else the next scope's. None where that order is not certain here: the fallback answers."""
+        otherwise: (the imports among them, whether there are others, the scope they are in). libcst takes every
+        binding of the innermost scope that has one, or, when that is the node's own scope, those before the node
+        (by the statements' lines), else the next scope's. None where that order is not certain here: the
+        fallback answers."""
         b = self.bindings
         if self.numbers is None or self.line_of is None or head in b.tangled:
             return None
@@ -223,7 +244,7 @@ class ImportNames:
         kind = type(parent)
         unpacked = self._unpacked_into(node) if kind in _UNPACKING else None
         if type(node) is cst.Name and (kind in _TARGETS and parent.target is node or unpacked):
-            return [], True  # an assignment's own target: libcst names it by that assignment alone
+            return [], True, scopes[0]  # an assignment's own target: libcst names it by that assignment alone
         named = (kind is cst.Param or kind is cst.FunctionDef or kind is cst.ClassDef) and parent.name is node
         if type(node) is not cst.Name or named:
             # not a read (libcst's Access) but an attribute, a call, a definition's name: every binding of the
@@ -232,8 +253,8 @@ class ImportNames:
                 number = self.numbers.get(scope, 0)
                 imports = self.tables.get(scope, {}).get(head, [])
                 if imports or (number, head) in b.sites:
-                    return imports, (number, head) in b.sites
-            return [], False
+                    return imports, (number, head) in b.sites, scope
+            return [], False, None
         if not (is_read(node, parent) or unpacked is False):
             return None
         own = own_scope(node, scopes[0], self.parents)
@@ -246,7 +267,7 @@ class ImportNames:
             if not imports and not others:
                 continue
             if scope is not own:
-                return imports, bool(others)
+                return imports, bool(others), scope
             line = self.line_of(node)
             import_lines = b.import_sites.get((number, head), [])
             if line is None or None in others or len(import_lines) != len(imports):
@@ -259,11 +280,11 @@ class ImportNames:
                 return None  # some imports before the node, some after, importing different things
             other_before = any(last < line for first, last in others)
             if before or other_before:
-                return (imports if before else []), other_before
+                return (imports if before else []), other_before, scope
             if number != 0 and is_method(scope, self.parents):
                 return None  # the next scope is a class body's
             own = None  # nothing before the node: the scopes around answer with all their bindings
-        return [], False
+        return [], False, None
 
     def _unpacked_into(self, name: cst.CSTNode) -> bool | None:
         """For a name in a tuple or list: True when the tuple is a target it is unpacked into (`device, dtype =

@@ -56,6 +56,16 @@ def absolute_names(rule: StepView, node: cst.CSTNode) -> set[str]:
     found = set()
     if name is not None and (star := star_imported(rule, name)) is not None:
         return {star}
+    if name is not None and name.partition(".")[0] in rule.analysis.names().imported_heads:
+        # bound by an import and otherwise (`try: from a import f` / `except ImportError: def f(): ...`): the
+        # module's tables answer where libcst's order of the bindings is certain
+        read = rule.analysis.names().read_bindings(node)
+        if read is not None:
+            imported, own = read
+            found = {_absolute(n, module) for n in imported}
+            if own and module:
+                found.add(f"{module}.{name}")
+            return found
     for q in rule.analysis.qualified_name_objects(node):
         if q.source is QualifiedNameSource.IMPORT:
             found.add(_absolute(q.name, module))
@@ -90,9 +100,11 @@ def _binding_scope(rule: StepView, node: cst.CSTNode, head: str, bindings: TopLe
                 continue
             if functions is None:
                 return None
-            own, unsure, declared_global = functions[anc]
+            own, unsure, declared_global, declared_nonlocal = functions[anc]
             if head in declared_global:
                 return "module"  # declared `global` here: the module's binding, read or written
+            if head in declared_nonlocal:
+                return "function"  # an enclosing function's local (libcst names it `outer.<locals>.x`)
             if head in own:
                 return "function"  # a local (or a `nonlocal`'s): whatever else the function does with it
             if head in unsure:
@@ -104,6 +116,8 @@ def _binding_scope(rule: StepView, node: cst.CSTNode, head: str, bindings: TopLe
             # a class body that binds no such name sees the scope around it; so do its decorators and bases
         elif kind in _CST_SCOPES:
             if _binds(anc, head):
+                if kind is not cst.Lambda and _iterates_into(anc, head) and _in_function_body(rule, anc):
+                    return "function"  # a comprehension's own variable in a function (`f.<locals>.<comprehension>.x`)
                 return None
             # a comprehension or lambda that does not bind `head` sees the binding of the scope around it
         child = anc
@@ -117,12 +131,26 @@ def _binds(scope: cst.CSTNode, head: str) -> bool:
         every = [*params.posonly_params, *params.params, *params.kwonly_params]
         every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
         return any(p.name.value == head for p in every) or _has_walrus(scope)
-    for_in = getattr(scope, "for_in", None)
+    return _iterates_into(scope, head) or _has_walrus(scope)
+
+
+def _iterates_into(comprehension: cst.CSTNode, head: str) -> bool:
+    """Is `head` a `for` target of the comprehension (its own variable, whatever the scopes around declare)?"""
+    for_in = getattr(comprehension, "for_in", None)
     while for_in is not None:
         if any(isinstance(n, cst.Name) and n.value == head for n in walk(for_in.target)):
             return True
         for_in = for_in.inner_for_in
-    return _has_walrus(scope)
+    return False
+
+
+def _in_function_body(rule: StepView, node: cst.CSTNode) -> bool:
+    child = node
+    for anc in rule.ancestors(node):
+        if type(anc) is cst.FunctionDef and child is anc.body:
+            return True
+        child = anc
+    return False
 
 
 def _has_walrus(node: cst.CSTNode) -> bool:

@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from libcst.metadata import QualifiedNameSource
+from libcst.metadata import QualifiedNameProvider, QualifiedNameSource
 from xlaport.kb import fix_source, lint_source
 from xlaport.kb.analysis.project import _absolute, absolute_names, star_exports
 from xlaport.kb.analysis.project_steps import ProjectSteps, module_name
@@ -276,6 +276,26 @@ def outer():
         state = state(1)
     return inner
 
+def encloses(batch):
+    seen = [s.keys() for s in batch]
+    def hook():
+        nonlocal seen
+        seen.append(train_step(0))
+    return {k.values() for k in seen}
+
+keys = [s.keys() for s in range(2)]
+
+try:
+    from .fast import compiled, tools
+except ImportError:
+    def compiled():
+        return False
+    tools = None
+
+def uses_compiled(batch):
+    tools.run(batch)
+    return compiled(batch)
+
 @train_step(6)
 class Wrapped(Trainer):
     @train_step(7)
@@ -310,7 +330,20 @@ def reset():
 
 @train_step
 def decorated(batch=train_step(2)) -> train_step(3):
+    counts = {n for state in batch for n in state.tensors.keys()}
+    def inner():
+        nonlocal counts
+        counts.append(1)
     return batch
+
+try:
+    from .fast import compiled
+except ImportError:
+    def compiled():
+        return False
+
+def uses_compiled(batch):
+    return compiled(batch)
 
 @train_step
 class Decorated(Loop):
@@ -327,13 +360,15 @@ class _Names(StepContextRule):
 def test_absolute_names_agree_with_libcsts_scope_analysis():
     module, tree = parse_both(SCOPES)
     rule = _Names()
-    run_rules(module, [rule], None, None, tree)
+    run_rules(module, [rule], None, None, tree, SCOPES)
     rule.analysis.module_name = "pkg.train"
     nodes = [n for call in rule.analysis.nodes.calls for n in (call.func, *(a.value for a in call.args))]
     assert len(nodes) > 40
+    libcst_names = rule.analysis.wrapper.resolve(QualifiedNameProvider)  # libcst's own scope analysis, whole
     for node in nodes:
         expected = set()
-        for q in rule.analysis.qualified_name_objects(node):  # libcst's answer, from its scope analysis
+        found = libcst_names.get(node, ())
+        for q in found.callable() if hasattr(found, "callable") else found:  # libcst resolves them lazily
             if q.source is QualifiedNameSource.IMPORT:
                 expected.add(_absolute(q.name, "pkg.train"))
             elif q.source is QualifiedNameSource.LOCAL and "<locals>" not in q.name:
@@ -346,13 +381,14 @@ def test_methods_updating_attributes_annotations_and_globals_need_no_scope_analy
 
     module, tree = parse_both(PLAIN_SCOPES)
     rule = _Names()
-    run_rules(module, [rule], None, None, tree)
+    run_rules(module, [rule], None, None, tree, PLAIN_SCOPES)  # with its text, as a lint has it
     rule.analysis.module_name = "pkg.loop"
     found = {code_of(call.func): absolute_names(rule, call.func) for call in rule.analysis.nodes.calls}
     assert ScopeProvider not in rule.analysis.wrapper._metadata  # answered by the module's own tables
     assert found["self.log"] == found["total.backward"] == set()
     assert found["counter.step"] == {"pkg.loop.counter.step"}
     assert found["train_step"] == {"pkg.loop.train_step"}
+    assert found["compiled"] == {"pkg.fast.compiled", "pkg.loop.compiled"}
 
 
 def test_star_imports_export_what_python_binds():
