@@ -386,8 +386,23 @@ def _apply(module: cst.Module, chosen: list[_Detection]) -> cst.Module:
         replacements[node] = replacement
         imports.extend(d.report.imports)
     on_path = ancestors(replacements, parent_map(module))
-    new_module = replace_nodes(module, replacements, on_path, drop_markers=True)
+    new_module = replace_nodes(module, replacements, on_path, drop_markers=True, once=_is_sync_line)
     return add_imports(new_module, imports) if imports else new_module
+
+
+def _is_sync_line(stmt: cst.CSTNode) -> bool:
+    """`torch_xla.sync()` alone on its line: a barrier right after a barrier does nothing, so where two rewrites
+    add one each (XLA406 after `optimizer.step()`, XLA208 for the `end.record()` that follows) one is kept."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+        return False
+    call = stmt.body[0].value
+    return (
+        isinstance(call, cst.Call)
+        and not call.args
+        and isinstance(call.func, cst.Attribute)
+        and isinstance(call.func.value, cst.Name)
+        and (call.func.value.value, call.func.attr.value) == ("torch_xla", "sync")
+    )
 
 
 _FIX_CACHE: OrderedDict[tuple, FixResult] = OrderedDict()
