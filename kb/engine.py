@@ -11,6 +11,7 @@ import tokenize
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -24,7 +25,17 @@ from .codegen import ModuleTexts
 from .cst_walk import LAYOUT, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
 from .finding import Edit, Finding, FixResult
-from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
+from .flips import (
+    CPU_KEPT,
+    CPU_KEPT_CODES,
+    CPU_UTILITY,
+    FALLBACK_CODES,
+    FLIP_CODES,
+    GUARD_CODES,
+    Span,
+    blocked_flips,
+    needs_cuda,
+)
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
@@ -236,9 +247,35 @@ def _detect_in_tree(
     return _withhold_blocked_flips(module, detections, positions, dead)
 
 
+# Within a fix: whether the module is kept on the CPU, decided in the first pass (on the program as written) and
+# kept in the next ones, where the fix's own rewrites have removed the `.cuda()` that made the script need CUDA.
+_KEPT_ON_THE_CPU: ContextVar[list[bool] | None] = ContextVar("kept_on_the_cpu", default=None)
+
+
 def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], positions, dead) -> list[_Detection]:
     """Flips that would make a CUDA-only call run on a TPU host become manual findings that name the call
-    (flips.py)."""
+    (flips.py); in a script kept on the CPU (a conversion script whose lines that ask for CUDA all have a CPU
+    side) no device rewrite is made (flips.CPU_KEPT_CODES)."""
+    decided = _KEPT_ON_THE_CPU.get()
+    if decided is None and not any(d.rule.code in CPU_KEPT_CODES for d in detections):
+        return detections
+    devices = analyse_devices(module)
+    if not decided:  # not yet (a fix decides on the program as written), or a lint: decide now
+        kept = cpu_utility(module) and not needs_cuda(devices, detections)
+        if decided is not None:
+            decided.append(kept)
+    else:
+        kept = decided[0]
+    if kept:
+        for index, d in enumerate(detections):
+            if d.rule.code in FALLBACK_CODES | GUARD_CODES:
+                message = CPU_UTILITY
+            elif d.rule.code in CPU_KEPT_CODES:
+                message = CPU_KEPT + d.report.message
+            else:
+                continue
+            detections[index] = replace(d, report=replace(d.report, message=message, replacement=None, imports=()))
+        return detections
     if not any(d.rule.code in FLIP_CODES for d in detections):
         return detections
 
@@ -246,12 +283,6 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
         pos = positions[node]
         return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
 
-    devices = analyse_devices(module)
-    if cpu_utility(module):  # a conversion script keeps its CPU fallback; nothing else is held back
-        for index, d in enumerate(detections):
-            if d.rule.code in FALLBACK_CODES | GUARD_CODES:
-                detections[index] = replace(d, report=replace(d.report, message=CPU_UTILITY, replacement=None))
-        return detections
     dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]
     blocked = blocked_flips(devices, detections, span_of, dead_spans)
     for index, blocker in blocked.items():
@@ -424,8 +455,12 @@ def fix_source(
     key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
-        with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
-            cached = _fix_source(source, path, rules, unsafe, project, analysis)
+        token = _KEPT_ON_THE_CPU.set([])
+        try:
+            with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
+                cached = _fix_source(source, path, rules, unsafe, project, analysis)
+        finally:
+            _KEPT_ON_THE_CPU.reset(token)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:
             _FIX_CACHE.popitem(last=False)

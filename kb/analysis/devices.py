@@ -587,6 +587,8 @@ def cpu_utility(module: cst.Module) -> bool:
 
 
 def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
+    """A checkpoint call outside the classes (a method's `ema.load_state_dict(...)` is a model library's) and no
+    training call anywhere."""
     checkpoints = False
     for call in analysis.walker.calls:
         func = call.func
@@ -594,8 +596,16 @@ def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
         if method in TRAINING_METHODS:
             return False
         if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
-            checkpoints = True
+            checkpoints = checkpoints or not _in_class(analysis, call)
     return checkpoints
+
+
+def _in_class(analysis: DeviceAnalysis, node: cst.CSTNode) -> bool:
+    while node is not None:
+        node = analysis.parent(node)
+        if isinstance(node, cst.ClassDef):
+            return True
+    return False
 
 
 def _picks_cuda(analysis: DeviceAnalysis) -> bool:
