@@ -11,14 +11,13 @@ import tokenize
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from .analysis.devices import analyse as analyse_devices
-from .analysis.devices import cpu_utility, tree_device_flags
+from .analysis.devices import cpu_utility, one_cpu_decision, tree_device_flags
 from .analysis.module import ModuleAnalysis
 from .analysis.project_steps import ProjectSteps
 from .codegen import ModuleTexts
@@ -34,7 +33,6 @@ from .flips import (
     GUARD_CODES,
     Span,
     blocked_flips,
-    needs_cuda,
 )
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
@@ -247,26 +245,13 @@ def _detect_in_tree(
     return _withhold_blocked_flips(module, detections, positions, dead)
 
 
-# Within a fix: whether the module is kept on the CPU, decided in the first pass (on the program as written) and
-# kept in the next ones, where the fix's own rewrites have removed the `.cuda()` that made the script need CUDA.
-_KEPT_ON_THE_CPU: ContextVar[list[bool] | None] = ContextVar("kept_on_the_cpu", default=None)
-
-
 def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], positions, dead) -> list[_Detection]:
     """Flips that would make a CUDA-only call run on a TPU host become manual findings that name the call
-    (flips.py); in a script kept on the CPU (a conversion script whose lines that ask for CUDA all have a CPU
-    side) no device rewrite is made (flips.CPU_KEPT_CODES)."""
-    decided = _KEPT_ON_THE_CPU.get()
-    if decided is None and not any(d.rule.code in CPU_KEPT_CODES for d in detections):
+    (flips.py); in a script kept on the CPU (devices.cpu_utility) no device rewrite is made (flips.CPU_KEPT_CODES)."""
+    if not any(d.rule.code in CPU_KEPT_CODES for d in detections):
         return detections
     devices = analyse_devices(module)
-    if not decided:  # not yet (a fix decides on the program as written), or a lint: decide now
-        kept = cpu_utility(module) and not needs_cuda(devices, detections)
-        if decided is not None:
-            decided.append(kept)
-    else:
-        kept = decided[0]
-    if kept:
+    if cpu_utility(module):
         for index, d in enumerate(detections):
             if d.rule.code in FALLBACK_CODES | GUARD_CODES:
                 message = CPU_UTILITY
@@ -455,12 +440,10 @@ def fix_source(
     key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
-        token = _KEPT_ON_THE_CPU.set([])
-        try:
-            with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
-                cached = _fix_source(source, path, rules, unsafe, project, analysis)
-        finally:
-            _KEPT_ON_THE_CPU.reset(token)
+        # as lint_source: the fix's libcst trees hold no cycles to find; and every pass keeps the first pass's
+        # answer to "is this script kept on the CPU?" (devices.one_cpu_decision)
+        with without_cycle_collection(), one_cpu_decision():
+            cached = _fix_source(source, path, rules, unsafe, project, analysis)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:
             _FIX_CACHE.popitem(last=False)

@@ -125,29 +125,6 @@ def blocked_flips(
     return out
 
 
-# Findings on a line that asks for CUDA whatever a test says (`.cuda()`, a CUDA tensor type, a `'cuda'` device that
-# no conditional expression chooses): a script with one that runs on a TPU host did not run on its CPU, it failed
-# there, so it is not kept on the CPU (see `needs_cuda`).
-HARD_CUDA_CODES = frozenset({"XLA201", "XLA202", "XLA226", "XLA232", "TPU201", "TPU202", "TPU205"})
-
-
-def needs_cuda(analysis: DeviceAnalysis, detections: list[Detected]) -> bool:
-    """Does a live line (the detections are of code a TPU host runs) ask for CUDA whatever its tests say?"""
-    for d in detections:
-        if d.code in HARD_CUDA_CODES and not _chosen_by_a_test(analysis, d.node):
-            return True
-    return False
-
-
-def _chosen_by_a_test(analysis: DeviceAnalysis, node: cst.CSTNode) -> bool:
-    """`node` is one side of a conditional expression (`'cuda' if torch.cuda.is_available() else 'cpu'`)."""
-    while node is not None and not isinstance(node, cst.BaseStatement):
-        node = analysis.parent(node)
-        if isinstance(node, cst.IfExp):
-            return True
-    return False
-
-
 CPU_UTILITY = (
     "kept on the CPU: this script loads, converts or saves models and never trains (no backward, no optimizer "
     "step); on a TPU host it ran on the CPU, and its saves need CPU tensors. Rewrite the device by hand "
