@@ -212,21 +212,22 @@ class NegativeSliceBeyondSize(StepContextRule):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         indexes = [element.slice for element in node.slice]
-        if any(isinstance(i, cst.Index) and i.value.deep_equals(cst.Name("None")) for i in indexes):
+        at = next((at for at, i in enumerate(indexes) if type(i) is cst.Slice and _runtime_negative(i.lower)), None)
+        if at is None:
+            return
+        values = [i.value for i in indexes if type(i) is cst.Index]
+        if any(type(v) is cst.Name and v.value == "None" for v in values):
             return  # a new axis: the positions no longer name the tensor's dims
         ellipses = [
-            at for at, i in enumerate(indexes) if isinstance(i, cst.Index) and isinstance(i.value, cst.Ellipsis)
+            i for i, index in enumerate(indexes) if type(index) is cst.Index and type(index.value) is cst.Ellipsis
         ]
         if len(ellipses) > 1:
             return
-        for at, index in enumerate(indexes):
-            if not isinstance(index, cst.Slice) or not _runtime_negative(index.lower):
-                continue
-            if self._size_tested(node) or self._clamped(index.lower) or not self.is_tensor(node.value):
-                return
-            dim = at - len(indexes) if ellipses and at > ellipses[0] else at  # after `...`: counted from the right
-            self._report(node, index, dim)
+        index = indexes[at]
+        if self._size_tested(node) or self._clamped(index.lower) or not self.is_tensor(node.value):
             return
+        dim = at - len(indexes) if ellipses and at > ellipses[0] else at  # after `...`: counted from the right
+        self._report(node, index, dim)
 
     def _report(self, node: cst.Subscript, index: cst.Slice, dim: int) -> None:
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
