@@ -3,12 +3,13 @@
 libcst's transformers rebuild every node of the tree they walk; here the walk enters only the nodes on a path
 to a replaced one (`on_path`), so a rewrite costs about the size of the paths, not of the module. A statement
 replaced by `removal_marker` disappears, and the comments above it move to the next statement of its block
-(or stay at the block's end as a `pass`).
+(or stay at the block's end as a `pass`). A statement that `once` accepts (a barrier) is kept once where a rewrite
+puts it right next to another one: the second does nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import libcst as cst
 
@@ -28,12 +29,17 @@ def ancestors(nodes: Iterable[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CS
 
 
 def replace_nodes(
-    root: cst.Module, replacements: Mapping[cst.CSTNode, Replacement], on_path: set, drop_markers: bool = False
+    root: cst.Module,
+    replacements: Mapping[cst.CSTNode, Replacement],
+    on_path: set,
+    drop_markers: bool = False,
+    once: Callable[[cst.CSTNode], bool] | None = None,
 ) -> cst.Module:
     """`root` with each key of `replacements` (matched by identity) swapped for its value. `on_path`: the nodes
     above the replaced ones (`ancestors`). `drop_markers`: remove the `removal_marker`s, and give a block that
-    lost all its statements a `pass`."""
-    return root.visit(_Replacer(replacements, on_path, drop_markers))
+    lost all its statements a `pass`; then `once`: of two statements it accepts next to each other in a rebuilt
+    block, one of them new (a rewrite put it there or changed it), one goes."""
+    return root.visit(_Replacer(replacements, on_path, drop_markers, once))
 
 
 _MARKER = "__xlaport_removed__"
@@ -45,11 +51,18 @@ def removal_marker(stmt: cst.BaseStatement) -> cst.SimpleStatementLine:
 
 
 class _Replacer(cst.CSTTransformer):
-    def __init__(self, replacements: Mapping[cst.CSTNode, Replacement], on_path: set, drop_markers: bool) -> None:
+    def __init__(
+        self,
+        replacements: Mapping[cst.CSTNode, Replacement],
+        on_path: set,
+        drop_markers: bool,
+        once: Callable[[cst.CSTNode], bool] | None,
+    ) -> None:
         super().__init__()
         self.replacements = replacements
         self.on_path = on_path
         self.drop_markers = drop_markers
+        self.once = once
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return node in self.on_path
@@ -60,11 +73,30 @@ class _Replacer(cst.CSTTransformer):
         if not self.drop_markers:
             return updated_node
         kind = type(updated_node)
-        if kind is cst.IndentedBlock and original_node in self.on_path:
-            return updated_node.with_changes(body=_without_markers(updated_node.body, True))
-        if kind is cst.Module:
-            return updated_node.with_changes(body=_without_markers(updated_node.body, False))
+        if kind is cst.IndentedBlock and original_node in self.on_path or kind is cst.Module:
+            body = updated_node.body
+            if self.once is not None:
+                body = _once(body, {id(stmt) for stmt in original_node.body}, self.once)
+            return updated_node.with_changes(body=_without_markers(body, kind is cst.IndentedBlock))
         return updated_node
+
+
+def _once(body, kept: set[int], once: Callable[[cst.CSTNode], bool]) -> list:
+    """`body` without the second of two statements `once` accepts, one of them new (`kept`: the ids of the
+    statements the block had before): the new one goes, its comments on the one kept, above it (a rewritten
+    line's comments stay with the barrier that now starts it)."""
+    out = list(body)
+    previous = None  # the index of the last statement kept
+    for i, stmt in enumerate(out):
+        if _is_marker(stmt):
+            continue
+        if previous is not None and once(out[previous]) and once(stmt) and not {id(out[previous]), id(stmt)} <= kept:
+            earlier = out[previous]
+            out[previous] = earlier.with_changes(leading_lines=[*earlier.leading_lines, *stmt.leading_lines])
+            out[i] = removal_marker(stmt.with_changes(leading_lines=()))
+            continue
+        previous = i
+    return out
 
 
 def _is_marker(stmt: cst.CSTNode) -> bool:

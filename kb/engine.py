@@ -17,14 +17,23 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from .analysis.devices import analyse as analyse_devices
-from .analysis.devices import cpu_utility, tree_device_flags
+from .analysis.devices import cpu_utility, one_cpu_decision, tree_device_flags
 from .analysis.module import ModuleAnalysis
 from .analysis.project_steps import ProjectSteps
 from .codegen import ModuleTexts
 from .cst_walk import LAYOUT, parent_map
 from .edits import ancestors, removal_marker, replace_nodes
 from .finding import Edit, Finding, FixResult
-from .flips import CPU_UTILITY, FALLBACK_CODES, FLIP_CODES, GUARD_CODES, Span, blocked_flips
+from .flips import (
+    CPU_KEPT,
+    CPU_KEPT_CODES,
+    CPU_UTILITY,
+    FALLBACK_CODES,
+    FLIP_CODES,
+    GUARD_CODES,
+    Span,
+    blocked_flips,
+)
 from .flips import message as flip_message
 from .imports import add_imports, mark_device_imports, remove_imports_made_unused
 from .parsing import parse_both
@@ -241,7 +250,20 @@ def _detect_in_tree(
 
 def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], positions, dead) -> list[_Detection]:
     """Flips that would make a CUDA-only call run on a TPU host become manual findings that name the call
-    (flips.py)."""
+    (flips.py); in a script kept on the CPU (devices.cpu_utility) no device rewrite is made (flips.CPU_KEPT_CODES)."""
+    if not any(d.rule.code in CPU_KEPT_CODES for d in detections):
+        return detections
+    devices = analyse_devices(module)
+    if cpu_utility(module):
+        for index, d in enumerate(detections):
+            if d.rule.code in FALLBACK_CODES | GUARD_CODES:
+                message = CPU_UTILITY
+            elif d.rule.code in CPU_KEPT_CODES:
+                message = CPU_KEPT + d.report.message
+            else:
+                continue
+            detections[index] = replace(d, report=replace(d.report, message=message, replacement=None, imports=()))
+        return detections
     if not any(d.rule.code in FLIP_CODES for d in detections):
         return detections
 
@@ -249,12 +271,6 @@ def _withhold_blocked_flips(module: cst.Module, detections: list[_Detection], po
         pos = positions[node]
         return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
 
-    devices = analyse_devices(module)
-    if cpu_utility(module):  # a conversion script keeps its CPU fallback; nothing else is held back
-        for index, d in enumerate(detections):
-            if d.rule.code in FALLBACK_CODES | GUARD_CODES:
-                detections[index] = replace(d, report=replace(d.report, message=CPU_UTILITY, replacement=None))
-        return detections
     dead_spans = [((r.start.line, r.start.column), (r.end.line, r.end.column)) for r in dead]
     blocked = blocked_flips(devices, detections, span_of, dead_spans)
     for index, blocker in blocked.items():
@@ -389,8 +405,23 @@ def _apply(module: cst.Module, chosen: list[_Detection]) -> cst.Module:
         replacements[node] = replacement
         imports.extend(d.report.imports)
     on_path = ancestors(replacements, parent_map(module))
-    new_module = replace_nodes(module, replacements, on_path, drop_markers=True)
+    new_module = replace_nodes(module, replacements, on_path, drop_markers=True, once=_is_sync_line)
     return add_imports(new_module, imports) if imports else new_module
+
+
+def _is_sync_line(stmt: cst.CSTNode) -> bool:
+    """`torch_xla.sync()` alone on its line: a barrier right after a barrier does nothing, so where two rewrites
+    add one each (XLA406 after `optimizer.step()`, XLA208 for the `end.record()` that follows) one is kept."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+        return False
+    call = stmt.body[0].value
+    return (
+        isinstance(call, cst.Call)
+        and not call.args
+        and isinstance(call.func, cst.Attribute)
+        and isinstance(call.func.value, cst.Name)
+        and (call.func.value.value, call.func.attr.value) == ("torch_xla", "sync")
+    )
 
 
 _FIX_CACHE: OrderedDict[tuple, FixResult] = OrderedDict()
@@ -412,7 +443,9 @@ def fix_source(
     key = (hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest(), path, tuple(rules), unsafe, project)
     cached = _FIX_CACHE.get(key)
     if cached is None:
-        with without_cycle_collection():  # as lint_source: the fix's libcst trees hold no cycles to find
+        # as lint_source: the fix's libcst trees hold no cycles to find; and every pass keeps the first pass's
+        # answer to "is this script kept on the CPU?" (devices.one_cpu_decision)
+        with without_cycle_collection(), one_cpu_decision():
             cached = _fix_source(source, path, rules, unsafe, project, analysis)
         _FIX_CACHE[key] = cached
         while len(_FIX_CACHE) > FIX_CACHE_SIZE:

@@ -34,6 +34,16 @@ GUARD_CODES = frozenset({"XLA230", "TPU207"})
 FALLBACK_CODES = frozenset({"XLA203", "TPU204"})
 FLIP_CODES = ORIGIN_CODES | GUARD_CODES | FALLBACK_CODES
 HARMLESS_WITHOUT_CUDA = frozenset({"XLA501"})
+# What a script kept on the CPU (devices.cpu_utility) does not get: the flips, and the rewrites that put its device,
+# tensors or generator on the accelerator or assume they are there: `.cuda()`, `"cuda"`, a GPU index, CUDA tensor
+# types, `torch.accelerator`, CUDA seeding, the GPU count, the compile backend, a sampling loop's barrier, a load
+# moved to the device (on TorchTPU its `torch.cuda.*` calls). They stay reported, as manual findings.
+CPU_KEPT_CODES = FLIP_CODES | frozenset(
+    {
+        *("XLA201", "XLA202", "XLA207", "XLA211", "XLA216", "XLA227", "XLA228", "XLA232", "XLA418", "XLA711"),
+        *("TPU201", "TPU202", "TPU203", "TPU401"),
+    }
+)
 Span = tuple[tuple[int, int], tuple[int, int]]
 
 
@@ -119,6 +129,10 @@ CPU_UTILITY = (
     "kept on the CPU: this script loads, converts or saves models and never trains (no backward, no optimizer "
     "step); on a TPU host it ran on the CPU, and its saves need CPU tensors. Rewrite the device by hand "
     "(`torch_xla.device()`) if it should run on the TPU"
+)
+CPU_KEPT = (
+    "not rewritten, the script is kept on the CPU (it loads, converts or saves models and never trains; its saves "
+    "need CPU tensors): "
 )
 
 

@@ -9,8 +9,9 @@ SARIF follows the OASIS 2.1.0 schema (tests/fixtures/sarif/ checks it) and what 
 reads: each rule with its descriptions, help text and a help URI (its page from `xlaport kb docs`: where
 XLAPORT_DOCS_URL says they are published, else the copy written into the cache, so the link opens on the machine
 that wrote the log; xlaport has no public site to point at), levels by
-severity (kb/rule.py `severity_of`), end positions, fixes as replacements, stable partial fingerprints, and the
-files that could not be read or parsed as tool execution notifications.
+severity (kb/rule.py `severity_of`), end positions, fixes as replacements, stable partial fingerprints (ours, and
+GitHub's `primaryLocationLineHash` computed as its upload would), and the files that could not be read or parsed as
+tool execution notifications.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ JSON_SCHEMA_VERSION = 2
 DOCS_URL_ENV = "XLAPORT_DOCS_URL"
 SRCROOT = "%SRCROOT%"  # the base of relative artifact URIs: the folder lint ran in
 FINGERPRINT_KEY = "xlaportLineHash/v1"
+# GitHub's own fingerprint, as the CodeQL action's upload computes it when a log has none (src/fingerprints.ts):
+# a rolling hash (base 37, mod 2**64) of the first 100 characters from the line's start, spaces and tabs left out,
+# line ends read as "\n", then a marker for the end of the file and zeros; in hex, with ":N" for the N-th line of
+# the file with that hash. A log that carries a different value gets a warning on upload.
+LINE_HASH_KEY = "primaryLocationLineHash"
+_HASH_BLOCK = 100
+_HASH_BASE = 37
+_HASH_MASK = (1 << 64) - 1
+_HASH_BASE_TO_BLOCK = pow(_HASH_BASE, _HASH_BLOCK, 1 << 64)
+_END_OF_FILE = 0xFFFF
 
 
 def as_text(findings: list[Finding]) -> str:
@@ -132,7 +143,59 @@ def _fingerprints(findings: list[Finding], sources: dict[str, str]) -> list[str]
     return hashes
 
 
-def _result(f: Finding, fingerprint: str, levels: dict[str, str]) -> dict:
+def line_hashes(text: str) -> dict[int, str]:
+    """Line number (from 1) -> GitHub's `primaryLocationLineHash` of that line of `text`. The characters are
+    UTF-16 code units, as JavaScript reads them."""
+    data = text.encode("utf-16-le", "surrogatepass")
+    units = [int.from_bytes(data[i : i + 2], "little") for i in range(0, len(data), 2)]
+    window = [0] * _HASH_BLOCK  # the last 100 characters hashed, a ring
+    starts = [0] * _HASH_BLOCK  # the line that starts at each of them (0: none)
+    value, at = 0, 0
+    seen: Counter[str] = Counter()
+    hashes: dict[int, str] = {}
+
+    def push(unit: int, starts_line: int) -> None:
+        nonlocal value, at
+        if starts[at]:  # the line that started 100 characters ago: its hash is the value now
+            digest = format(value, "x")
+            seen[digest] += 1
+            hashes[starts[at]] = f"{digest}:{seen[digest]}"
+        starts[at] = starts_line
+        value = (value * _HASH_BASE + unit - _HASH_BASE_TO_BLOCK * window[at]) & _HASH_MASK
+        window[at] = unit
+        at = (at + 1) % _HASH_BLOCK
+
+    line, at_line_start, after_cr = 0, True, False
+    for unit in [*units, _END_OF_FILE]:
+        if unit in (0x20, 0x09) or (after_cr and unit == 0x0A):  # spaces, tabs, the "\n" of a "\r\n"
+            after_cr = False
+            continue
+        after_cr = unit == 0x0D
+        unit = 0x0A if after_cr else unit
+        line += at_line_start
+        push(unit, line if at_line_start else 0)
+        at_line_start = unit == 0x0A
+    for _ in range(_HASH_BLOCK):  # zeros after the end, so that the last lines have 100 characters too
+        push(0, 0)
+    return hashes
+
+
+def _line_hashes(findings: list[Finding], sources: dict[str, str]) -> list[str | None]:
+    """Per finding, GitHub's hash of its line; None when the file's text is not known (GitHub's upload then
+    computes it from the checkout)."""
+    files: dict[str, dict[int, str]] = {}
+    out = []
+    for f in findings:
+        if f.path not in sources:
+            out.append(None)
+            continue
+        if f.path not in files:
+            files[f.path] = line_hashes(sources[f.path])
+        out.append(files[f.path].get(f.line))
+    return out
+
+
+def _result(f: Finding, fingerprint: str, line_hash: str | None, levels: dict[str, str]) -> dict:
     result = {
         "ruleId": f.code,
         "level": levels.get(f.code, "warning"),
@@ -145,7 +208,7 @@ def _result(f: Finding, fingerprint: str, levels: dict[str, str]) -> dict:
                 }
             }
         ],
-        "partialFingerprints": {FINGERPRINT_KEY: fingerprint},
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint} | ({LINE_HASH_KEY: line_hash} if line_hash else {}),
         "properties": {"category": f.category, "fix": f.fix, "fixable": f.fixable},
     }
     if f.edits:
@@ -185,6 +248,7 @@ def as_sarif(
         for path, reason in unanalysed or []
     ]
     fingerprints = _fingerprints(findings, sources or {})
+    line_hashes_of = _line_hashes(findings, sources or {})
     run: dict = {
         "tool": {
             "driver": {
@@ -196,7 +260,9 @@ def as_sarif(
         },
         "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
         "columnKind": "unicodeCodePoints",
-        "results": [_result(f, h, levels) for f, h in zip(findings, fingerprints, strict=True)],
+        "results": [
+            _result(f, h, line, levels) for f, h, line in zip(findings, fingerprints, line_hashes_of, strict=True)
+        ],
     }
     if working_folder is not None:
         root = PurePosixPath(working_folder).as_uri().rstrip("/") + "/"

@@ -574,19 +574,74 @@ CHECKPOINT_METHODS = frozenset({"save_pretrained", "from_pretrained", "load_stat
 TRAINING_METHODS = frozenset({"backward", "step", "train", "fit", "optimizer_step", "training_step"})
 
 
+# Within a fix (all its passes): the answer `cpu_utility` gave first, on the program as written. The fix's own
+# rewrites remove the `.cuda()` that made a script need CUDA; asked again, the rewritten script would look like one
+# that ran on the CPU.
+_DECIDED: ContextVar[list[bool] | None] = ContextVar("cpu_utility_decided", default=None)
+
+
+@contextmanager
+def one_cpu_decision() -> Iterator[None]:
+    """Within: `cpu_utility` answers what it answered the first time (the engine opens this around one fix)."""
+    token = _DECIDED.set([])
+    try:
+        yield
+    finally:
+        _DECIDED.reset(token)
+
+
 def cpu_utility(module: cst.Module) -> bool:
     """A script (a `__main__` block or module-level statements that run) that works on checkpoints (load, save,
-    convert, export) and trains nowhere: its cuda-if-available device is a convenience, and moving it onto
-    XLA breaks its saves (`save_pretrained` of XLA tensors: `invalid python storage`) for no speed that matters."""
+    convert, export), trains nowhere, and ran on the CPU of a TPU host: its cuda-if-available device is a
+    convenience, and moving it onto XLA breaks its saves (`save_pretrained` of XLA tensors: `invalid python
+    storage`) for no speed that matters. A script with a line that asks for CUDA whatever its tests say failed
+    there instead: it is migrated like any other."""
+    decided = _DECIDED.get()
+    if decided:
+        return decided[0]
     analysis = analyse(module)
     if analysis.cpu_utility is None:
         # a flat script counts when it also picks a CUDA device (the convenience kept on the CPU)
         flat_script = _picks_cuda(analysis) and _checkpoints_at_top_level(module, analysis)
-        analysis.cpu_utility = (_is_script(module) or flat_script) and _checkpoints_without_training(analysis)
+        analysis.cpu_utility = (
+            (_is_script(module) or flat_script)
+            and _checkpoints_without_training(analysis)
+            and not _needs_cuda(analysis)
+        )
+    if decided is not None:
+        decided.append(analysis.cpu_utility)
     return analysis.cpu_utility
 
 
+def _needs_cuda(analysis: DeviceAnalysis) -> bool:
+    """A line that asks for CUDA whatever a test says: `.cuda()`, a CUDA tensor type, a CUDA device string that
+    no conditional expression chooses (`device = "cuda"`, `.to("cuda")`), outside the code a CUDA guard keeps."""
+    guarded = {id(n) for g in analysis.facts.guards for r in (*g.regions, g.condition) for n in walk(r)}
+
+    def unconditional(node: cst.CSTNode) -> bool:
+        while node is not None and not isinstance(node, cst.Module):
+            if id(node) in guarded or isinstance(node, cst.IfExp):
+                return False
+            node = analysis.parent(node)
+        return True
+
+    for call in analysis.walker.calls:
+        func = call.func
+        cuda_move = isinstance(func, cst.Attribute) and func.attr.value == "cuda"
+        tensor_type = (analysis.call_name(call) or "").startswith("torch.cuda.") and _func_name(call).endswith("Tensor")
+        if (cuda_move or tensor_type) and unconditional(call):
+            return True
+    return any(unconditional(origin) for origin in analysis.facts.string_origins)
+
+
+def _func_name(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
 def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
+    """A checkpoint call outside the classes (a method's `ema.load_state_dict(...)` is a model library's) and no
+    training call anywhere."""
     checkpoints = False
     for call in analysis.walker.calls:
         func = call.func
@@ -594,8 +649,16 @@ def _checkpoints_without_training(analysis: DeviceAnalysis) -> bool:
         if method in TRAINING_METHODS:
             return False
         if method in CHECKPOINT_METHODS or analysis.call_name(call) in CHECKPOINT_CALLS:
-            checkpoints = True
+            checkpoints = checkpoints or not _in_class(analysis, call)
     return checkpoints
+
+
+def _in_class(analysis: DeviceAnalysis, node: cst.CSTNode) -> bool:
+    while node is not None:
+        node = analysis.parent(node)
+        if isinstance(node, cst.ClassDef):
+            return True
+    return False
 
 
 def _picks_cuda(analysis: DeviceAnalysis) -> bool:

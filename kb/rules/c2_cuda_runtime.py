@@ -82,6 +82,10 @@ class CudnnFlags(Rule):
 
 
 # --- timing and monitoring -------------------------------------------------------------
+TIMER_WAIT_MESSAGE = (
+    "the timer's rewrite waits for the device here already (`torch_xla.sync(); xm.wait_device_ops()`): "
+    "this wait is removed, not repeated"
+)
 # Where `(end - start) * 1000` can stand without parentheses.
 BARE_EXPRESSION_PARENTS = (
     cst.Assign,
@@ -125,18 +129,18 @@ class CudaEventsAndStreams(Rule):
         "barrier — XLA runs lazily, so without `torch_xla.sync()` + `xm.wait_device_ops()` you time the tracing, "
         "not the step. Exclude the first steps: they include compilation. The rewrite of a timer is safe: each "
         "`record()` becomes `torch_xla.sync(); xm.wait_device_ops(); e = time.perf_counter()` and "
-        "`a.elapsed_time(b)` becomes `(b - a) * 1000` (milliseconds, as before); the values computed by the "
-        "program are unchanged, only where the graph is cut (at the timer) is new."
+        "`a.elapsed_time(b)` becomes `(b - a) * 1000` (milliseconds, as before); a device wait right before or "
+        "after a `record()` (`torch.cuda.synchronize()`) goes, the record's rewrite waits there already. The values "
+        "computed by the program are unchanged, only where the graph is cut (at the timer) is new."
     )
     before = (
         "import torch\n\nstart = torch.cuda.Event(enable_timing=True)\nend = torch.cuda.Event(enable_timing=True)\n"
         "start.record()\nstep()\nend.record()\ntorch.cuda.synchronize()\nms = start.elapsed_time(end)\n"
     )
     after = (
-        "import torch\nimport time\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n\n"
+        "import time\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n\n"
         "torch_xla.sync()\nxm.wait_device_ops()\nstart = time.perf_counter()\nstep()\n"
-        "torch_xla.sync()\nxm.wait_device_ops()\nend = time.perf_counter()\ntorch.cuda.synchronize()\n"
-        "ms = (end - start) * 1000\n"
+        "torch_xla.sync()\nxm.wait_device_ops()\nend = time.perf_counter()\nms = (end - start) * 1000\n"
     )
     message = "CUDA event/stream API raises or does nothing on TPU"
     symptoms = ("RuntimeError: Found no NVIDIA driver on your system",)
@@ -184,7 +188,8 @@ class CudaEventsAndStreams(Rule):
         self.report(line, message, replacement=REMOVE, imports=imports, fix="safe")
         for node, replacement in plan[1]:
             if node is not line and not any(r.node is node for r in self.reports):
-                self.report(node, message, replacement=replacement, imports=imports, fix="safe")
+                said = TIMER_WAIT_MESSAGE if any(node is wait for wait in plan[2]) else message
+                self.report(node, said, replacement=replacement, imports=imports, fix="safe")
         return True
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -225,7 +230,41 @@ class CudaEventsAndStreams(Rule):
         bound = [n for n in find_nodes(body, cst.Name) if n.value in events and self._binds(n)]
         if len(bound) != len(events):
             return None  # rebound elsewhere (`start = other`): not only a timer
-        return set(events), edits
+        records = [node for node, replacement in edits if isinstance(replacement, cst.FlattenSentinel)]
+        waits = [wait for line in records for wait in self._waits_beside(line, events)]
+        edits = [(node, replacement) for node, replacement in edits if not any(node is wait for wait in waits)]
+        edits += [(wait, REMOVE) for wait in waits]
+        return set(events), edits, waits
+
+    def _waits_beside(self, record: cst.SimpleStatementLine, events: dict) -> list[cst.SimpleStatementLine]:
+        """The statements right before and after a `record()` that wait for the device (`torch.cuda.synchronize()`,
+        `torch.cuda.current_stream().synchronize()`, an event's `synchronize()`, `xm.wait_device_ops()`): the
+        record's rewrite waits there already, so a second `xm.wait_device_ops()` would change nothing."""
+        block = block_of(self, record)
+        body = list(block.body) if block is not None else []
+        at = next(i for i, stmt in enumerate(body) if stmt is record) if body else 0
+        beside = body[max(at - 1, 0) : at] + body[at + 1 : at + 2]
+        return [stmt for stmt in beside if self._waits(stmt, events)]
+
+    def _waits(self, stmt: cst.CSTNode, events: dict) -> bool:
+        if not (
+            isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+        ):
+            return False
+        call = stmt.body[0].value
+        if not isinstance(call, cst.Call):
+            return False
+        if self.is_call_to(call, "torch.cuda.synchronize", "torch_xla.core.xla_model.wait_device_ops"):
+            return True
+        func = call.func
+        if call.args or not (isinstance(func, cst.Attribute) and func.attr.value == "synchronize"):
+            return False
+        owner = func.value
+        if isinstance(owner, cst.Name):
+            return owner.value in events
+        return isinstance(owner, cst.Call) and self.is_call_to(
+            owner, "torch.cuda.current_stream", "torch.cuda.default_stream"
+        )
 
     def _binds(self, name: cst.Name) -> bool:
         parent = self.parent(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..cst_helpers import expr, keyword_arg, method_name, parenthesized, positional_args, string_value
+from ..cst_helpers import code_of, expr, keyword_arg, method_name, parenthesized, positional_args, string_value
 from ..rule import IMPORT_TORCH, IMPORT_XLA_BACKENDS, MATMUL_PRECISIONS, ImportSpec
 from ..scoped_rule import AUTOCASTS
 from ..step_rule import StepContextRule
@@ -259,3 +259,114 @@ class Bfloat16Accumulator(StepContextRule):
         if isinstance(value, cst.Call) and method_name(value) in ("float", "double"):
             return
         self.report(node)
+
+
+HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
+
+
+class BatchNormKeptInFloat32(StepContextRule):
+    code = "XLA524"
+    needs = ("batchnorm",)
+    title = "BatchNorm kept in float32 in a float16/bfloat16 network: max-pool backward fails on XLA"
+    category = "C5"
+    fix = "manual"
+    detects = (
+        "A BatchNorm layer cast back to float32 (`m.float()` under `isinstance(m, nn.BatchNorm2d)`, a BatchNorm "
+        "subclass too) in a module that casts its network to float16 or bfloat16 (`.half()`, `.bfloat16()`, "
+        "`.to(torch.float16)`)."
+    )
+    why = (
+        "With float16 input and float32 weights, CPU and CUDA batch norm return the input's float16; torch_xla's "
+        "returns float32, and the network mixes precisions where CUDA did not: the next float16 convolution "
+        "raises `RuntimeError: Input type (float) and bias type (c10::Half) should be the same`, and where a "
+        "max-pool feeds the BatchNorm, XLA's HLO verifier rejects the backward (`Seen floating point types of "
+        "different precisions in %select-and-scatter ... but mixed precision is disallowed`: a float32 gradient "
+        "for a float16 input). bfloat16 fails the same way. Casting the output back is not enough (the gradient "
+        "stays float32); normalising a float32 copy of the input is: `super().forward(x.float()).to(x.dtype)`, "
+        "the arithmetic CUDA does for this mix. No safe rewrite: the layer's class must change."
+    )
+    before = (
+        "import torch.nn as nn\n\n"
+        "net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.MaxPool2d(2), nn.BatchNorm2d(8), nn.ReLU())\n"
+        "for m in net.modules():\n"
+        "    if isinstance(m, nn.BatchNorm2d):\n"
+        "        m.float()\n"
+        "    else:\n"
+        "        m.half()\n"
+    )
+    message = (
+        "BatchNorm kept in float32 while the network is float16/bfloat16: XLA's batch norm returns float32 (CUDA "
+        "returns the input's dtype), so the next float16 layer or max-pool's backward fails (`mixed precision is "
+        "disallowed`); normalise a float32 copy and cast back: `super().forward(x.float()).to(x.dtype)` in a "
+        "BatchNorm subclass, or keep the whole network in one dtype"
+    )
+    symptoms = (
+        "Seen floating point types of different precisions in %select-and-scatter",
+        "but mixed precision is disallowed",
+        "RuntimeError: Input type (float) and bias type (c10::Half) should be the same",
+    )
+    references = ("tests/kb/test_xla_mixed_precision.py (torch_xla 2.9, PJRT_DEVICE=CPU)",)
+    valid = (
+        "import torch.nn as nn\nnet = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
+        "for m in net.modules():\n    if isinstance(m, nn.BatchNorm2d):\n        m.float()\n",
+        "import torch.nn as nn\nnet = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).half()\n"
+        "for m in net.modules():\n    if isinstance(m, nn.Linear):\n        m.float()\n",
+        "import torch.nn as nn\nnet = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).half()\n",
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return
+        if not (func.attr.value == "float" and not node.args or self._to_float32(node)):
+            return
+        if self._under_batchnorm_test(node, func.value.value) and self._network_is_half():
+            self.report(node)
+
+    def _to_float32(self, node: cst.Call) -> bool:
+        if method_name(node) != "to":
+            return False
+        dtype = keyword_arg(node, "dtype")
+        args = [dtype] if dtype is not None else positional_args(node)
+        return any(self.qualified_names(a.value) & {"torch.float32", "torch.float"} for a in args)
+
+    def _under_batchnorm_test(self, node: cst.Call, name: str) -> bool:
+        """In the true branch of `if isinstance(name, <a BatchNorm class>)` (or of `... if ... else ...`)."""
+        child: cst.CSTNode = node
+        for anc in self.ancestors(node):
+            if (
+                isinstance(anc, (cst.If, cst.IfExp))
+                and child is anc.body
+                and self._isinstance_batchnorm(anc.test, name)
+            ):
+                return True
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            child = anc
+        return False
+
+    def _isinstance_batchnorm(self, test: cst.BaseExpression, name: str) -> bool:
+        if not (isinstance(test, cst.Call) and code_of(test.func) == "isinstance" and len(test.args) == 2):
+            return False
+        subject, kinds = test.args[0].value, test.args[1].value
+        classes = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        return code_of(subject) == name and any(self._batchnorm_class(c) for c in classes)
+
+    def _batchnorm_class(self, node: cst.BaseExpression) -> bool:
+        """`nn.BatchNorm2d`, `SyncBatchNorm`, `_BatchNorm`, or a class of this module that derives from one."""
+        if "BatchNorm" in code_of(node):
+            return True
+        if not isinstance(node, cst.Name):
+            return False
+        defined = [c for c in self.analysis.module.body if isinstance(c, cst.ClassDef) and c.name.value == node.value]
+        return any("BatchNorm" in code_of(base.value) for c in defined for base in c.bases)
+
+    def _network_is_half(self) -> bool:
+        """Does the module cast something to float16 or bfloat16?"""
+        for call in self.analysis.nodes.calls:
+            name = method_name(call)
+            if name in ("half", "bfloat16") and not call.args:
+                return True
+            if name == "to" and any(self.qualified_names(a.value) & HALF_DTYPES for a in call.args):
+                return True
+        return False

@@ -176,24 +176,25 @@ class NegativeSliceBeyondSize(StepContextRule):
     fix = "safe"
     autofix = True
     detects = (
-        "`x[:, -n:]` on a tensor, with `n` a variable (a context size, a window) and no size test around it "
+        "`x[:, -n:]` or `x[..., t - span:]` on a tensor (a start computed at run time) with no size test around it "
         "(`x if x.size(1) <= n else x[:, -n:]` is left alone). The fix clamps the start as CPU and CUDA do: "
-        "`x[:, -min(n, x.size(1)):]`. It needs evidence that `x` is a tensor (made by torch, annotated `Tensor`, "
-        "a tensor-only method called on it); an untyped `forward` argument without it is reported for a manual "
-        "look, and one used as a list (`x + [y]`, `x.append(y)`) is not reported: lists clamp the start."
+        "`x[:, -min(n, x.size(1)):]`, `x[..., max(t - span, -x.size(-1)):]`. It needs evidence that `x` is a "
+        "tensor; an untyped `forward` argument without it is reported for a manual look, one used as a list "
+        "is not reported (lists clamp)."
     )
     why = (
         "CPU and CUDA tensors clamp a slice start below `-size` to the whole dimension, and autoregressive "
         "sampling loops rely on it (`idx_cond = idx[:, -context_size:]` while the prompt is still shorter than "
-        "the context). torch_xla 2.9 checks the bound and raises `RuntimeError: Value out of range (expected to "
-        "be in range of [-4, 3], but got -256)` at the first short input. Safe: the clamped start selects the "
-        "same elements on every device."
+        "the context; a window `t - span` frames back at the start of a video). torch_xla 2.9 checks the bound "
+        "and raises `RuntimeError: Value out of range (expected to be in range of [-4, 3], but got -256)` at the "
+        "first short input. Safe: the clamped start selects the same elements on every device. A start of `-0` "
+        "(`n == 0`) selects the whole dimension everywhere, XLA included: nothing to clamp."
     )
     before = "import torch\n\nidx = torch.cat((idx, nxt), dim=1)\nidx_cond = idx[:, -context_size:]\n"
     after = "import torch\n\nidx = torch.cat((idx, nxt), dim=1)\nidx_cond = idx[:, -min(context_size, idx.size(1)):]\n"
     message = (
         "a slice start below `-size` raises `Value out of range` on XLA tensors (CPU and CUDA clamp it); "
-        "clamp it: `-min(n, x.size(dim))`"
+        "clamp it: `-min(n, x.size(dim))`, `max(start, -x.size(dim))`"
     )
     symptoms = ("RuntimeError: Value out of range (expected to be in range of",)
     references = ("tenstorrent/tt-xla#4465 (the same strict aten.slice bound)",)
@@ -203,23 +204,30 @@ class NegativeSliceBeyondSize(StepContextRule):
         "import torch\nidx = torch.cat((idx, nxt), dim=1)\nlast = idx[:, -1:]\n",
         "text = line[-trailing:]\n",
         "import torch\nkeys = torch.cat((cache, new), dim=1)\nkeep = min(keys.size(1), window)\nkeys = keys[:, -keep:]\n",
+        "import torch\nframes = torch.stack(video, dim=1)\nprev = frames[:, t - 1 :]\ntail = frames[:, frames.size(1) - n :]\n",
+        "import torch\nframes = torch.stack(video, dim=1)\nclip = frames[:, t - span :] if t >= span else frames[:, :t]\n",
         "import torch\nclass Mix(torch.nn.Module):\n    def forward(self, x, past, n):\n        past = past[-n:]\n"
         "        return torch.stack(past + [x])\n",
     )
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        for dim, element in enumerate(node.slice):
-            index = element.slice
-            if isinstance(index, cst.Index) and (
-                index.value.deep_equals(cst.Name("None")) or isinstance(index.value, cst.Ellipsis)
-            ):
-                return  # dims are no longer counted from the left
-            if not isinstance(index, cst.Slice) or not _variable_negative(index.lower):
-                continue
-            if self._size_tested(node) or self._clamped(index.lower.expression) or not self.is_tensor(node.value):
-                return
-            self._report(node, index, dim)
+        indexes = [element.slice for element in node.slice]
+        at = next((at for at, i in enumerate(indexes) if type(i) is cst.Slice and _runtime_negative(i.lower)), None)
+        if at is None:
             return
+        values = [i.value for i in indexes if type(i) is cst.Index]
+        if any(type(v) is cst.Name and v.value == "None" for v in values):
+            return  # a new axis: the positions no longer name the tensor's dims
+        ellipses = [
+            i for i, index in enumerate(indexes) if type(index) is cst.Index and type(index.value) is cst.Ellipsis
+        ]
+        if len(ellipses) > 1:
+            return
+        index = indexes[at]
+        if self._size_tested(node) or self._clamped(index.lower) or not self.is_tensor(node.value):
+            return
+        dim = at - len(indexes) if ellipses and at > ellipses[0] else at  # after `...`: counted from the right
+        self._report(node, index, dim)
 
     def _report(self, node: cst.Subscript, index: cst.Slice, dim: int) -> None:
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
@@ -229,14 +237,21 @@ class NegativeSliceBeyondSize(StepContextRule):
             self.report(node, f"{self.message} (if `{code_of(node.value)}` is a tensor: nothing here says so)")
             return
         size = expr(f"{code_of(node.value)}.size({dim})")
-        bound = index.lower.expression  # type: ignore[union-attr]
-        clamped = cst.UnaryOperation(
-            cst.Minus(), cst.Call(cst.Name("min"), with_commas([cst.Arg(bound), cst.Arg(size)]))
-        )
+        bound = index.lower
+        if isinstance(bound, cst.UnaryOperation):  # `-n` -> `-min(n, x.size(d))`
+            args = with_commas([cst.Arg(bound.expression), cst.Arg(size)])
+            clamped = cst.UnaryOperation(cst.Minus(), cst.Call(cst.Name("min"), args))
+        else:  # `i - k` -> `max(i - k, -x.size(d))`
+            args = with_commas([cst.Arg(bound), cst.Arg(cst.UnaryOperation(cst.Minus(), size))])
+            clamped = cst.Call(cst.Name("max"), args)
         self.report(node, replacement=node.deep_replace(index.lower, clamped))
 
     def _clamped(self, bound: cst.BaseExpression) -> bool:
-        """`keep = min(keys.size(1), window + n - 1)`: the code bounds it by a size already."""
+        """`keep = min(keys.size(1), window + n - 1)`, `x.size(1) - n`: the code bounds it by a size already;
+        `enc[i - k:i] if i >= k else ...`: a test compares the two sides of the difference."""
+        if isinstance(bound, cst.BinaryOperation):
+            return any(_reads_size(n) for n in walk(bound)) or self._compared(bound, code_of(bound.right))
+        bound = bound.expression if isinstance(bound, cst.UnaryOperation) else bound
         if not isinstance(bound, cst.Name):
             return False
         values = self.assigned_values(bound)
@@ -244,6 +259,19 @@ class NegativeSliceBeyondSize(StepContextRule):
             isinstance(v, cst.Call) and code_of(v.func) == "min" and any(_reads_size(n) for n in walk(v))
             for v in values
         )
+
+    def _compared(self, node: cst.BinaryOperation, right: str) -> bool:
+        """Is `node` (`i - k`) under a test that reads both `i` and `k`?"""
+        left = code_of(node.left)
+        for anc in self.ancestors(node):
+            test = anc.test if isinstance(anc, (cst.If, cst.IfExp, cst.While)) else None
+            if test is not None:
+                read = {code_of(n) for n in walk(test) if isinstance(n, (cst.Name, cst.Attribute))}
+                if {left, right} <= read:
+                    return True
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+                return False
+        return False
 
     def _size_tested(self, node: cst.CSTNode) -> bool:
         """Is `node` under a test that reads a size (`if idx.size(1) > n`, `x if len(x) <= n else x[-n:]`)?"""
@@ -256,11 +284,16 @@ class NegativeSliceBeyondSize(StepContextRule):
         return False
 
 
-def _variable_negative(bound: cst.BaseExpression | None) -> bool:
-    """`-n`, `-self.block_size`, `-cfg["ctx"]`: a negated value that is not a literal."""
-    if not (isinstance(bound, cst.UnaryOperation) and isinstance(bound.operator, cst.Minus)):
-        return False
-    return isinstance(bound.expression, (cst.Name, cst.Attribute, cst.Subscript))
+def _runtime_negative(bound: cst.BaseExpression | None) -> bool:
+    """A start that can be below `-size` at run time: `-n`, `-self.block_size`, `-cfg["ctx"]` (a negated value
+    that is not a literal), `t - span`, `i - self.k` (a name minus a value that is not a literal: `t - 1` is left
+    alone)."""
+    if isinstance(bound, cst.UnaryOperation) and isinstance(bound.operator, cst.Minus):
+        return isinstance(bound.expression, (cst.Name, cst.Attribute, cst.Subscript))
+    if isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.Subtract):
+        # a position minus a length: `self.seq_len - t` (a capacity minus what it holds) stays >= 0 by design
+        return isinstance(bound.left, cst.Name) and isinstance(bound.right, (cst.Name, cst.Attribute, cst.Subscript))
+    return False
 
 
 def _reads_size(node: cst.CSTNode) -> bool:

@@ -267,3 +267,76 @@ def test_a_guard_whose_block_adds_a_cuda_device_no_rule_rewrites_is_withheld():
     assert fix_source(source).fixed == source
     (finding,) = [f for f in lint_source(source) if f.code == "XLA230"]
     assert not finding.fixable and "`'cuda'` at line 7" in finding.message
+
+
+# A sampling script in our own words: it loads a checkpoint, generates, and saves what it made; it trains nowhere, so
+# the migration keeps it on the CPU (its fallback stays). Its other device lines must agree with that decision.
+SAMPLING_SCRIPT = '''\
+"""Draws a few samples from a trained checkpoint and stores them."""
+import sys
+
+import torch
+from net import TinyLM
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+device_type = "cuda" if "cuda" in device else "cpu"
+torch.manual_seed(7)
+torch.cuda.manual_seed(7)
+state = torch.load(sys.argv[1], map_location=device)
+model = TinyLM(**state["config"])
+model.load_state_dict(state["weights"])
+model.to(device).eval()
+if len(sys.argv) > 3:
+    model = torch.compile(model)
+prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
+with torch.no_grad(), torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+    tokens = prompt
+    for _ in range(16):
+        nxt = model(tokens)[:, -1, :].argmax(-1, keepdim=True)
+        tokens = torch.cat((tokens, nxt), dim=1)
+torch.save(tokens.cpu(), sys.argv[2])
+'''
+
+
+@pytest.mark.parametrize("target", ["torch_xla", "torch_tpu"])
+def test_a_script_kept_on_the_cpu_gets_no_device_rewrite(target):
+    from xlaport.kb.registry import all_rules
+
+    result = fix_source(SAMPLING_SCRIPT, rules=all_rules(target), unsafe=True)
+    assert (
+        result.fixed == SAMPLING_SCRIPT
+    )  # `device_type` stays 'cuda' (dead on a TPU host), seed and compile as they were
+    kept = [f for f in result.remaining if "kept on the CPU" in f.message]
+    assert kept and not any(f.fixable for f in kept)
+    # still reported: the fallback, device_type, the seed, and on XLA the compile backend and the sampling barrier
+    assert {f.line for f in kept} >= ({7, 8, 10, 16, 22} if target == "torch_xla" else {7, 8, 10})
+
+
+def test_a_model_library_with_a_smoke_test_is_not_a_cpu_script():
+    # its only checkpoint call is in a method (an EMA copy), its __main__ block a smoke test: the training script
+    # that imports it builds `UNet()` with the CUDA default, which must become XLA
+    library = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Ema:\n"
+        "    def reset(self, ema, model):\n"
+        "        ema.load_state_dict(model.state_dict())\n\n\n"
+        "class UNet(nn.Module):\n"
+        '    def __init__(self, device="cuda"):\n'
+        "        super().__init__()\n"
+        "        self.device = device\n\n"
+        "    def forward(self, t):\n"
+        "        return torch.arange(4, device=self.device) * t\n\n\n"
+        'if __name__ == "__main__":\n'
+        '    print(UNet(device="cpu")(torch.ones(1)))\n'
+    )
+    assert 'def __init__(self, device="xla")' in fix_source(library).fixed
+
+
+def test_a_conversion_script_that_needs_cuda_anyway_is_migrated_whole():
+    # `model.cuda()` outside any test: on a TPU host this script failed, it never ran on the CPU; half a migration
+    # (the fallback kept, the model moved to XLA) would put the state and the model on different devices
+    needs_gpu = CONVERSION_SCRIPT.replace("    model.to(device)\n", "    model.cuda()\n")
+    result = fix_source(needs_gpu, unsafe=True)
+    assert ".cuda()" not in result.fixed and "torch.cuda.is_available()" not in result.fixed
+    assert "xm.save(model.state_dict()" in result.fixed  # its saves too: the model is on XLA now (XLA701)
+    assert not [f for f in result.remaining if "kept on the CPU" in f.message]

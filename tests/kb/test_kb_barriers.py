@@ -185,3 +185,15 @@ def test_unbound_scaler_is_disabled_unless_the_code_trains_in_float16():
     assert [f.fixable for f in lint_source(half) if f.code == "XLA502"] == [False]
     fixed = fix_source(half, unsafe=True).fixed
     assert "model.bfloat16()" in fixed and "GradScaler(enabled=False)" in fixed
+
+
+def test_a_barrier_is_not_added_twice_in_a_row_but_the_programs_own_stay():
+    # steps/event_timer: XLA406's barrier after `opt.step()` and the timer's before `end = time.perf_counter()`
+    # meet; one is kept. Two barriers the program wrote itself are its own business.
+    source = (
+        "import torch\nimport torch_xla\n"
+        "for x in loader:\n    y = x.cuda()\n    torch_xla.sync()\n    torch_xla.sync()\n"
+    )
+    fixed = fix_source(source).fixed
+    assert "x.cuda()" not in fixed
+    assert fixed.count("torch_xla.sync()") == 2

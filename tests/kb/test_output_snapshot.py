@@ -158,6 +158,44 @@ def test_sarif_has_what_github_code_scanning_reads():
     assert notification["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "project/broken.py"
 
 
+# Our own lines, with the hashes that a BigInt transliteration of the CodeQL action's src/fingerprints.ts gave
+# under node (the transliteration first reproduced the hashes of that file's own tests)
+CUDA_LINES = 'import torch\n\nmodel = torch.nn.Linear(4, 2).cuda()\nx = torch.randn(8, 4, device="cuda")\n'
+CUDA_LINE_HASHES = {
+    1: "39d5df58f6ba20c3:1",
+    2: "ca2fcc9dec5459f2:1",
+    3: "40c86ccd29106d90:1",
+    4: "a0092b6684df355e:1",
+    5: "c129715d7a2bc9a3:1",  # the empty line after the last newline
+}
+
+
+def test_line_hash_is_githubs():
+    from xlaport.kb.report_formats import line_hashes
+
+    assert line_hashes(CUDA_LINES) == CUDA_LINE_HASHES
+    # spaces, tabs and line ends do not count; what follows a line within 100 characters does
+    respaced = CUDA_LINES.replace("\n", "\r\n").replace(" = ", "  =\t").replace("(4, 2)", "(4,2)")
+    assert line_hashes(respaced) == CUDA_LINE_HASHES
+    assert line_hashes(CUDA_LINES.replace("8, 4", "8, 5"))[3] != CUDA_LINE_HASHES[3]
+    # the same hash again in the file: the occurrence count
+    repeated = line_hashes("x = 1\n" * 40)
+    assert repeated[1].endswith(":1") and repeated[2] == repeated[1].replace(":1", ":2")
+
+
+def test_sarif_results_carry_githubs_line_hash():
+    from xlaport.kb.report_formats import line_hashes
+
+    log = lint("sarif")
+    assert sarif_errors(log) == []
+    results = log["runs"][0]["results"]
+    for result in results:
+        location = result["locations"][0]["physicalLocation"]
+        name = unquote(location["artifactLocation"]["uri"]).removeprefix("project/")
+        line = location["region"]["startLine"]
+        assert result["partialFingerprints"]["primaryLocationLineHash"] == line_hashes(PROJECT[name])[line]
+
+
 def test_each_fix_applied_alone_is_the_rewrite_of_its_finding():
     """The edits of every fixable finding, applied to the file, give valid Python without that finding."""
     from xlaport.kb import lint_source
