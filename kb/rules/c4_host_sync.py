@@ -231,11 +231,17 @@ class TensorLoggedInStepLoop(StepContextRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self._is_log_call(node) or not any(self._logs_tensor(arg.value) for arg in node.args):
+        # where the call runs first (walks up the tree), whether it logs a tensor last (a data-flow question):
+        # most logging and formatting runs in no step
+        if not self._is_log_call(node):
             return
-        if self.per_step_loop(node) is not None:
+        loop = self.per_step_loop(node)
+        func = self.per_step_function(node) if loop is None else None
+        if (loop is None and func is None) or not any(self._logs_tensor(arg.value) for arg in node.args):
+            return
+        if loop is not None:
             self.report(node)
-        elif (func := self.per_step_function(node)) is not None:
+        else:
             self.report(
                 node, f"logging a tensor in {runs_every_step(func)} reads it on the host every step; {HOST_SYNC_FIX}"
             )
@@ -250,6 +256,10 @@ class TensorLoggedInStepLoop(StepContextRule):
     def _check_text(self, node: cst.BaseExpression) -> None:
         """Text built from a tensor wherever it goes (`print0(f"{norm:.4f}")`, `log.write("%f" % loss)`): the
         formatting itself reads the value. Inside a print or log call the call is reported instead."""
+        loop = self.per_step_loop(node)  # first, as in visit_Call
+        func = self.per_step_function(node) if loop is None else None
+        if loop is None and func is None:
+            return
         for anc in self.ancestors(node):
             if isinstance(anc, cst.Call) and self._is_log_call(anc):
                 return
@@ -259,9 +269,9 @@ class TensorLoggedInStepLoop(StepContextRule):
                 break
         if not self._logs_tensor(node):
             return
-        if self.per_step_loop(node) is not None:
+        if loop is not None:
             self.report(node, FORMAT_MESSAGE)
-        elif (func := self.per_step_function(node)) is not None:
+        else:
             self.report(
                 node,
                 f"formatting a tensor as text in {runs_every_step(func)} reads it on the host every "
