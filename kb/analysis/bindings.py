@@ -11,6 +11,7 @@ Two views of the same module, each computed at most once per module (names.py `I
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 
@@ -38,6 +39,13 @@ class Bindings:
     # (scope, head) -> the lines of each import there that binds it, and what it imports
     import_sites: dict[tuple[int, str], list[tuple[int, int, tuple]]] = field(default_factory=dict)
     functions: int = 0  # how many functions (def and async def) the module defines
+    # for `top_level_bindings`, which reads function bodies no further: every function definition in source
+    # order, the names declared `global` or `nonlocal` anywhere, and the names in the targets of annotations
+    # without a value anywhere (`x: int`, `self.n: int`)
+    definitions: list[ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=list)
+    declared_global: set[str] = field(default_factory=set)
+    declared_nonlocal: set[str] = field(default_factory=set)
+    bare_annotated: set[str] = field(default_factory=set)
 
 
 _ORDERED_STATEMENTS = (ast.Assign, ast.AugAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With)
@@ -82,13 +90,34 @@ _CONTEXTS = (ast.Load, ast.Store, ast.Del)
 _LEAVES = frozenset({ast.Name, ast.Constant})
 
 
+# The field types that never hold a node (the ASDL's builtin types), and the Load/Store/Del marker's
+_NOT_NODES = frozenset({"identifier", "string", "int", "constant", "expr_context"})
+_FIELD = re.compile(r"(\w+)[*?]? (\w+)")
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its fields that can hold a node
+
+
+def _node_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an AST node type that can hold a node, read from its ASDL signature (the class docstring:
+    `Name(identifier id, expr_context ctx)`); every field when the signature cannot be read."""
+    fields = getattr(kind, "_fields", ())
+    typed = dict((name, kind_) for kind_, name in _FIELD.findall((kind.__doc__ or "").partition("(")[2]))
+    if set(typed) != set(fields):
+        return tuple(fields)
+    return tuple(name for name in fields if typed[name] not in _NOT_NODES)
+
+
 def _children(node: ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing): the walks here
-    visit every node of a module, and a list is cheaper than iter_child_nodes' generator."""
-    if type(node) in _LEAVES:
+    visit every node of a module, so only the fields that can hold a node are read, and a list is cheaper than
+    iter_child_nodes' generator."""
+    kind = type(node)
+    if kind in _LEAVES:
         return []
+    fields = _NODE_FIELDS.get(kind)
+    if fields is None:
+        fields = _NODE_FIELDS[kind] = _node_fields(kind)
     found: list[ast.AST] = []
-    for name in node._fields:
+    for name in fields:
         value = getattr(node, name, None)
         if type(value) is list:
             found.extend(item for item in value if isinstance(item, ast.AST))
@@ -112,6 +141,8 @@ def module_bindings(tree: ast.Module) -> Bindings:
         node, scope, nested, in_class, stmt = stack.pop()
         if isinstance(node, ast.stmt):
             stmt = node
+            if type(node) is ast.AnnAssign and node.value is None:
+                found.bare_annotated.update(n.id for n in ast.walk(node.target) if type(n) is ast.Name)
         children = _children(node)
         if type(node) not in _BINDING_NODES:  # most nodes bind nothing themselves
             stack.extend((child, scope, nested, in_class, stmt) for child in children)
@@ -160,6 +191,7 @@ def module_bindings(tree: ast.Module) -> Bindings:
         elif isinstance(node, ast.Global | ast.Nonlocal):
             found.bound.update(node.names)
             found.tangled.update(node.names)
+            (found.declared_global if type(node) is ast.Global else found.declared_nonlocal).update(node.names)
         elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
             stored.append(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
@@ -173,7 +205,8 @@ def module_bindings(tree: ast.Module) -> Bindings:
             else:
                 others.append((name, scope, _site(stmt, node)))
         stack.extend((child, scope, nested, in_class, stmt) for child in children)
-    index = {id(f): i for i, f in enumerate(sorted(functions, key=lambda f: (f.lineno, f.col_offset)), 1)}
+    found.definitions = sorted(functions, key=lambda f: (f.lineno, f.col_offset))
+    index = {id(f): i for i, f in enumerate(found.definitions, 1)}
     found.functions = len(functions)
     index[0] = 0
     for name, scope, site in others:
@@ -211,15 +244,16 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _INNER_SCOPES = (ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
-    """The TopLevelBindings of a module."""
-    outside: set[str] = set()
-    top: set[str] = set()
+def top_level_bindings(tree: ast.Module, bindings: Bindings) -> TopLevelBindings:
+    """The TopLevelBindings of a module whose Bindings (`module_bindings`) are `bindings`. Function bodies are
+    not walked: all they add here is in `bindings` (what they declare `global` or `nonlocal`, their annotations
+    without a value, their nested definitions), and most of a module's code is in them."""
+    outside: set[str] = bindings.declared_global | bindings.declared_nonlocal | bindings.bare_annotated
+    top: set[str] = set(bindings.declared_global)
     top_unsure: set[str] = set()
-    functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
-    stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, True)]  # (node, in a function body, in module scope)
+    stack: list[tuple[ast.AST, bool]] = [(tree, True)]  # (node outside function bodies, in module scope)
     while stack:
-        node, in_function, at_top = stack.pop()
+        node, at_top = stack.pop()
         kind = type(node)
         bound: str | None = None
         if kind is ast.Global or kind is ast.Nonlocal:
@@ -230,35 +264,30 @@ def top_level_bindings(tree: ast.Module) -> TopLevelBindings:
             bound = node.id
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             bound = node.name
-            if kind is not ast.ClassDef:
-                functions.append(node)
         elif kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name:
             bound = node.name
         elif kind is ast.MatchMapping and node.rest:
             bound = node.rest
-        if bound is not None and not in_function:
+        if bound is not None:
             outside.add(bound)
             if at_top:
                 (top_unsure if kind is ast.Name and type(node.ctx) is ast.Del else top).add(bound)
         if kind is ast.AnnAssign and node.value is None:
-            stack.append((node.annotation, in_function, at_top))  # `x: int` alone: not an assignment for libcst
+            stack.append((node.annotation, at_top))  # `x: int` alone: not an assignment for libcst
             targets = [n.id for n in ast.walk(node.target) if type(n) is ast.Name]
             outside.update(targets)
             if at_top:
                 top_unsure.update(targets)
             continue
         if kind in _FUNCTIONS:
-            # decorators, defaults and annotations run where the function is defined; the body runs inside
+            # decorators, defaults and annotations run where the function is defined; the body is not walked
             body = {id(b) for b in (node.body if kind is not ast.Lambda else [node.body])}
-            for child in _children(node):
-                inside = id(child) in body
-                stack.append((child, in_function or inside, at_top and not inside))
+            stack.extend((child, at_top) for child in _children(node) if id(child) not in body)
         elif kind in _INNER_SCOPES:
-            stack.extend((child, in_function, False) for child in _children(node))
+            stack.extend((child, False) for child in _children(node))
         else:
-            stack.extend((child, in_function, at_top) for child in _children(node))
-    functions.sort(key=lambda f: (f.lineno, f.col_offset))
-    return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), tuple(functions))
+            stack.extend((child, at_top) for child in _children(node))
+    return TopLevelBindings(frozenset(outside), frozenset(top), frozenset(top_unsure), tuple(bindings.definitions))
 
 
 def own_bindings(

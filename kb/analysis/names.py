@@ -115,7 +115,7 @@ class ImportNames:
     @cached_property
     def top_level(self) -> TopLevelBindings:
         """What the module binds outside function bodies and in each function (built on first use)."""
-        return top_level_bindings(self.tree)
+        return top_level_bindings(self.tree, self.bindings)
 
     @cached_property
     def function_bindings(self) -> FunctionBindings | None:

@@ -2,9 +2,10 @@
 reused by its second pass after a tree's other modules pushed it out of the walk cache."""
 
 import ast
+from pathlib import Path
 
 import libcst as cst
-from xlaport.kb.analysis.bindings import _children, own_bindings, top_level_bindings
+from xlaport.kb.analysis.bindings import _children, module_bindings, own_bindings, top_level_bindings
 from xlaport.kb.analysis.module import ModuleAnalysis
 from xlaport.kb.cst_helpers import find_nodes, node_kinds
 from xlaport.kb.cst_walk import module_walk, walk
@@ -61,11 +62,20 @@ def test_second_pass_reuses_the_walk_after_other_modules_pushed_it_out():
 
 
 def test_children_without_context_markers_bind_the_same():
+    # every node of the kb fixtures and examples too: `_children` reads only the fields whose ASDL type can hold
+    # a node, so a field left out by mistake would show here
+    root = Path(__file__).resolve().parents[2]
+    sources = [SOURCE] + [p.read_text(encoding="utf-8") for p in sorted(root.glob("tests/fixtures/kb/*/input.py"))]
+    sources += [p.read_text(encoding="utf-8") for p in sorted(root.glob("examples/**/*.py"))]
+    kinds = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            kept = [c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.Load, ast.Store, ast.Del))]
+            assert _children(node) == kept, ast.dump(node)[:200]
+            kinds.add(type(node))
+    assert len(kinds) > 60
     tree = ast.parse(SOURCE)
-    for node in ast.walk(tree):
-        kept = [c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.Load, ast.Store, ast.Del))]
-        assert _children(node) == kept
-    found = top_level_bindings(tree)
+    found = top_level_bindings(tree, module_bindings(tree))
     assert {"Head", "step", "batch", "exc", "global_step"} <= found.outside_functions  # bound other than by imports
     assert not {"torch", "os"} & found.outside_functions
     forward = own_bindings(next(f for f in found.functions if f.name == "forward"))
