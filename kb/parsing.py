@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import re
 import sys
 import threading
 import tokenize
@@ -95,6 +96,31 @@ def _span_chars(node: ast.expr) -> int:
 
 
 _CONTEXTS = (ast.Load, ast.Store, ast.Del)
+# The field types that never hold a node (the ASDL's builtin types), and the Load/Store/Del marker's
+_NOT_NODES = frozenset({"identifier", "string", "int", "constant", "expr_context"})
+_FIELD = re.compile(r"(\w+)[*?]? (\w+)")
+
+
+def ast_node_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a CPython AST node type that can hold a node (not a name, a number, a constant or a
+    Load/Store/Del marker), read from its ASDL signature, the class docstring (`Name(identifier id,
+    expr_context ctx)`); every field when the signature cannot be read. Walks of a whole tree read only these."""
+    fields = getattr(kind, "_fields", ())
+    typed = {name: kind_ for kind_, name in _FIELD.findall((kind.__doc__ or "").partition("(")[2])}
+    if set(typed) != set(fields):
+        return tuple(fields)
+    return tuple(name for name in fields if typed[name] not in _NOT_NODES)
+
+
+# node type -> (its fields that can hold a node, whether it has a Load/Store/Del marker: counted as a node)
+_LIMIT_FIELDS: dict[type, tuple[tuple[str, ...], bool]] = {}
+
+
+def _limit_fields(kind: type) -> tuple[tuple[str, ...], bool]:
+    found = _LIMIT_FIELDS.get(kind)
+    if found is None:
+        found = _LIMIT_FIELDS[kind] = (ast_node_fields(kind), "ctx" in getattr(kind, "_fields", ()))
+    return found
 
 
 def check_parse_limits(tree: ast.AST, source: str) -> None:
@@ -130,18 +156,19 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
         if isinstance(node, ast.BoolOp):
             stack.extend((value, depth + len(node.values) - i, line) for i, value in enumerate(node.values))
             continue
-        for name in node._fields:  # ast.iter_child_nodes, inlined: this loop runs once per node of every file
+        fields, marked = _limit_fields(type(node))
+        if marked and isinstance(getattr(node, "ctx", None), _CONTEXTS):  # a Load/Store/Del marker: a leaf, counted
+            nodes += 1
+            if nodes > max_nodes:
+                raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
+            if depth + 1 > max_nesting:
+                raise SourceError(
+                    f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
+                )
+        for name in fields:  # ast.iter_child_nodes, inlined: this loop runs once per node of every file
             value = getattr(node, name, None)
             if type(value) is list:
                 stack.extend((item, depth + 1, line) for item in value if isinstance(item, ast.AST))
-            elif isinstance(value, _CONTEXTS):  # a Load/Store/Del marker: a leaf, counted here, not stacked
-                nodes += 1
-                if nodes > max_nodes:
-                    raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
-                if depth + 1 > max_nesting:
-                    raise SourceError(
-                        f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
-                    )
             elif isinstance(value, ast.AST):
                 stack.append((value, depth + 1, line))
 

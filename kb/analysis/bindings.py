@@ -11,8 +11,9 @@ Two views of the same module, each computed at most once per module (names.py `I
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
+
+from ..parsing import ast_node_fields
 
 
 @dataclass
@@ -90,20 +91,7 @@ _CONTEXTS = (ast.Load, ast.Store, ast.Del)
 _LEAVES = frozenset({ast.Name, ast.Constant})
 
 
-# The field types that never hold a node (the ASDL's builtin types), and the Load/Store/Del marker's
-_NOT_NODES = frozenset({"identifier", "string", "int", "constant", "expr_context"})
-_FIELD = re.compile(r"(\w+)[*?]? (\w+)")
 _NODE_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its fields that can hold a node
-
-
-def _node_fields(kind: type) -> tuple[str, ...]:
-    """The fields of an AST node type that can hold a node, read from its ASDL signature (the class docstring:
-    `Name(identifier id, expr_context ctx)`); every field when the signature cannot be read."""
-    fields = getattr(kind, "_fields", ())
-    typed = dict((name, kind_) for kind_, name in _FIELD.findall((kind.__doc__ or "").partition("(")[2]))
-    if set(typed) != set(fields):
-        return tuple(fields)
-    return tuple(name for name in fields if typed[name] not in _NOT_NODES)
 
 
 def _children(node: ast.AST) -> list[ast.AST]:
@@ -115,7 +103,7 @@ def _children(node: ast.AST) -> list[ast.AST]:
         return []
     fields = _NODE_FIELDS.get(kind)
     if fields is None:
-        fields = _NODE_FIELDS[kind] = _node_fields(kind)
+        fields = _NODE_FIELDS[kind] = ast_node_fields(kind)
     found: list[ast.AST] = []
     for name in fields:
         value = getattr(node, name, None)
