@@ -10,6 +10,7 @@ from pathlib import PurePath
 UNKNOWN = "?"  # an argument that is not an instance of one known class of the tree
 
 
+@lru_cache(maxsize=8192)  # a tree's summary asks for every module's name in each round
 def module_name(path: str | PurePath) -> str:
     """`util/misc.py` -> `util.misc`; `pkg/__init__.py` -> `pkg`."""
     parts = list(PurePath(path).with_suffix("").parts)
