@@ -500,6 +500,27 @@ def test_crash_reports_error_text():
     assert any("--workdir" in note for note in report.notes)  # the hint for relative paths
 
 
+def test_a_crash_whose_message_is_longer_than_the_kept_lines_is_named_by_its_exception(tmp_path):
+    """A sparse tensor moved to XLA raises NotImplementedError with a message of ~60 lines (every dispatch key's
+    registration): the reason named the message's last line (`PythonDispatcher: registered at ...`), not the
+    error. The exception's own line stays in the kept text, whatever follows it."""
+    tmp_path.chmod(0o755)  # the sandbox user reads the script
+    script = tmp_path / "move_sparse.py"
+    script.write_text(
+        "import torch\n"
+        "import torch_xla\n"
+        "adjacency = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (2, 2))\n"
+        "adjacency = adjacency.to(torch_xla.device())\n"
+    )
+    report = run_check(script)
+    assert report.level == "none" and report.exit_code == 1
+    assert report.reasons[0].startswith(
+        "exited with code 1: NotImplementedError: Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors'"
+    ), report.reasons
+    assert report.reasons[0].endswith("(at move_sparse.py:4 `adjacency = adjacency.to(torch_xla.device())`)")
+    assert len(report.error.splitlines()) <= 30  # still a short excerpt, not the whole message
+
+
 def test_timeout():
     report = run_check(PROGRAMS / "fault_hang.py", timeout_s=2)
     assert report.timed_out and report.level == "none" and report.exit_code is None

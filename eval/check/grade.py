@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..sandbox import SandboxResult
-from .crash import Explain, crash_reason, error_line
+from .crash import EXCEPTION_LINE, Explain, crash_reason, error_line
 from .events import (
     CHILD_FILES,
     GRAD_SCALER_READ,
@@ -236,11 +236,26 @@ def _error_text(result: SandboxResult) -> str | None:
     lines = (result.stderr or result.stdout).rstrip().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
     tail = _without_runner_frames(lines[starts[-1] :]) if starts else lines
-    kept = tail[-ERROR_LINES:]
+    raised = _exception_index(tail)
+    if raised is not None and raised < len(tail) - ERROR_LINES:
+        # a message longer than the kept lines (a dispatcher error lists every backend): keep up to its first line
+        kept = [*tail[max(0, raised + 1 - ERROR_LINES) : raised + 1], f"  ... ({len(tail) - raised - 1} more lines)"]
+    else:
+        kept = tail[-ERROR_LINES:]
     user = _deepest_user_frame(tail)
     if user is not None and user[0] not in kept:  # deep library frames pushed the user's line out: keep it
         kept = [*user, "  ...", *kept]
     return "\n".join(kept) or f"exit code {result.returncode}"
+
+
+def _exception_index(traceback_lines: list[str]) -> int | None:
+    """Where the raised exception's own line is: the first one after the last frame that names an exception."""
+    frames = [i for i, line in enumerate(traceback_lines) if _FRAME.match(line)]
+    start = frames[-1] + 1 if frames else 0
+    for i in range(start, len(traceback_lines)):
+        if EXCEPTION_LINE.match(traceback_lines[i]):
+            return i
+    return None
 
 
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+)')
