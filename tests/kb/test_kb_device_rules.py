@@ -516,6 +516,31 @@ def test_a_legacy_type_alias_bound_twice_is_reported_not_silent():
     assert (3, "XLA232", "manual") in findings
 
 
+def test_torch_reached_only_through_a_star_import_is_still_torch():
+    """lstm-crf's utils.py: `from parameters import *` (where parameters.py does `import torch`) is its only
+    source of `torch`; every rule that resolves names saw no torch there, so its legacy CUDA type aliases and
+    `.cuda()`-free CUDA calls had no finding at all, and the migrated program died with `Found no NVIDIA driver`."""
+    source = (
+        "from parameters import *\n\nTensor = torch.cuda.FloatTensor if CUDA else torch.FloatTensor\nx = Tensor(3)\n"
+    )
+    found = [(f.line, f.code) for f in lint_source(source)]
+    assert (4, "XLA232") in found, found
+    seeded = "from common import *\ntorch.cuda.manual_seed(0)\n"
+    assert lines(seeded, "XLA207") == [2]
+    # a module that binds `torch` itself is read as it is
+    own = "from common import *\ntorch = None\nTensor = torch.cuda.FloatTensor\n"
+    assert not [f for f in lint_source(own) if f.code == "XLA232"]
+
+
+def test_a_legacy_type_alias_no_code_of_its_module_uses_is_left_for_a_human():
+    """A module-level alias with no use in its own module is there for other modules (`from utils import *`, then
+    `LongTensor(rows)` elsewhere): binding the CPU type there, with no `.to(device)` at the uses it cannot see,
+    would build those tensors on the host while the model is on XLA."""
+    source = "import torch\nCUDA = torch.cuda.is_available()\nLongTensor = torch.cuda.LongTensor if CUDA else torch.LongTensor\n"
+    assert [(f.line, f.fix) for f in lint_source(source) if f.code == "XLA232"] == [(3, "manual")]
+    assert "torch.cuda.LongTensor" in fix_source(source).fixed
+
+
 # --- XLA203: a "needs a GPU" stop (issue #24: a --cuda flag's check raised on every TPU host) ------------------
 def test_a_stop_for_hosts_without_cuda_goes_like_the_assert():
     src = textwrap.dedent(
