@@ -266,6 +266,51 @@ def test_optimizer_before_a_wrapper_that_moves_the_model_trains_once_fixed():
     assert not start.equal(end), "after the fix the model learns"
 
 
+CAPTURED_PARAMETERS = textwrap.dedent(
+    """\
+    import torch
+    import torch_xla
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(4, 4)
+            self.head = torch.nn.Linear(4, 1)
+            self.body_params = list(self.body.parameters())
+            self.head_params = list(self.head.parameters())
+
+        def forward(self, x):
+            return self.head(torch.relu(self.body(x)))
+
+
+    def train(steps):
+        torch.manual_seed(0)
+        model = Net().to(torch_xla.device())
+        groups = [{"params": model.body_params, "weight_decay": 0.01}, {"params": model.head_params}]
+        optimizer = torch.optim.SGD(groups, lr=0.1)
+        x = torch.randn(16, 4).to(torch_xla.device())
+        start = model.head.weight.detach().cpu().clone()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            torch_xla.sync()
+        return start, model.head.weight.detach().cpu()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_parameter_list_kept_at_construction_trains_once_it_is_a_property():
+    """GCNII's param groups (`self.params1 = list(self.convs.parameters())`, then `Adam([{'params':
+    model.params1, ...}])` after `.to(device)`): on XLA the lists held the CPU parameters the move replaced."""
+    start, end = run(CAPTURED_PARAMETERS)["train"](3)
+    assert start.equal(end), "the kept list leaves the XLA weights untouched"
+    start, end = run(fixed(CAPTURED_PARAMETERS, "XLA316"))["train"](3)
+    assert not start.equal(end), "after the fix the model learns"
+
+
 SEEDED_RANDOM = textwrap.dedent(
     """\
     import torch
