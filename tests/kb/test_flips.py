@@ -85,6 +85,25 @@ def test_a_flipped_guard_whose_branch_needs_cuda_is_withheld():
     assert "if 'cuda' in device:" in fix_source(source).fixed
 
 
+def test_a_device_test_on_a_parametrized_cuda_value_keeps_its_cuda():
+    """skorch's suite: `@pytest.mark.parametrize('device', ['cpu', 'cuda'])` and `if device.startswith('cuda') and
+    not torch.cuda.is_available(): pytest.skip()`. The test literal became 'xla' while the parametrized value
+    stayed 'cuda', so on a host without CUDA the skip no longer matched and the case ran on CUDA (skipped before,
+    failed after the default migration)."""
+    source = (
+        "import pytest\nimport torch\n\n\n"
+        "@pytest.mark.parametrize('device', ['cpu', 'cuda'])\n"
+        "def test_forward(device):\n"
+        "    if device.startswith('cuda') and not torch.cuda.is_available():\n"
+        "        pytest.skip()\n"
+        "    x = torch.zeros(2, device=torch.device(device))\n"
+    )
+    result = fix_source(source)
+    assert "device.startswith('cuda')" in result.fixed, result.fixed
+    withheld = [f for f in result.remaining if f.code == "XLA230"]
+    assert withheld and not withheld[0].fixable and "'cuda'" in withheld[0].message and "line 5" in withheld[0].message
+
+
 def test_a_guard_whose_branch_is_all_rewritten_still_flips():
     source = (
         "import torch\n\n"
