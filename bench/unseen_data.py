@@ -487,8 +487,6 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "image_splits": image_splits,
     "car_masks": car_masks,
     "tagged_sentences": tagged_sentences,
-    # a DDPM script whose hard-coded data path is a Windows one: on Linux that is one relative folder name
-    "image_folder_120": lambda root: image_classes(root, classes=1, per_class=120, size=48),
 }
 
 
