@@ -411,6 +411,47 @@ def folder(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def car_masks(root: Path, count: int = 24, width: int = 128, height: int = 96) -> None:
+    """Carvana-style segmentation pairs: `root`/imgs/N.jpg (RGB) and `root`/masks/N_mask.gif (a 0/1 palette
+    mask of a random ellipse), the same stem on both sides."""
+    from PIL import Image
+
+    rng = np.random.default_rng(13)
+    rows, cols = np.mgrid[0:height, 0:width]
+    for i in range(count):
+        _png(root / "imgs" / f"car{i:03d}.jpg", rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        cy, cx = rng.uniform(0.3, 0.7) * height, rng.uniform(0.3, 0.7) * width
+        inside = ((rows - cy) / (0.3 * height)) ** 2 + ((cols - cx) / (0.3 * width)) ** 2 < 1
+        (root / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(inside.astype(np.uint8), mode="L").save(root / "masks" / f"car{i:03d}_mask.gif")
+
+
+def tagged_sentences(path: Path, sentences: int = 600, vocabulary: int = 300, tags: int = 5) -> None:
+    """A sequence-labelling set already indexed by its repository's prepare step: `path` holds one sentence a
+    line, `c+c+c:w c+c:w ...<TAB>t t ...` (character ids + word id per token, then a tag id per token), beside
+    it `path`.char_to_idx / .word_to_idx / .tag_to_idx list the tokens one a line (line number = id; the first
+    ones are <PAD>, <SOS>, <EOS>, <UNK>). Sentences of 4-14 words, so batches differ in length as real ones do."""
+    rng = np.random.default_rng(14)
+    specials = ["<PAD>", "<SOS>", "<EOS>", "<UNK>"]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words: list[str] = []
+    while len(words) < vocabulary:  # distinct: the loader numbers the lines of its vocabulary file as a dict does
+        word = "".join(rng.choice(list(letters), rng.integers(2, 8)))
+        words += [] if word in words else [word]
+    char_ids = {c: len(specials) + i for i, c in enumerate(letters)}
+    lines = []
+    for _ in range(sentences):
+        picked = rng.integers(0, vocabulary, rng.integers(4, 15))
+        tokens = [f"{'+'.join(str(char_ids[c]) for c in words[w])}:{len(specials) + w}" for w in picked]
+        labels = [str(3 + w % tags) for w in picked]  # a tag the word decides: a learnable labelling
+        lines.append(" ".join(tokens) + "\t" + " ".join(labels))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    Path(f"{path}.char_to_idx").write_text("\n".join(specials + list(letters)) + "\n")
+    Path(f"{path}.word_to_idx").write_text("\n".join(specials + words) + "\n")
+    Path(f"{path}.tag_to_idx").write_text("\n".join(specials[:3] + [f"T{i}" for i in range(tags)]) + "\n")
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
     "cifar10_small": cifar10_small,
     "srcnn_train": srcnn_train,
@@ -444,6 +485,8 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "face_folder": face_folder,
     "citation_graph": citation_graph,
     "image_splits": image_splits,
+    "car_masks": car_masks,
+    "tagged_sentences": tagged_sentences,
 }
 
 

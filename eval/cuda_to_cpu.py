@@ -25,8 +25,10 @@ its numerics as close as the CPU allows:
 - `torch.cuda.synchronize/empty_cache/set_device/memory_*/Event` are CPU equivalents or no-ops;
   `pin_memory()` returns the tensor itself; `torch.backends.cudnn` flags already work on the CPU.
 
+- Legacy `torch.cuda.FloatTensor`-style types are the CPU ones (`torch.FloatTensor`, ...).
+
 Not covered (fails or differs loudly): tensors still report `is_cuda == False` and
-`device.type == "cpu"`; legacy `torch.cuda.FloatTensor` types; CUDA streams and graphs; custom CUDA
+`device.type == "cpu"`; `x.type("torch.cuda.FloatTensor")` by string; CUDA streams and graphs; custom CUDA
 kernels/extensions (triton, apex); tensors created in other threads than the installing one.
 """
 
@@ -214,6 +216,20 @@ def _torch_load(real, *args: Any, **kwargs: Any):
     return real(*args, **kwargs)
 
 
+LEGACY_TYPES = (
+    "FloatTensor",
+    "DoubleTensor",
+    "HalfTensor",
+    "BFloat16Tensor",
+    "LongTensor",
+    "IntTensor",
+    "ShortTensor",
+    "CharTensor",
+    "ByteTensor",
+    "BoolTensor",
+)
+
+
 def _patch(owner: object, name: str, value: object) -> None:
     _installed.setdefault("saved", []).append((owner, name, getattr(owner, name, None)))
     setattr(owner, name, value)
@@ -228,6 +244,8 @@ def install() -> None:
             # one function object per name: torch._dynamo's trace rules key torch functions by identity
             value = types.FunctionType(value.__code__, value.__globals__, name, value.__defaults__, value.__closure__)
         _patch(torch.cuda, name, value)
+    for name in LEGACY_TYPES:  # `torch.cuda.FloatTensor(n)`, `x.type(torch.cuda.LongTensor)`: the CPU types
+        _patch(torch.cuda, name, getattr(torch, name))
     _patch(torch.cuda.amp, "autocast", _CudaAmpAutocast)
     _patch(torch.cuda.amp, "GradScaler", _CudaAmpGradScaler)
     _patch(torch, "autocast", _Autocast)

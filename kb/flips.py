@@ -111,6 +111,17 @@ def blocked_flips(
         if not guard.flips:
             continue
         found = next((b for r in guard.regions if (b := blocker(r, _code(guard.condition)))), None)
+        if found is None:
+            # `device.startswith('cuda')` on a parameter that `@pytest.mark.parametrize('device', ['cpu', 'cuda'])`
+            # feeds: the flipped test no longer matches the value it was written for, which stays CUDA
+            found = next(
+                (
+                    b
+                    for value in _parametrized_values(analysis, guard.test)
+                    if (b := blocker(value, _code(guard.condition)))
+                ),
+                None,
+            )
         if found is not None:
             for i, d in flips.items():
                 if d.code in GUARD_CODES and d.node is guard.test:
@@ -143,6 +154,46 @@ def message(code: str, blocker: Blocker) -> str:
         f"(a TPU host never ran it: `{blocker.because}` kept it on the CPU path), which needs CUDA; rewrite it "
         f"for {device} first, then migrate again"
     )
+
+
+def _parametrized_values(analysis: DeviceAnalysis, test: cst.CSTNode) -> list[cst.CSTNode]:
+    """The value lists of the `@pytest.mark.parametrize` decorators that feed the parameter a string test reads
+    (`'cuda' in device`, `device.startswith('cuda')`, `device.type == 'cuda'`): what that parameter can be."""
+    if not isinstance(test, cst.SimpleString):
+        return []
+    parent = analysis.parent(test)
+    if isinstance(parent, cst.Arg):  # `device.startswith('cuda')`
+        call = analysis.parent(parent)
+        tested = call.func.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
+    else:  # `'cuda' in device`, `device.type == 'cuda'`
+        comparison = analysis.parent(parent) if isinstance(parent, cst.ComparisonTarget) else parent
+        if not isinstance(comparison, cst.Comparison):
+            return []
+        sides = (comparison.left, comparison.comparisons[0].comparator)
+        tested = next((side for side in sides if side is not test), None)
+    while isinstance(tested, cst.Attribute):
+        tested = tested.value
+    if not isinstance(tested, cst.Name):
+        return []
+    function = next((n for n in _ancestors(analysis, test) if isinstance(n, cst.FunctionDef)), None)
+    if function is None or tested.value not in {param.name.value for param in function.params.params}:
+        return []
+    values = []
+    for decorator in function.decorators:
+        call = decorator.decorator
+        if not (isinstance(call, cst.Call) and len(call.args) >= 2 and _code(call.func).endswith("parametrize")):
+            continue
+        names = call.args[0].value
+        if isinstance(names, cst.SimpleString) and tested.value in names.evaluated_value.replace(",", " ").split():
+            values.append(call.args[1].value)
+    return values
+
+
+def _ancestors(analysis: DeviceAnalysis, node: cst.CSTNode):
+    parent = analysis.parent(node)
+    while parent is not None:
+        yield parent
+        parent = analysis.parent(parent)
 
 
 def _flip_keys(analysis: DeviceAnalysis, d: Detected) -> set[str]:

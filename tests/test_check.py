@@ -295,6 +295,31 @@ def test_fault_fallback(runs):
 
 
 @pytest.mark.slow
+def test_a_fallback_that_only_xla_cpu_takes_does_not_refuse_l2(tmp_path):
+    """A U-Net decoder's `F.interpolate(..., mode="nearest")`: torch_xla lowers its backward on TPU only (on any
+    other device, XLA:CPU included, it calls the CPU fallback), so a check run on XLA:CPU read 8 fallbacks as L0
+    (pytorch-ddpm). The fallbacks stay in the report, with a note that says the TPU lowers them."""
+    tmp_path.chmod(0o755)  # the sandbox user reads the script
+    script = tmp_path / "upsample_train.py"
+    script.write_text(
+        "import torch\nimport torch.nn.functional as F\nimport torch_xla\n\n"
+        "device = torch_xla.device()\ntorch.manual_seed(0)\n"
+        "conv = torch.nn.Conv2d(3, 3, 3, padding=1).to(device)\n"
+        "opt = torch.optim.SGD(conv.parameters(), lr=0.01)\nx = torch.randn(2, 3, 8, 8).to(device)\n"
+        "for step in range(6):\n"
+        "    opt.zero_grad()\n"
+        "    y = F.interpolate(conv(x), scale_factor=2, mode='nearest')\n"
+        "    y.pow(2).mean().backward()\n"
+        "    opt.step()\n"
+        "    torch_xla.sync()\n"
+    )
+    report = run_check(script)
+    assert report.fallback_ops.get("aten::upsample_nearest2d_backward", 0) >= 6
+    assert report.level == "L2", report.reasons
+    assert any("upsample_nearest2d_backward" in note and "TPU" in note for note in report.notes), report.notes
+
+
+@pytest.mark.slow
 def test_fault_stale_optimizer(runs):
     report = runs["fault_stale_optimizer"].result()
     assert report.exit_code == 0  # the silent failure: nothing raises
@@ -498,6 +523,27 @@ def test_crash_reports_error_text():
     assert 'fault_crash.py", line' in report.error and "eval/check/runner.py" not in report.error
     assert not report.torch_xla_imported and report.steps == 0
     assert any("--workdir" in note for note in report.notes)  # the hint for relative paths
+
+
+def test_a_crash_whose_message_is_longer_than_the_kept_lines_is_named_by_its_exception(tmp_path):
+    """A sparse tensor moved to XLA raises NotImplementedError with a message of ~60 lines (every dispatch key's
+    registration): the reason named the message's last line (`PythonDispatcher: registered at ...`), not the
+    error. The exception's own line stays in the kept text, whatever follows it."""
+    tmp_path.chmod(0o755)  # the sandbox user reads the script
+    script = tmp_path / "move_sparse.py"
+    script.write_text(
+        "import torch\n"
+        "import torch_xla\n"
+        "adjacency = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (2, 2))\n"
+        "adjacency = adjacency.to(torch_xla.device())\n"
+    )
+    report = run_check(script)
+    assert report.level == "none" and report.exit_code == 1
+    assert report.reasons[0].startswith(
+        "exited with code 1: NotImplementedError: Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors'"
+    ), report.reasons
+    assert report.reasons[0].endswith("(at move_sparse.py:4 `adjacency = adjacency.to(torch_xla.device())`)")
+    assert len(report.error.splitlines()) <= 30  # still a short excerpt, not the whole message
 
 
 def test_timeout():

@@ -226,6 +226,21 @@ def test_shim_maps_cuda_to_the_cpu_in_process():
     assert torch.zeros(1).device.type == "cpu" and not torch.cuda.is_available()
 
 
+def test_shim_builds_legacy_cuda_tensor_types_on_the_cpu():
+    """`Tensor = torch.cuda.FloatTensor if CUDA else torch.FloatTensor` (sequence-labelling and GAN code of the
+    0.4 era): the shim said CUDA is available, then the legacy type raised for want of a driver, so such an
+    original could never be the reference."""
+    cuda_to_cpu.install()
+    try:
+        rows = torch.cuda.LongTensor([[1, 2], [3, 4]])
+        assert rows.dtype == torch.int64 and rows.device.type == "cpu"
+        assert torch.cuda.FloatTensor(3).fill_(0.5).tolist() == [0.5, 0.5, 0.5]
+        assert torch.ones(2, dtype=torch.int32).type(torch.cuda.FloatTensor).dtype == torch.float32
+    finally:
+        cuda_to_cpu.uninstall()
+    assert torch.cuda.FloatTensor is not torch.FloatTensor  # undone
+
+
 def test_shim_runs_a_data_parallel_model():
     """`nn.DataParallel(model).cuda()` (CIFAR trainers): DataParallel builds `torch.device("cuda", 0)` and checks the
     GPUs' memory balance; under the shim both are the CPU's (a reference run died of TypeError, then of

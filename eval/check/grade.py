@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..sandbox import SandboxResult
-from .crash import Explain, crash_reason, error_line
+from .crash import EXCEPTION_LINE, Explain, crash_reason, error_line
 from .events import (
     CHILD_FILES,
     GRAD_SCALER_READ,
@@ -180,6 +180,8 @@ def build_report(
     if not (result.timed_out or result.memory_exceeded or result.returncode == 0):
         report.notes += _crash_notes(result)
     report.level, report.reasons = grade(report, finished=finished, timeout_s=timeout_s)
+    if (note := tpu_only_fallback_note(report)) is not None:
+        report.notes.append(note)
     if report.level == "none" and report.exit_code and report.reasons:
         crash = crash_reason(report.error, explain)
         if crash:
@@ -236,11 +238,26 @@ def _error_text(result: SandboxResult) -> str | None:
     lines = (result.stderr or result.stdout).rstrip().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
     tail = _without_runner_frames(lines[starts[-1] :]) if starts else lines
-    kept = tail[-ERROR_LINES:]
+    raised = _exception_index(tail)
+    if raised is not None and raised < len(tail) - ERROR_LINES:
+        # a message longer than the kept lines (a dispatcher error lists every backend): keep up to its first line
+        kept = [*tail[max(0, raised + 1 - ERROR_LINES) : raised + 1], f"  ... ({len(tail) - raised - 1} more lines)"]
+    else:
+        kept = tail[-ERROR_LINES:]
     user = _deepest_user_frame(tail)
     if user is not None and user[0] not in kept:  # deep library frames pushed the user's line out: keep it
         kept = [*user, "  ...", *kept]
     return "\n".join(kept) or f"exit code {result.returncode}"
+
+
+def _exception_index(traceback_lines: list[str]) -> int | None:
+    """Where the raised exception's own line is: the first one after the last frame that names an exception."""
+    frames = [i for i, line in enumerate(traceback_lines) if _FRAME.match(line)]
+    start = frames[-1] + 1 if frames else 0
+    for i in range(start, len(traceback_lines)):
+        if EXCEPTION_LINE.match(traceback_lines[i]):
+            return i
+    return None
 
 
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+)')
@@ -313,6 +330,30 @@ def compiles_keep_coming(report: CheckReport) -> bool:
     return cached_since < max(SETTLE_STEPS, 2 * late)
 
 
+# Ops torch_xla lowers on TPU only: on any other PJRT device (XLA:CPU here) they call the CPU fallback
+# (torch_xla/csrc/aten_xla_type.cpp: "Only the XLA TPU backend for now implements the CustomCall required by our
+# XLA lowering"). The backward of nearest and bilinear upsampling: every U-Net decoder's.
+TPU_ONLY_LOWERINGS = frozenset({"aten::upsample_nearest2d_backward", "aten::upsample_bilinear2d_backward"})
+
+
+def target_fallbacks(report: CheckReport) -> dict[str, int]:
+    """The fallbacks the program would also take on a TPU: those of a TPU run, else all but TPU_ONLY_LOWERINGS."""
+    if report.pjrt_device.upper() == "TPU":
+        return dict(report.fallback_ops)
+    return {op: n for op, n in report.fallback_ops.items() if op not in TPU_ONLY_LOWERINGS}
+
+
+def tpu_only_fallback_note(report: CheckReport) -> str | None:
+    """What a run off TPU says of the fallbacks a TPU does not take (they are not a reason to refuse L2)."""
+    only_here = {op: n for op, n in report.fallback_ops.items() if op not in target_fallbacks(report)}
+    if not only_here:
+        return None
+    return (
+        f"{op_counts(only_here)} fell back to the CPU on PJRT_DEVICE={report.pjrt_device} only: torch_xla lowers "
+        "these on TPU (not a reason to refuse L2; the step times here include the copies)"
+    )
+
+
 def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, list[str]]:
     """The level and, when it is not L2, the reasons in plain sentences."""
     where = f"last phase: {report.phase}; peak memory {report.peak_rss_mb:.0f} MB"
@@ -353,9 +394,10 @@ def grade(report: CheckReport, finished: bool, timeout_s: float) -> tuple[str, l
             f"only {report.steps} step(s) ran, not more than the {report.steps_warmup} warm-up step(s), "
             "so recompilation after warm-up cannot be judged"
         )
-    if report.fallback_ops:
+    fallbacks = target_fallbacks(report)
+    if fallbacks:
         reasons.append(
-            f"{sum(report.fallback_ops.values())} op call(s) fell back to the CPU ({op_counts(report.fallback_ops)}): "
+            f"{sum(fallbacks.values())} op call(s) fell back to the CPU ({op_counts(fallbacks)}): "
             "each one copies tensors to the host and back; rewrite them with lowered ops"
         )
     steps_with = [s.index for s in report.per_step[report.steps_warmup :] if s.compiles]

@@ -135,10 +135,13 @@ class DeviceWalker:
             cst.Comparison: self.comparisons.append,
             cst.SimpleString: self.strings.append,
         }
+        self.star_import = False
         for node in nodes:
             visit = visits.get(type(node))  # exact types: isinstance on libcst's abstract classes is slow
             if visit is not None:
                 visit(node)
+        if self.star_import and "torch" not in self.aliases:
+            self.aliases["torch"] = "torch"  # what `from utils import *` gives (names.py ImportNames.star_torch)
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -152,7 +155,10 @@ class DeviceWalker:
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
-        if module is None or node.relative or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar):
+            self.star_import = True
+            return
+        if module is None or node.relative:
             return
         for alias in node.names:
             name = dotted(alias.name)

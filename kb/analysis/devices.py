@@ -304,12 +304,40 @@ class DeviceAnalysis:
                     or any(self._has_device_path(r) for r in guard.regions)
                     or self._gives_up_otherwise(guard)
                     or not guard.keys.isdisjoint(self.tree_flags)
-                )
+                ) and not (isinstance(test, cst.SimpleString) and self._and_no_cuda(test, guard.condition))
                 guard.quiet = not guard.flips and (
                     any(self.has_cuda_reference(r) for r in guard.regions)
                     or (bool(guard.regions) and all(only_text(r) for r in guard.regions))
                 )
                 self.facts.guards.append(guard)
+
+    def _and_no_cuda(self, test: cst.CSTNode, condition: cst.CSTNode) -> bool:
+        """Is `test` (`device.type == 'cuda'`) and-ed with `not torch.cuda.is_available()` in `condition`? Then the
+        guard handles a CUDA value on a host without CUDA (skorch's `get_map_location` falls back to the CPU for a
+        pickled net's 'cuda'): a TPU host runs it only for a value the program was handed, as the original did."""
+        for node in walk(condition):
+            if not (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not)):
+                continue
+            if not (isinstance(node.expression, cst.Call) and self.call_name(node.expression) in AVAILABILITY):
+                continue
+            chain = [node, test]
+            if all(self._and_chain_to(n, condition) for n in chain):
+                return True
+        return False
+
+    def _and_chain_to(self, node: cst.CSTNode, condition: cst.CSTNode) -> bool:
+        """Does `node` reach `condition` through `and`s only (the test's own comparison or call on the way)?"""
+        current = node
+        while current is not condition:
+            parent = self.parent(current)
+            if parent is None:
+                return False
+            if isinstance(parent, cst.BooleanOperation) and not isinstance(parent.operator, cst.And):
+                return False
+            if isinstance(parent, (cst.UnaryOperation, cst.IfExp)):
+                return False
+            current = parent
+        return True
 
     def _cpu_tests(self) -> None:
         for comp in self.walker.comparisons:

@@ -106,6 +106,11 @@ class ImportNames:
         self.bindings = module_bindings(tree)
         self.imported_heads = self.bindings.imported
         self.bound = self.bindings.bound
+        # `from utils import *` as the module's only source of `torch` (utils.py did `import torch`): a `torch`
+        # nothing here binds can only be what the star import gives, and no code binds that name to anything else
+        self.star_torch = "torch" not in self.bound and any(
+            isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names) for stmt in tree.body
+        )
         numbered = self.bindings.functions
         # libcst's functions -> their numbers in Bindings (None when the two trees disagree: every scope counts)
         self.numbers: dict[cst.CSTNode, int] | None = (
@@ -145,6 +150,9 @@ class ImportNames:
     def imported(self, node: cst.CSTNode) -> frozenset[str]:
         """The import-resolved names of `node` (`dist.init_process_group` -> torch.distributed.init_process_group)."""
         if head_name(node) not in self.imported_heads:
+            if self.star_torch and head_name(node) == "torch":
+                full = resolved_name(node, self.parents)
+                return frozenset({full}) if full else frozenset()
             return frozenset()  # most names: no import binds their head (checked before any parent is looked up)
         full = resolved_name(node, self.parents)
         head = full.partition(".")[0] if full else None

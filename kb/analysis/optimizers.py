@@ -53,15 +53,37 @@ def moved_module(rule: RuleView, call: cst.Call) -> str | None:
     owner = dotted(func.value)
     if owner is None or rule.qualified_names(func.value):  # `torch.cuda`, imported modules
         return None
+    return owner if _to_device(rule, call) else None
+
+
+def moved_modules(rule: RuleView, call: cst.Call) -> list[str]:
+    """`moved_module`'s, or for a module built around others and moved at once (`trainer = Trainer(net_model,
+    beta).to(device)`, `nn.DataParallel(model).cuda()`) the names given to it: they move as its submodules."""
+    owner = moved_module(rule, call)
+    if owner is not None:
+        return [owner]
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in {"to", "cuda"} and type(func.value) is cst.Call):
+        return []
+    if not _to_device(rule, call):
+        return []
+    given = [a.value for a in func.value.args]
+    return [name for value in given if (name := dotted(value)) is not None and not rule.qualified_names(value)]
+
+
+def _to_device(rule: RuleView, call: cst.Call) -> bool:
+    """Does `x.to(...)` / `x.cuda()` move to a device (not a dtype-only or CPU move)?"""
+    func = call.func
+    assert isinstance(func, cst.Attribute)
     if func.attr.value == "cuda":
-        return owner
+        return True
     args = positional_args(call)
     target = args[0].value if args else getattr(keyword_arg(call, "device"), "value", None)
     if target is None or rule.qualified_names(target) & DTYPE_NAMES:
-        return None
+        return False
     if string_value(target) == "cpu":
-        return None
+        return False
     if rule.is_call_to(target, "torch.device") and positional_args(target):
         if string_value(positional_args(target)[0].value) == "cpu":
-            return None
-    return owner
+            return False
+    return True

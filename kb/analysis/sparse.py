@@ -66,7 +66,7 @@ def _returns_sparse(rule: ScopedView, call: cst.Call, index: int, depth: int) ->
         for stmt in rule.analysis.module.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == call.func.value:
                 return index in _sparse_positions(rule, stmt, depth)
-        return False
+        # not defined here: a star import's (`from utils import *`), which the tree summary may know
     project = rule.analysis.project
     if project is None or not project.sparse_returns:
         return False

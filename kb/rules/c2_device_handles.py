@@ -225,11 +225,15 @@ class CudaIsAvailableFallback(Rule):
         return any(isinstance(a, cst.If) and is_cuda_early_return(self, a) for a in self.ancestors(node))
 
     def _unread_flag(self, node: cst.Call) -> bool:
-        """`self.use_cuda = torch.cuda.is_available()` with the flag never read in the module."""
+        """`self.use_cuda = torch.cuda.is_available()` with the flag never read in the module (nor star-imported by
+        another module of the tree)."""
         assign = self.parent(node)
         if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
             return False
         name = identifier(assign.targets[0].target)
+        project = self.analysis.project
+        if project is not None and (self.analysis.module_name, name) in project.exports:
+            return False  # `CUDA = ...` in parameters.py, read by every module that does `from parameters import *`
         uses = [
             n
             for n in self.analysis.nodes.names

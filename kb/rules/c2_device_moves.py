@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, parameter_owners, related
+from ..analysis.optimizers import DTYPE_NAMES, is_optimizer, moved_module, moved_modules, parameter_owners, related
 from ..analysis.steps import step_loop, training_loop
 from ..cst_helpers import (
     DATALOADERS,
@@ -210,7 +210,7 @@ class OptimizerBeforeMove(Rule):
         cache = self.__dict__.setdefault("_statements", {})  # id -> (stmt, facts): the statement is kept alive
         if id(stmt) not in cache:
             calls = find_nodes(stmt, cst.Call, enter_root=False)
-            moves = [(c, moved) for c in calls if (moved := moved_module(self, c)) is not None]
+            moves = [(c, moved) for c in calls for moved in moved_modules(self, c)]
             created = [
                 n
                 for assign in find_nodes(stmt, cst.Assign, enter_root=False)

@@ -127,11 +127,20 @@ class LegacyCudaTensorType(Rule):
                 self._direct(name, kind)
         for alias, found in bindings.items():
             kind = found[0][1]
-            # one use the fix cannot carry (`isinstance(x, Tensor)`) keeps the whole alias for a human
-            fixable = all(self._fixable(use) for use in uses[alias])
+            # one use the fix cannot carry (`isinstance(x, Tensor)`) keeps the whole alias for a human, and so
+            # does no use at all: the alias serves other modules (`from utils import *`), whose uses this fix
+            # cannot move to the device
+            fixable = bool(uses[alias]) and all(self._fixable(use) for use in uses[alias])
             for value, _ in found:
                 message = f"`{alias}` is a legacy CUDA tensor type: bind the CPU type, move what it builds"
-                self.report(value, message, replacement=expr(f"torch.{kind}") if fixable else None)
+                if not uses[alias]:
+                    message += " (no code of this module uses it: move what other modules build with it)"
+                self.report(
+                    value,
+                    message,
+                    replacement=expr(f"torch.{kind}") if fixable else None,
+                    fix=None if fixable else "manual",
+                )
             for use in uses[alias]:
                 self._use(use, kind, fixable)
         for string in self.analysis.nodes.strings:

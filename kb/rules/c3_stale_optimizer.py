@@ -23,6 +23,7 @@ from ..cst_helpers import (
     string_value,
     used_names,
 )
+from ..cst_walk import walk
 from ..rule import IMPORT_TORCH_XLA, XLA_DEVICE, Rule
 
 OPTIMIZER_PARAM = re.compile(r"((\w+_)?(optimizer|optim|opt)|optimizers)$")
@@ -379,3 +380,155 @@ class OptimizerBeforeCalleeMove(Rule):
             target=block,
             imports=(IMPORT_TORCH_XLA,),
         )
+
+
+# list(...) and tuple(...) of a module's parameters: a container of the Parameter objects of that moment
+CAPTURING_CALLS = frozenset({"list", "tuple"})
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+MUTATING_METHODS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse"})
+
+
+class CapturedParameterList(Rule):
+    code = "XLA316"
+    needs = ("parameters",)
+    title = "A parameter list kept at construction goes stale when the model moves to the XLA device"
+    category = "C3"
+    fix = "safe"
+    autofix = True
+    detects = (
+        "`self.params1 = list(self.convs.parameters())` (also `tuple(...)`, `named_parameters()`, or a list "
+        "comprehension over them) in a class's `__init__`: a container of the Parameter objects that exist when the "
+        "model is built, typically handed to the optimizer as a parameter group (`Adam([{'params': "
+        "model.params1, 'weight_decay': wd1}, ...])`) after `model.to(device)`."
+    )
+    why = (
+        "Moving a CPU module to XLA creates new Parameter objects (CUDA swaps their data in place and keeps them). "
+        "A list taken in `__init__` keeps the CPU ones, so an optimizer built from it after `model.to(device)` "
+        "updates tensors the model no longer uses: the loss stays flat, exit code 0 (measured: GCNII's param "
+        "groups, 8 of 8 and 4 of 4 parameters stale). The fix makes the attribute a property that lists the "
+        "parameters when it is read: the same parameters, those the model has then. Only rewritten when nothing "
+        "in the class assigns or mutates the attribute again and nothing later in `__init__` touches the module it "
+        "lists; otherwise reported."
+    )
+    before = (
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.convs = nn.ModuleList([nn.Linear(4, 4)])\n        self.conv_params = list(self.convs.parameters())\n"
+    )
+    after = (
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.convs = nn.ModuleList([nn.Linear(4, 4)])\n\n    @property\n    def conv_params(self):\n"
+        "        return list(self.convs.parameters())\n"
+    )
+    message = (
+        "a list of the parameters taken at construction: after `model.to(device)` on XLA it holds stale CPU copies"
+    )
+    symptoms = ("loss does not decrease on TPU", "stale optimizer params")
+    references = ("xla-device-facts: model.to('xla') replaces the Parameter objects",)
+    valid = (
+        "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.n_params = sum(p.numel() for p in self.parameters())\n",
+        "import torch\nmodel = Net()\nparams = list(model.parameters())\n",
+    )
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if init is None or not isinstance(init.body, cst.IndentedBlock):
+            return
+        body = list(init.body.body)
+        for i, stmt in enumerate(body):
+            found = _captured_parameters(stmt)
+            if found is None:
+                continue
+            name, value, source = found
+            blocker = self._why_kept(node, body[i + 1 :], name, source)
+            if blocker is not None:
+                self.report(
+                    stmt, f"{self.message}; read `{code_of(value)}` where the list is used ({blocker})", fix="manual"
+                )
+                continue
+            self.report(
+                stmt,
+                f"{self.message}; `{name}` becomes a property that lists them when read",
+                replacement=_as_property(node, init, stmt, name, value),
+                target=node,
+            )
+
+    def _why_kept(self, cls: cst.ClassDef, later: list[cst.BaseStatement], name: str, source: str) -> str | None:
+        """Why the attribute cannot become a property: assigned or changed again, or what it lists changes later
+        in `__init__`."""
+        attribute = f"self.{name}"
+        assigned = [t for t in _assign_targets(cls) if dotted(t.target) == attribute]
+        if len(assigned) != 1 or any(dotted(a.target) == attribute for a in _every(cls, cst.AugAssign)):
+            return f"`{attribute}` is assigned again"
+        if any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in cls.body.body):
+            return f"`{name}` is also a method"
+        for node in _every(cls, cst.Attribute):
+            if dotted(node) != attribute:
+                continue
+            parent = self.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.attr.value in MUTATING_METHODS:
+                return f"`{attribute}` is changed in place"
+            if isinstance(parent, cst.Subscript) and isinstance(self.parent(parent), cst.AssignTarget):
+                return f"`{attribute}` is changed in place"
+        for stmt in later:
+            mentioned = {dotted(n) for n in find_nodes(stmt, cst.Attribute, cst.Name)} - {None}
+            if source != "self" and any(m == source or m.startswith(source + ".") for m in mentioned):
+                return f"`{source}` changes later in `__init__`"
+            if source == "self" and any(isinstance(t.target, cst.Attribute) for t in _assign_targets(stmt)):
+                return "the module gains attributes later in `__init__`"
+        return None
+
+
+def _every(node: cst.CSTNode, kind: type) -> list:
+    """Every node of `kind` under `node`, methods' bodies included (find_nodes stops at nested defs)."""
+    return [n for n in walk(node) if type(n) is kind]
+
+
+def _assign_targets(node: cst.CSTNode) -> list[cst.AssignTarget]:
+    return [t for a in _every(node, cst.Assign) for t in a.targets]
+
+
+def _captured_parameters(stmt: cst.BaseStatement) -> tuple[str, cst.BaseExpression, str] | None:
+    """(attribute, value, the module it lists) for `self.NAME = list(SOURCE.parameters())` and its forms."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return None
+    assign = stmt.body[0]
+    if len(assign.targets) != 1:
+        return None
+    target = dotted(assign.targets[0].target)
+    if target is None or not target.startswith("self.") or target.count(".") != 1:
+        return None
+    value = assign.value
+    if isinstance(value, cst.Call) and dotted(value.func) in CAPTURING_CALLS and len(value.args) == 1:
+        listed = value.args[0].value
+    elif isinstance(value, cst.ListComp) and len(find_nodes(value, cst.CompFor)) == 1:
+        listed = value.for_in.iter
+    else:
+        return None
+    if not (isinstance(listed, cst.Call) and isinstance(listed.func, cst.Attribute)):
+        return None
+    if listed.func.attr.value not in PARAMETER_METHODS:
+        return None
+    source = dotted(listed.func.value)
+    if source is None or not (source == "self" or source.startswith("self.")):
+        return None
+    return target.removeprefix("self."), value, source
+
+
+def _as_property(
+    cls: cst.ClassDef, init: cst.FunctionDef, stmt: cst.BaseStatement, name: str, value: cst.BaseExpression
+) -> cst.ClassDef:
+    """`cls` without the assignment in `__init__`, with `name` as a property right after `__init__`."""
+    body = [s for s in init.body.body if s is not stmt]
+    new_init = init.with_changes(body=init.body.with_changes(body=body or [cst.SimpleStatementLine([cst.Pass()])]))
+    prop = cst.parse_statement(f"@property\ndef {name}(self):\n    return {code_of(value)}\n")
+    prop = prop.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    members = [new_init if member is init else member for member in cls.body.body]
+    at = members.index(new_init) + 1
+    while at < len(members) and _is_property(members[at]):  # after the properties made before, in their order
+        at += 1
+    return cls.with_changes(body=cls.body.with_changes(body=[*members[:at], prop, *members[at:]]))
+
+
+def _is_property(member: cst.BaseStatement) -> bool:
+    return isinstance(member, cst.FunctionDef) and any(dotted(d.decorator) == "property" for d in member.decorators)

@@ -85,6 +85,47 @@ def test_a_flipped_guard_whose_branch_needs_cuda_is_withheld():
     assert "if 'cuda' in device:" in fix_source(source).fixed
 
 
+def test_a_device_test_on_a_parametrized_cuda_value_keeps_its_cuda():
+    """skorch's suite: `@pytest.mark.parametrize('device', ['cpu', 'cuda'])`, then a test of `device` against 'cuda'.
+    The test literal became 'xla' while the parametrized value stayed 'cuda': the case no longer took its branch
+    (skorch's `if device.startswith('cuda') and not torch.cuda.is_available(): pytest.skip()` was skipped before
+    and failed after the default migration; that form is not flipped at all now, see the test below)."""
+    source = (
+        "import pytest\nimport torch\n\n\n"
+        "@pytest.mark.parametrize('device', ['cpu', 'cuda'])\n"
+        "def test_forward(device):\n"
+        "    x = torch.zeros(2)\n"
+        "    if device.startswith('cuda'):\n"
+        "        x = x.cuda()\n"
+        "    assert x.sum() == 0\n"
+    )
+    assert "device.startswith('cuda')" in fix_source(source).fixed
+    withheld = [f for f in lint_source(source) if f.code == "XLA230"]
+    assert withheld and not withheld[0].fixable and "`'cuda'` at line 5" in withheld[0].message
+    skip = source.replace(
+        "    if device.startswith('cuda'):\n        x = x.cuda()\n",
+        "    if device.startswith('cuda') and not torch.cuda.is_available():\n        pytest.skip()\n",
+    )
+    assert "device.startswith('cuda') and not torch.cuda.is_available()" in fix_source(skip).fixed
+
+
+def test_a_cuda_value_fallback_for_hosts_without_cuda_is_not_flipped():
+    """skorch's `get_map_location`: `if map_location.type == 'cuda' and not torch.cuda.is_available():` falls back
+    to the CPU for a CUDA device the program was handed (a pickled net's). Flipped to `== 'xla'`, a CUDA pickle
+    was loaded onto CUDA again (its test broke) and every XLA request went to the CPU."""
+    source = (
+        "import warnings\n\nimport torch\n\n\n"
+        "def get_map_location(target_device, fallback_device='cpu'):\n"
+        "    map_location = torch.device(target_device)\n"
+        "    if map_location.type == 'cuda' and not torch.cuda.is_available():\n"
+        "        warnings.warn('no CUDA here: loading on the CPU')\n"
+        "        map_location = torch.device(fallback_device)\n"
+        "    return map_location\n"
+    )
+    assert "map_location.type == 'cuda' and not torch.cuda.is_available()" in fix_source(source).fixed
+    assert not [f for f in lint_source(source) if f.code == "XLA230"]
+
+
 def test_a_guard_whose_branch_is_all_rewritten_still_flips():
     source = (
         "import torch\n\n"

@@ -202,6 +202,115 @@ def test_optimizer_before_move_trains_nothing_until_fixed():
     assert not start.equal(end), "after the fix the model must learn"
 
 
+WRAPPED_MOVE = textwrap.dedent(
+    """\
+    import copy
+
+    import torch
+    import torch_xla
+
+
+    class Trainer(torch.nn.Module):
+        def __init__(self, model, scale):
+            super().__init__()
+            self.model = model
+            self.scale = scale
+
+        def forward(self, x):
+            return self.model(x).pow(2).mean() * self.scale
+
+
+    def train(steps):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        ema = copy.deepcopy(net)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda step: 1.0)
+        trainer = Trainer(net, 2.0).to(torch_xla.device())
+        x = torch.randn(16, 4).to(torch_xla.device())
+        start = net.weight.detach().cpu().clone()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            trainer(x).backward()
+            optimizer.step()
+            sched.step()
+            torch_xla.sync()
+        return start, net.weight.detach().cpu()
+    """
+)
+
+
+def test_optimizer_before_a_wrapper_that_moves_the_model_is_reordered():
+    """pytorch-ddpm's layout: the optimizer is built on `net_model.parameters()`, then `trainer =
+    GaussianDiffusionTrainer(net_model, ...).to(device)` moves the model as the wrapper's submodule. On XLA that
+    makes new Parameters: the optimizer kept the CPU ones (check: 145 of 145 parameters not the model's), and no
+    finding said so."""
+    assert lines(WRAPPED_MOVE, "XLA215") == [21]
+    out = fixed(WRAPPED_MOVE, "XLA215")
+    order = [line.strip().split(" =")[0] for line in out.splitlines() if " = " in line and line.startswith("    ")]
+    assert order.index("trainer") < order.index("optimizer") < order.index("sched"), out
+    assert (
+        lines(
+            "import torch\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\nx = Batch(net).to(torch.float16)\n",
+            "XLA215",
+        )
+        == []
+    )
+
+
+@pytest.mark.slow
+def test_optimizer_before_a_wrapper_that_moves_the_model_trains_once_fixed():
+    start, end = run(WRAPPED_MOVE)["train"](3)
+    assert start.equal(end), "the stale optimizer leaves the XLA weights untouched"
+    start, end = run(fixed(WRAPPED_MOVE, "XLA215"))["train"](3)
+    assert not start.equal(end), "after the fix the model learns"
+
+
+CAPTURED_PARAMETERS = textwrap.dedent(
+    """\
+    import torch
+    import torch_xla
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(4, 4)
+            self.head = torch.nn.Linear(4, 1)
+            self.body_params = list(self.body.parameters())
+            self.head_params = list(self.head.parameters())
+
+        def forward(self, x):
+            return self.head(torch.relu(self.body(x)))
+
+
+    def train(steps):
+        torch.manual_seed(0)
+        model = Net().to(torch_xla.device())
+        groups = [{"params": model.body_params, "weight_decay": 0.01}, {"params": model.head_params}]
+        optimizer = torch.optim.SGD(groups, lr=0.1)
+        x = torch.randn(16, 4).to(torch_xla.device())
+        start = model.head.weight.detach().cpu().clone()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            torch_xla.sync()
+        return start, model.head.weight.detach().cpu()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_parameter_list_kept_at_construction_trains_once_it_is_a_property():
+    """GCNII's param groups (`self.params1 = list(self.convs.parameters())`, then `Adam([{'params':
+    model.params1, ...}])` after `.to(device)`): on XLA the lists held the CPU parameters the move replaced."""
+    start, end = run(CAPTURED_PARAMETERS)["train"](3)
+    assert start.equal(end), "the kept list leaves the XLA weights untouched"
+    start, end = run(fixed(CAPTURED_PARAMETERS, "XLA316"))["train"](3)
+    assert not start.equal(end), "after the fix the model learns"
+
+
 SEEDED_RANDOM = textwrap.dedent(
     """\
     import torch
@@ -514,6 +623,31 @@ def test_a_legacy_type_alias_bound_twice_is_reported_not_silent():
     source = "import torch\nfrom torch import Tensor\nTensor = torch.cuda.FloatTensor\nx = Tensor(3)\n"
     findings = [(f.line, f.code, f.fix) for f in lint_source(source)]
     assert (3, "XLA232", "manual") in findings
+
+
+def test_torch_reached_only_through_a_star_import_is_still_torch():
+    """lstm-crf's utils.py: `from parameters import *` (where parameters.py does `import torch`) is its only
+    source of `torch`; every rule that resolves names saw no torch there, so its legacy CUDA type aliases and
+    `.cuda()`-free CUDA calls had no finding at all, and the migrated program died with `Found no NVIDIA driver`."""
+    source = (
+        "from parameters import *\n\nTensor = torch.cuda.FloatTensor if CUDA else torch.FloatTensor\nx = Tensor(3)\n"
+    )
+    found = [(f.line, f.code) for f in lint_source(source)]
+    assert (4, "XLA232") in found, found
+    seeded = "from common import *\ntorch.cuda.manual_seed(0)\n"
+    assert lines(seeded, "XLA207") == [2]
+    # a module that binds `torch` itself is read as it is
+    own = "from common import *\ntorch = None\nTensor = torch.cuda.FloatTensor\n"
+    assert not [f for f in lint_source(own) if f.code == "XLA232"]
+
+
+def test_a_legacy_type_alias_no_code_of_its_module_uses_is_left_for_a_human():
+    """A module-level alias with no use in its own module is there for other modules (`from utils import *`, then
+    `LongTensor(rows)` elsewhere): binding the CPU type there, with no `.to(device)` at the uses it cannot see,
+    would build those tensors on the host while the model is on XLA."""
+    source = "import torch\nCUDA = torch.cuda.is_available()\nLongTensor = torch.cuda.LongTensor if CUDA else torch.LongTensor\n"
+    assert [(f.line, f.fix) for f in lint_source(source) if f.code == "XLA232"] == [(3, "manual")]
+    assert "torch.cuda.LongTensor" in fix_source(source).fixed
 
 
 # --- XLA203: a "needs a GPU" stop (issue #24: a --cuda flag's check raised on every TPU host) ------------------

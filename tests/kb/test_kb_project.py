@@ -451,6 +451,44 @@ def test_a_sparse_adjacency_built_in_another_module_is_not_moved_as_it_is():
     ] == []  # one module shows nothing
 
 
+def test_a_sparse_adjacency_from_a_star_imported_loader_is_not_moved_as_it_is(tmp_path):
+    """GCNII's layout: `from utils import *`, then `adj, features = load_graph()` and `adj = adj.to(device)`. A
+    star-imported name has no qualified name in libcst: the rule looked for a local `def` only and said nothing,
+    and the migrated program died at the move (`SparseXLA` has no kernels)."""
+    (tmp_path / "utils.py").write_text(
+        "import numpy as np\nimport scipy.sparse as sp\nimport torch\n\n"
+        "def as_torch(m):\n    m = m.tocoo()\n    index = torch.from_numpy(np.vstack((m.row, m.col)).astype(np.int64))\n"
+        "    return torch.sparse.FloatTensor(index, torch.from_numpy(m.data), torch.Size(m.shape))\n\n"
+        "def load_graph():\n    adj = sp.eye(4)\n    features = torch.ones(4, 3)\n    adj = as_torch(adj)\n"
+        "    return adj, features\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom utils import *\n\n"
+        "adj, features = load_graph()\ndevice = torch.device('cuda:0')\n"
+        "features = features.to(device)\nadj = adj.to(device)\n"
+    )
+    project = summarize_project(tmp_path, python_files(tmp_path))
+    assert ("utils.load_graph", 0) in project.sparse_returns
+    found = lint_file(tmp_path / "train.py", display="train.py", project=project).findings
+    assert [f.line for f in found if f.code == "XLA520" and "moving one to the device" in f.message] == [7]
+
+
+def test_a_cuda_flag_that_other_modules_star_import_is_not_an_unread_flag(tmp_path):
+    """lstm-crf-pytorch's layout: parameters.py sets `CUDA = torch.cuda.is_available()` and never reads it; four
+    modules read it through `from parameters import *`. The flag is not flipped (a legacy CUDA type depends on
+    it), and it was taken for a flag nobody reads: no finding, and the migrated program silently took its CPU
+    path."""
+    (tmp_path / "parameters.py").write_text("import torch\n\nCUDA = torch.cuda.is_available()\nHIDDEN = 8\n")
+    (tmp_path / "utils.py").write_text(
+        "from parameters import *\n\nTensor = torch.cuda.FloatTensor if CUDA else torch.FloatTensor\n"
+    )
+    project = summarize_project(tmp_path, python_files(tmp_path))
+    found = lint_file(tmp_path / "parameters.py", display="parameters.py", project=project).findings
+    assert [f.line for f in found if f.code == "XLA203"] == [3], [(f.line, f.code) for f in found]
+    alone = "import torch\n\nclass Run:\n    def __init__(self):\n        self.use_cuda = torch.cuda.is_available()\n"
+    assert not [f for f in lint_source(alone) if f.code == "XLA203"]  # an attribute nobody reads stays quiet
+
+
 def test_a_script_that_names_nothing_sparse_still_gets_the_sparse_rule(tmp_path):
     """pygcn's train.py never spells `sparse`: the rule runs there because it names the tree's sparse loader."""
     src = PROJECTS / "graph_sparse_adjacency" / "input"
