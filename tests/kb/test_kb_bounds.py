@@ -1,5 +1,6 @@
 """Any input is bounded: too large or pathological sources are refused at once with the limit that applied."""
 
+import libcst as cst
 import pytest
 from xlaport.kb import SourceError, lint_source, parsing
 from xlaport.kb.engine import fix_source
@@ -77,3 +78,13 @@ def test_an_expression_of_10k_terms_is_refused_as_too_deeply_nested_before_libcs
     monkeypatch.setattr(parsing.cst, "parse_module", libcst_must_not_run)
     with pytest.raises(SourceError, match="cannot parse: nested too deeply to analyse safely"):
         lint_source("x = " + " + ".join(["1"] * 10_000) + "\n")
+
+
+def test_the_parse_skips_libcsts_node_checks_only_for_its_own_nodes():
+    # text CPython compiled gives a valid tree: its nodes are not checked again (a tenth of the parse); a node
+    # built anywhere else still is, after a parse as before it
+    source = "import torch\nx = torch.zeros(1).cuda()  # a comment\n"
+    module, _ = parsing.parse_both(source)
+    assert module.code == source and module.deep_equals(cst.parse_module(source))
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
