@@ -549,8 +549,9 @@ def test_unseeded_correct_migration_is_not_blamed_for_randomness(unseeded_report
     print("\n" + "\n".join(report.reasons))
     assert report.status != "fail", report.reasons
     spread = report.spread
-    assert not spread.seeded and spread.runs == 2 and len(set(spread.first_losses)) == 2
-    assert len(report.repeat_runs) == 1 and report.repeat_runs[0].role == "reference"
+    # two runs of the original, or three when two left the migrated run's first loss undecided
+    assert not spread.seeded and spread.runs in (2, 3) and len(set(spread.first_losses)) == spread.runs
+    assert len(report.repeat_runs) == spread.runs - 1 and all(r.role == "reference" for r in report.repeat_runs)
     assert any(r.startswith("L1: run-to-run: the original does not fix its seed") for r in report.reasons)
 
 

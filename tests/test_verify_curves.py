@@ -329,7 +329,7 @@ def test_unseeded_real_defects_still_fail():
     ref, other = series(noisy_run(1)), series(noisy_run(2))
     spread = cv.measure_spread([ref, other], "two runs")
     doubled = cv.compare_loss(ref, series(noisy_run(3, scale=2.0)), LIMITS, spread)  # the loss x2 (objective)
-    assert doubled.verdict == "worse" and "different objective" in doubled.reasons[-1], doubled.reasons
+    assert doubled.verdict == "worse" and "far outside" in doubled.reasons[-1], doubled.reasons  # the tail decides
     flat = cv.compare_loss(ref, series([2.0 + 0.04 * (-1) ** i for i in range(30)]), LIMITS, spread)
     assert flat.verdict == "worse", flat.reasons  # does not fall where both runs of the original fall
     stuck = cv.compare_loss(ref, series(noisy_run(3, end=1.2)), LIMITS, spread)  # learns, but ends far higher
@@ -377,6 +377,24 @@ def test_two_first_losses_close_by_chance_do_not_fail_a_correct_migration():
     assert "early step-to-step noise" in result.reasons[0]
     doubled = cv.compare_loss(ref, series([2 * v for v in mig.values]), LIMITS, spread)
     assert doubled.verdict == "worse", doubled.reasons  # a loss x2 is still far beyond it
+
+
+def test_a_first_loss_two_runs_cannot_blame_asks_for_another_run():
+    # seen in a full test run (verify of an unseeded program, 3 logged steps): the original's two runs started at
+    # 1.751 and 1.771, a correct migrated run at 2.003: "11x the noise, a different objective". Against a spread
+    # measured from two runs that is what Student's t(1) gives once in 17 tries
+    ref, other = series([1.75148, 1.45, 1.214]), series([1.77066, 1.47, 1.23])
+    spread = cv.measure_spread([ref, other], "two runs")
+    result = cv.compare_loss(ref, series([2.003, 1.60, 1.384]), LIMITS, spread)
+    assert result.verdict == "inconclusive" and result.another_run_would_decide, result.reasons
+    assert "another run of the original" in result.reasons[0]
+    # a third run of the original (as verify makes then) narrows the bar: the same first loss is decided
+    third = series([1.93, 1.52, 1.30])
+    spread3 = cv.measure_spread([ref, other, third], "three runs")
+    again = cv.compare_loss(ref, series([2.003, 1.60, 1.384]), LIMITS, spread3)
+    assert again.verdict != "worse" and not again.another_run_would_decide, again.reasons
+    doubled = cv.compare_loss(ref, series([2 * 2.003, 2 * 1.60, 2 * 1.384]), LIMITS, spread3)
+    assert doubled.verdict == "worse" and "different objective" in doubled.reasons[-1], doubled.reasons
 
 
 def test_a_second_run_cut_short_still_measures_the_spread():

@@ -82,6 +82,14 @@ def verify(
                 again = run_reference(original, script, args, config, scratch, subdir, repeat=1, timeout_s=budget)
         ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
         spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again)
+        if again is not None and spread is not None and not spread.seeded and mig.ok:
+            # two runs of an unseeded original measure its spread roughly: when the migrated run's first loss is
+            # outside it by less than two runs can blame on the migration, a third run decides
+            loss = assess(ref, mig, check, config, spread, spread_runs)[4]
+            if loss is not None and loss.another_run_would_decide:
+                on_step("the original's third run (two runs leave the migrated run's first loss undecided)")
+                third = run_reference(original, script, args, config, scratch, subdir, repeat=2, timeout_s=budget)
+                spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again, third)
         if mig.ok and not any(g.stopped for g in gates):
             gates += relative_gates(ref, mig, config, others=tuple(r for r in spread_runs if r is not ref))
         report.reference_run, report.repeat_runs = ref, [r for r in spread_runs if r is not ref]
@@ -138,18 +146,26 @@ def verify(
 
 
 def measure_spread(
-    log_ref: RunRecord | None, log_repeats: tuple[RunRecord, ...], ran: RunRecord | None, again: RunRecord | None
+    log_ref: RunRecord | None,
+    log_repeats: tuple[RunRecord, ...],
+    ran: RunRecord | None,
+    again: RunRecord | None,
+    *more: RunRecord,
 ) -> tuple[cv.Spread | None, tuple[RunRecord, ...]]:
     """The original's run-to-run spread and the runs it comes from: the recorded logs when several were given,
-    else two runs of it here (their spread stands for the GPU log's too: seeding is the program's, not the
-    device's)."""
+    else two (or, with `more`, more) runs of it here (their spread stands for the GPU log's too: seeding is the
+    program's, not the device's)."""
     if log_ref is not None and log_repeats:
         runs = (log_ref, *log_repeats)
         return cv.measure_spread([r.curves.loss for r in runs], f"{len(runs)} recorded logs"), runs
     if ran is not None and again is not None and ran.ok:
-        cut = " (the second one cut short)" if any("repeat_reference_s" in note for note in again.notes) else ""
-        spread = cv.measure_spread([ran.curves.loss, again.curves.loss], f"two runs of the original here{cut}")
-        return spread, (ran, again) if spread is not None else ()
+        repeats = (again, *(r for r in more if len(r.curves.loss)))
+        cut = any("repeat_reference_s" in note for r in repeats for note in r.notes)
+        count = {2: "two", 3: "three"}.get(1 + len(repeats), str(1 + len(repeats)))
+        cut_words = " (the second one cut short)" if len(repeats) == 1 else " (a repeat cut short)"
+        what = f"{count} runs of the original here" + (cut_words if cut else "")
+        spread = cv.measure_spread([ran.curves.loss, *(r.curves.loss for r in repeats)], what)
+        return spread, (ran, *repeats) if spread is not None else ()
     return None, ()
 
 

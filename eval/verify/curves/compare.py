@@ -71,15 +71,18 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
 
     # the first logged loss is one point, before training changed anything: it decides even when few were logged
     first_diff = view.first_diff if view is not None else result.initial_rel_diff
+    first_undecided = False
     if abs(first_diff) > limits.initial_loss_tolerance:
         # one step's loss is one batch's draw: the reference's early step-to-step noise is a floor for the
         # run-to-run noise two runs' first steps give (two close by chance once failed a correct migration)
         early = step_noise(r[:10]) / max(abs(float(r[0])), 1e-12)
         first = _first_loss_verdict(result, r[0], m[0], steps[0], limits, view, spread, early)
-        if first is not None:
+        if first is not None and first.verdict != "inconclusive":
             return first
+        if first is not None:  # undecided by the runs measured: the rest of the curve may still show a defect
+            first_undecided, result.verdict = True, "same"
     if len(steps) < limits.min_steps:
-        return _few_points(result, rel, limits, random)
+        return _undecided_first(_few_points(result, rel, limits, random), first_undecided)
     strict = limits.spread_z if random else limits.noise_z
     spread_words = "the original's run-to-run spread" if random else "the step-to-step noise of the difference"
     if diff > limits.loss_tolerance and diff > strict * noise:
@@ -139,6 +142,13 @@ def compare_loss(ref: Series, mig: Series, limits: Thresholds, spread: Spread | 
             f"loss trends disagree: the reference decreases (Spearman {result.ref_trend:+.2f}) but the migrated "
             f"loss does not (Spearman {result.mig_trend if result.mig_trend is not None else 0.0:+.2f})"
         )
+    return _undecided_first(result, first_undecided)
+
+
+def _undecided_first(result: LossComparison, undecided: bool) -> LossComparison:
+    """A first loss the runs measured leave undecided keeps the verdict from being anything but worse."""
+    if undecided and result.verdict != "worse":
+        result.verdict = "inconclusive"
     return result
 
 
@@ -212,6 +222,19 @@ def _few_points(result: LossComparison, rel: np.ndarray, limits: Thresholds, ran
     return result
 
 
+# Student's t at 0.995 (two-sided 99%) by degrees of freedom: a standard deviation measured from n runs has n - 1
+# degrees of freedom, and what is rare against a spread known exactly is common against one of two runs (two runs
+# of an unseeded original whose first losses fell close by chance made a correct migration's first loss "11x the
+# noise", which t(1) gives once in 17 tries)
+T_995 = {1: 63.66, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355, 9: 3.250, 10: 3.169}
+
+
+def blame_bar(runs: int, spread_z: float) -> float:
+    """How many times the run-to-run noise measured from `runs` runs a deviation must be to blame the migration:
+    `spread_z`, and at least what chance exceeds once in a hundred tries against a spread of that many runs."""
+    return max(spread_z, T_995.get(max(runs - 1, 1), 0.0))
+
+
 def _first_loss_verdict(
     result: LossComparison,
     r0: float,
@@ -244,17 +267,21 @@ def _first_loss_verdict(
     if abs(view.first_diff) <= limits.noise_z * noise:
         result.reasons.append(f"{what}): {against}: inside it, randomness, not the migration")
         return None
-    if abs(view.first_diff) <= limits.spread_z * noise:
+    blame = blame_bar(view.runs, limits.spread_z)  # the noise is measured from view.runs runs
+    bar = f"{blame:.3g}x (with {view.runs} runs: {limits.spread_z:g}x, and at least Student's t at 99%)"
+    times = abs(view.first_diff) / max(noise, 1e-12)
+    if times <= blame:
         result.verdict = "inconclusive"
+        result.another_run_would_decide = view.runs < 3
         result.reasons.append(
-            f"{what}): {against}: between {limits.noise_z:g}x and {limits.spread_z:g}x it; would decide: "
-            f"{WHAT_WOULD_DECIDE}"
+            f"{what}): {against}: {times:.0f}x it, between {limits.noise_z:g}x and {bar}; would decide: another run "
+            f"of the original, {WHAT_WOULD_DECIDE}"
         )
         return result
     result.verdict = "worse"
     result.reasons.append(
-        f"{what}): {against}: {abs(view.first_diff) / max(noise, 1e-12):.0f}x it, so the migrated code "
-        "computes a different objective, data or initialization (e.g. a dropped loss term, a scaled loss)"
+        f"{what}): {against}: {times:.0f}x it, more than {bar}, so the migrated code computes a different "
+        "objective, data or initialization (e.g. a dropped loss term, a scaled loss)"
     )
     return result
 

@@ -48,6 +48,9 @@ class LossComparison:
     curve_spearman: float | None = None  # Spearman between the two curves
     run_to_run_noise: float | None = None  # relative noise of the tail difference from the original's own spread
     confidence: str = ""  # how far the figures can be trusted, in words (points, noise, spread)
+    # the first logged loss is outside what two runs of an unseeded original show, by less than two runs can
+    # blame on the migration: another run of the original would decide (verify runs it when it can)
+    another_run_would_decide: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
