@@ -13,9 +13,12 @@ MAX_LISTED = 10
 # grade.py tells the two causes apart by this mark: the plain advice (build the optimizer after the move) is wrong
 # when the optimizer already was, from a list the module kept from before the move
 KEPT_LIST_MARK = "a list of parameters the module kept before the move"
+# the optimizer is seen at its first step, so whether it was built before or after the move is not known here:
+# the advice holds either way
 KEPT_LIST_CAUSE = (
-    "they come from {} (" + KEPT_LIST_MARK + "): make it a property that lists the parameters when read "
-    "(xlaport fix, rule XLA316) or build the list after model.to(device)"
+    "they come from {} (" + KEPT_LIST_MARK + ", still holding the replaced copies): make it a property that "
+    "lists the parameters when read (xlaport fix, rule XLA316) or build the list after model.to(device), and "
+    "build the optimizer from it after the move"
 )
 
 
