@@ -22,7 +22,7 @@ from .analysis.devices import DeviceAnalysis
 from .analysis.devices import analysed as analysed_devices
 from .analysis.devices import remember as remember_devices
 from .analysis.module import ModuleAnalysis
-from .analysis.project import passes, star_exports
+from .analysis.project import passes, star_exports, star_torch_imports
 from .analysis.project_steps import UNKNOWN, ModuleSteps, ProjectSteps, module_name
 from .analysis.steps import module_steps
 from .configs import config_kind, fix_config, lint_config
@@ -254,9 +254,15 @@ def _plan(tree: Tree) -> _Plan:
     texts = {rel: text for rel in tree.rels if (text := _read(tree.root / rel)[0]) is not None}
     may_step = [text for text in texts.values() if "step" in text or "backward" in text]
     classes = frozenset(name for text in may_step for name in CLASS_DEF.findall(text))
-    exports = star_exports({module_name(rel): text for rel, text in texts.items()})
+    sources = {module_name(rel): text for rel, text in texts.items()}
+    exports = star_exports(sources)
     defined = frozenset(name for text in texts.values() for name in _defined(text))
-    start = ProjectSteps(modules=frozenset(module_name(rel) for rel in tree.rels), exports=exports, defined=defined)
+    start = ProjectSteps(
+        modules=frozenset(module_name(rel) for rel in tree.rels),
+        exports=exports,
+        star_torch=star_torch_imports(sources),
+        defined=defined,
+    )
     return _Plan(tree, texts, classes, start)
 
 
@@ -330,6 +336,7 @@ def _rounds(plan: _Plan, index: int, first: dict[tuple, tuple], executor: _Execu
             combined.steppers,
             bound,
             exports=plan.start.exports,
+            star_torch=plan.start.star_torch,
             per_step=combined.per_step,
             called=combined.called,
             looped_names=combined.looped_names,

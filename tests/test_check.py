@@ -42,6 +42,7 @@ TORCH_PROGRAMS = [
     "fault_mask",
     "fault_fallback",
     "fault_stale_optimizer",
+    "fault_kept_param_list",
     "fault_nan",
     "fault_no_barrier",
     "fault_cpu_device",
@@ -327,6 +328,24 @@ def test_fault_stale_optimizer(runs):
     assert len(report.stale_optimizer_params) == 1
     assert "SGD" in report.stale_optimizer_params[0] and "2 of 2" in report.stale_optimizer_params[0]
     assert report.params_off_device == []  # the model itself did move
+    assert "build it after model.to(device)" in report.reasons[0]  # the plain case keeps its advice
+    assert "kept" not in report.reasons[0]
+
+
+@pytest.mark.slow
+def test_fault_kept_param_list(runs):
+    """GCNII's layout: `self.params1 = list(self.convs.parameters())` in __init__, the optimizer built from it
+    AFTER model.to(device). "Build it after model.to(device)" was wrong advice there: it already was. The
+    reason names the kept lists and the fixes that apply (a property, XLA316, or building the list after)."""
+    report = runs["fault_kept_param_list"].result()
+    assert report.level == "L0" and reason_kinds(report) == {"stale"}
+    assert len(report.stale_optimizer_params) == 2, report.stale_optimizer_params
+    body, head = report.stale_optimizer_params
+    assert "2 of 2" in body and "Net.body_params" in body and "Net.head_params" not in body
+    assert "Net.head_params" in head
+    reason = report.reasons[0]
+    assert "build it after model.to(device)" not in reason, reason
+    assert "XLA316" in reason and "property" in reason, reason
 
 
 @pytest.mark.slow

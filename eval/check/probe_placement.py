@@ -10,6 +10,16 @@ from xlaport.eval.check.probe_sites import user_site
 from xlaport.eval.tied_weights import lost_groups, lost_ties_message, shared_groups
 
 MAX_LISTED = 10
+# grade.py tells the two causes apart by this mark: the plain advice (build the optimizer after the move) is wrong
+# when the optimizer already was, from a list the module kept from before the move
+KEPT_LIST_MARK = "a list of parameters the module kept before the move"
+# the optimizer is seen at its first step, so whether it was built before or after the move is not known here:
+# the advice holds either way
+KEPT_LIST_CAUSE = (
+    "they come from {} (" + KEPT_LIST_MARK + ", still holding the replaced copies): make it a property that "
+    "lists the parameters when read (xlaport fix, rule XLA316) or build the list after model.to(device), and "
+    "build the optimizer from it after the move"
+)
 
 
 class Placement:
@@ -77,10 +87,12 @@ class Placement:
                 off = sum(p.device.type != "xla" and not self.is_replaced(p) for p in params)
                 name = f"optimizer {number} ({type(optimizer).__name__}) param group {group_index}"
                 if stale:
+                    kept = self.kept_lists(params)
                     self._note(
                         "stale",
                         f"{name}: {stale} of {len(params)} parameters are not the model's parameters "
-                        f"(the old copies that model.to(device) replaced; those never get gradients)",
+                        f"(the old copies that model.to(device) replaced; those never get gradients)"
+                        + (f"; {KEPT_LIST_CAUSE.format(', '.join(kept))}" if kept else ""),
                     )
                 if off:
                     devices = sorted({str(p.device) for p in params if p.device.type != "xla"})
@@ -94,6 +106,21 @@ class Placement:
                     "off_device",
                     f"{type(module).__name__}: {len(off_names)} of {len(named)} parameters not on the XLA device ({shown})",
                 )
+
+    def kept_lists(self, params: list) -> list[str]:
+        """The list or tuple attributes of the moved modules (`self.params1 = list(self.convs.parameters())` in
+        __init__) that hold replaced parameters of `params`: they kept the old copies through the move, so an
+        optimizer built from them after the move is stale all the same."""
+        wanted = {id(p) for p in params if self.is_replaced(p)}
+        found: list[str] = []
+        for module in self.modules:
+            for path, sub in module.named_modules():
+                for attr, value in vars(sub).items():
+                    if isinstance(value, (list, tuple)) and any(id(v) in wanted for v in value):
+                        owner = ".".join(filter(None, [type(module).__name__, path]))
+                        if f"{owner}.{attr}" not in found:
+                            found.append(f"{owner}.{attr}")
+        return found[:MAX_LISTED]
 
     def _note(self, kind: str, message: str) -> None:
         if message not in self.findings[kind]:

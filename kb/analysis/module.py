@@ -226,7 +226,14 @@ class ModuleAnalysis:
                 partial(_first_line, self.positions()) if self.source is not None and self.tree is not None else None
             )
             scope_names = partial(_scope_names, self.wrapper)
-            self._names = ImportNames(tree, self.nodes.imports, self.parents, scope_names, functions, line_of)
+            star_names = (
+                self.project.star_torch_names(self.module_name, tree)
+                if self.project is not None and self.module_name is not None
+                else None
+            )
+            self._names = ImportNames(
+                tree, self.nodes.imports, self.parents, scope_names, functions, line_of, star_names
+            )
         return self._names
 
     def imported_names(self, node: cst.CSTNode) -> frozenset[str]:

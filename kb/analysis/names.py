@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from functools import cached_property
 
 import libcst as cst
@@ -77,9 +77,11 @@ class ImportNames:
         fallback: Resolver,
         functions: list[cst.FunctionDef],
         line_of: Callable[[cst.CSTNode], int | None] | None = None,
+        star_names: Mapping[str, str] | None = None,
     ) -> None:
         """`functions`: the module's function definitions in source order; `line_of`: a node's first line (None:
-        unknown), for names bound both ways around a node."""
+        unknown), for names bound both ways around a node; `star_names`: name -> torch's name for what the
+        module's star imports of its tree bind by imports of torch (ProjectSteps.star_torch_names)."""
         self.parents = parents
         self.fallback = fallback
         self.line_of = line_of
@@ -111,6 +113,11 @@ class ImportNames:
         self.star_torch = "torch" not in self.bound and any(
             isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names) for stmt in tree.body
         )
+        # `nn`, `F`, `optim` from `from common import *` (common.py: `import torch.nn as nn`, ...): only where
+        # nothing in this module binds the name
+        self.star_names = {n: t for n, t in (star_names or {}).items() if n not in self.bound}
+        if self.star_torch:
+            self.star_names.setdefault("torch", "torch")
         numbered = self.bindings.functions
         # libcst's functions -> their numbers in Bindings (None when the two trees disagree: every scope counts)
         self.numbers: dict[cst.CSTNode, int] | None = (
@@ -150,9 +157,10 @@ class ImportNames:
     def imported(self, node: cst.CSTNode) -> frozenset[str]:
         """The import-resolved names of `node` (`dist.init_process_group` -> torch.distributed.init_process_group)."""
         if head_name(node) not in self.imported_heads:
-            if self.star_torch and head_name(node) == "torch":
+            target = self.star_names.get(head_name(node)) if self.star_names else None
+            if target is not None:
                 full = resolved_name(node, self.parents)
-                return frozenset({full}) if full else frozenset()
+                return frozenset({target + full[len(head_name(node)) :]}) if full else frozenset()
             return frozenset()  # most names: no import binds their head (checked before any parent is looked up)
         full = resolved_name(node, self.parents)
         head = full.partition(".")[0] if full else None

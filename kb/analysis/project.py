@@ -25,7 +25,9 @@ from .bindings import TopLevelBindings
 from .cst_scopes import full_name
 from .device_facts import key_of
 from .devices import FLAG_NAME
-from .project_steps import UNKNOWN
+from .project_steps import UNKNOWN, absolute_module
+
+_absolute = absolute_module
 
 if TYPE_CHECKING:
     from .view import StepView
@@ -160,13 +162,19 @@ def _has_walrus(node: cst.CSTNode) -> bool:
 STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+\*", re.MULTILINE)
 
 
+def _star_targets(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of `sources` it star-imports (relative ones resolved against the importer)."""
+    targets: dict[str, set[str]] = {}
+    for importer, text in sources.items():
+        for target in STAR_IMPORT.findall(text):
+            targets.setdefault(importer, set()).add(_absolute(target, importer))
+    return targets
+
+
 def star_exports(sources: dict[str, str]) -> frozenset[tuple[str, str]]:
     """(module, name) for each top-level definition of the modules (module name -> text) that some module
     star-imports. Relative star imports are resolved against the importing module."""
-    wanted = set()
-    for importer, text in sources.items():
-        for target in STAR_IMPORT.findall(text):
-            wanted.add(_absolute(target, importer))
+    wanted = {m for targets in _star_targets(sources).values() for m in targets}
     found = set()
     for module in wanted & sources.keys():
         try:
@@ -175,6 +183,105 @@ def star_exports(sources: dict[str, str]) -> frozenset[tuple[str, str]]:
             continue
         found.update((module, name) for name in _top_level_names(tree))
     return frozenset(found)
+
+
+def star_torch_imports(sources: dict[str, str]) -> frozenset[tuple[str, str, str]]:
+    """(module, name, torch's name) for each name that `from module import *` binds to a torch module or object
+    by an import in that module (`import torch.nn as nn`: nn is torch.nn; `from torch import optim`;
+    `import torch.nn.functional as F`), also through its own star imports of the tree (`from base import *`).
+    Only names the module binds by torch imports alone, and only those of a literal `__all__` when it has one."""
+    targets = _star_targets(sources)
+    wanted = {m for found in targets.values() for m in found} & sources.keys()
+    own: dict[str, dict[str, str]] = {}
+    other: dict[str, set[str]] = {}  # names the module binds any other way (anywhere in it)
+    public: dict[str, set[str] | None] = {}  # `__all__` when literal
+    for module in wanted:
+        try:
+            tree = ast.parse(sources[module])
+        except (SyntaxError, ValueError):
+            continue
+        own[module], other[module] = _torch_imports(tree)
+        names = _top_level_names(tree)
+        public[module] = names if _literal_all(tree) else None
+    changed = True
+    while changed:  # a module re-exports what its own star imports give it (one pass per level of the chain)
+        changed = False
+        for module, found in own.items():
+            if not targets.get(module, set()) <= sources.keys():
+                continue  # a star import from outside the tree could bind any name
+            for source in targets.get(module, ()):
+                for name, target in own.get(source, {}).items():
+                    if name in other[module]:
+                        continue
+                    if name not in found:
+                        found[name] = target
+                        changed = True
+                    elif found[name] != target:  # two torch names for one name: which wins depends on order
+                        del found[name]
+                        other[module].add(name)
+                        changed = True
+    return frozenset(
+        (module, name, target)
+        for module, found in own.items()
+        for name, target in found.items()
+        if not name.startswith("_") and (public[module] is None or name in public[module])
+    )
+
+
+def _torch_imports(tree: ast.Module) -> tuple[dict[str, str], set[str]]:
+    """(name -> torch's name for the names the module's top-level imports of torch bind; every other name the
+    module binds anywhere, and the names bound by two different torch imports)."""
+    imports: dict[str, set[str]] = {}
+    top = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            top.add(id(stmt))
+            for alias in stmt.names:
+                torch = alias.name == "torch" or alias.name.startswith("torch.")
+                local = alias.asname or alias.name.partition(".")[0]
+                imports.setdefault(local, set()).add(
+                    (alias.name if alias.asname else local) if torch else f"!{alias.name}"
+                )
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module:
+            top.add(id(stmt))
+            torch = stmt.module == "torch" or stmt.module.startswith("torch.")
+            for alias in stmt.names:
+                if alias.name != "*":
+                    full = f"{stmt.module}.{alias.name}"
+                    imports.setdefault(alias.asname or alias.name, set()).add(full if torch else f"!{full}")
+    other = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+            other.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            other.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            other.add(node.name)
+        elif isinstance(node, ast.arg):
+            other.add(node.arg)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            other.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            other.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            other.add(node.name)
+    found = {}
+    for name, bound in imports.items():
+        if len(bound) == 1 and not next(iter(bound)).startswith("!") and name not in other:
+            found[name] = next(iter(bound))
+        else:
+            other.add(name)
+    return found, other
+
+
+def _literal_all(tree: ast.Module) -> bool:
+    return any(
+        isinstance(stmt, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets)
+        and isinstance(stmt.value, (ast.List, ast.Tuple))
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in stmt.value.elts)
+        for stmt in tree.body
+    )
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
@@ -209,14 +316,6 @@ def star_imported(rule: StepView, name: str) -> str | None:
         if (source, head) in project.exports:
             return f"{source}.{name}"
     return None
-
-
-def _absolute(name: str, module: str) -> str:
-    dots = len(name) - len(name.lstrip("."))
-    if not dots:
-        return name
-    package = module.split(".")[: max(0, module.count(".") + 1 - dots)]
-    return ".".join([*package, name[dots:]])
 
 
 def definition_name(rule: StepView, func: cst.FunctionDef) -> str:

@@ -3,6 +3,7 @@ tree (`ProjectSteps`), which the analysis of every module holds. Plain data: pro
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePath
@@ -59,6 +60,9 @@ class ProjectSteps:
     # (module, name): the top-level names of the tree's modules that another module star-imports
     # (`from utils import *` in train.py: `save_checkpoint` there is `utils.save_checkpoint`)
     exports: frozenset[tuple[str, str]] = frozenset()
+    # (module, name, torch's name): what `from module import *` binds to torch by that module's imports
+    # (`import torch.nn as nn` in common.py: `nn` in a module that does `from common import *` is torch.nn)
+    star_torch: frozenset[tuple[str, str, str]] = frozenset()
     # the tree's functions that some module calls once per training step (steps.py `per_step_functions`)
     per_step: frozenset[str] = frozenset()
     # the tree's stepping callables that some module of the tree calls (`ModuleSteps.stepper_calls`)
@@ -73,6 +77,30 @@ class ProjectSteps:
     # args.cuda)` with `def load(path, cuda): ... x.cuda() if cuda else x`). A CUDA test assigned to one of them
     # flips (devices.py `tree_device_flags`).
     device_flags: frozenset[str] = frozenset()
+
+    def star_torch_names(self, module: str, tree: ast.Module) -> dict[str, str]:
+        """Name -> torch's name, for the names `module` (parsed: `tree`) gets from its top-level star imports of
+        the tree's modules by their imports of torch (`star_torch`). A name that two of its star imports give
+        differently, or one that another of them defines, is left out, and so is everything when one of its star
+        imports is not a module of the tree (it could bind any name)."""
+        if not self.star_torch:
+            return {}
+        targets = [
+            absolute_module("." * stmt.level + (stmt.module or ""), module)
+            for stmt in tree.body
+            if isinstance(stmt, ast.ImportFrom) and any(alias.name == "*" for alias in stmt.names)
+        ]
+        if not targets or any(t not in self.modules for t in targets):
+            return {}
+        given: dict[str, set[str]] = {}
+        for source, name, target in self.star_torch:
+            if source in targets:
+                given.setdefault(name, set()).add(target)
+        return {
+            name: next(iter(found))
+            for name, found in given.items()
+            if len(found) == 1 and not any((t, name) in self.exports for t in targets)
+        }
 
     def module_of(self, path: str) -> str:
         """The dotted name of the module at `path` (relative to the tree's root, or as `paths` names it)."""
@@ -155,3 +183,12 @@ def _by_suffix(modules: frozenset[str]) -> dict[str, list[str]]:
         for cut in range(1, len(parts)):
             index.setdefault(".".join(parts[cut:]), []).append(name)
     return index
+
+
+def absolute_module(name: str, module: str) -> str:
+    """`name` as imported in `module`, absolute (`..utils` in `pkg.sub.train` -> `pkg.utils`)."""
+    dots = len(name) - len(name.lstrip("."))
+    if not dots:
+        return name
+    package = module.split(".")[: max(0, module.count(".") + 1 - dots)]
+    return ".".join([*package, name[dots:]])

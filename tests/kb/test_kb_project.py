@@ -501,3 +501,62 @@ def test_a_script_that_names_nothing_sparse_still_gets_the_sparse_rule(tmp_path)
     project = summarize_project(tmp_path, python_files(tmp_path))
     found = lint_file(tmp_path / "train.py", display="train.py", project=project).findings
     assert [f.line for f in found if f.code == "XLA520"] == [22]
+
+
+STAR_TRAIN = (
+    "from common import *\n\n"
+    "model = nn.Linear(HIDDEN, 2)\n"
+    "opt = optim.AdamW(model.parameters(), lr=0.1, fused=True)\n"
+    "loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)\n"
+)
+
+
+def star_findings(tmp_path: Path, files: dict[str, str]) -> set[tuple[int, str]]:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    project = summarize_project(tmp_path, python_files(tmp_path))
+    found = lint_file(tmp_path / "train.py", display="train.py", project=project).findings
+    return {(f.line, f.code) for f in found if f.code in {"XLA217", "XLA505"}}
+
+
+def test_torch_modules_that_a_star_import_gives_are_torch(tmp_path):
+    """cbd830d made a star-imported `torch` torch; the idiom is wider: common.py does `import torch.nn as nn`,
+    `import torch.nn.functional as F`, `from torch import optim`, and every script does `from common import *`.
+    There `optim.AdamW(..., fused=True)` (XLA217) and `F.binary_cross_entropy(torch.sigmoid(...))` (XLA505) had
+    no finding: `optim` and `F` resolved to nothing."""
+    common = (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch import optim\n\nHIDDEN = 8\n"
+    )
+    assert star_findings(tmp_path, {"common.py": common, "train.py": STAR_TRAIN}) == {(4, "XLA217"), (5, "XLA505")}
+
+
+def test_torch_modules_reach_through_a_chain_of_star_imports(tmp_path):
+    files = {
+        "base.py": "import torch\nfrom torch.nn import functional as F\nimport torch.optim as optim\nimport torch.nn as nn\n",
+        "common.py": "from base import *\n\nHIDDEN = 8\n",
+        "train.py": STAR_TRAIN,
+    }
+    assert star_findings(tmp_path, files) == {(4, "XLA217"), (5, "XLA505")}
+
+
+@pytest.mark.parametrize(
+    ("common", "train"),
+    [
+        # the module binds the name itself
+        (
+            "import torch\nimport torch.nn.functional as F\nfrom torch import optim\n",
+            "F = Functions()\noptim = Opt()\n",
+        ),
+        # the star-imported module binds it some other way too
+        ("import torch\nimport torch.nn.functional as F\nfrom torch import optim\nF = Functions()\noptim = 1\n", ""),
+        # ... or not by a torch import at all
+        ("import torch\nimport mylib.functional as F\nfrom mylib import optim\n", ""),
+        # its `__all__` does not give them
+        ("import torch\nimport torch.nn.functional as F\nfrom torch import optim\n__all__ = ['torch']\n", ""),
+        # another star import, from outside the tree, could bind them
+        ("import torch\nimport torch.nn.functional as F\nfrom torch import optim\n", "from mylib import *\n"),
+    ],
+)
+def test_a_star_imported_name_is_torch_only_where_nothing_else_can_bind_it(tmp_path, common, train):
+    train = STAR_TRAIN.replace("from common import *\n", "from common import *\n" + train)
+    assert star_findings(tmp_path, {"common.py": common + "nn = None\nHIDDEN = 8\n", "train.py": train}) == set()
