@@ -367,6 +367,20 @@ def srcnn_train(path: Path) -> None:
     _sr_h5(path, 33, 33, 64, grouped=False)
 
 
+def vdsr_patches(path: Path, count: int = 32, size: int = 41) -> None:
+    """VDSR's `train.h5`: datasets `data` (the blurred input) and `label` (the sharp target), float32 in [0, 1],
+    shaped (count, 1, size, size) as its MATLAB preparation writes them."""
+    import h5py
+
+    rng = np.random.default_rng(12)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    label = rng.random((count, 1, size, size), dtype=np.float32)
+    data = np.clip(label + rng.normal(0, 0.05, label.shape), 0, 1).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=data)
+        f.create_dataset("label", data=label)
+
+
 def srcnn_eval(path: Path) -> None:
     _sr_h5(path, 48, 48, 4, grouped=True)
 
@@ -456,6 +470,7 @@ MAKERS: dict[str, Callable[[Path], None]] = {
     "cifar10_small": cifar10_small,
     "srcnn_train": srcnn_train,
     "srcnn_eval": srcnn_eval,
+    "vdsr_patches": vdsr_patches,
     "fsrcnn_train": fsrcnn_train,
     "fsrcnn_eval": fsrcnn_eval,
     "gridworld_npz": gridworld_npz,

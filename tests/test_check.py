@@ -695,7 +695,7 @@ def test_new_graphs_of_a_first_epoch_end_settle_and_are_not_repeated_compilation
     from xlaport.eval.check.grade import compiles_keep_coming
 
     def report(compiling: set[int], steps: int = 28) -> SimpleNamespace:
-        per_step = [SimpleNamespace(index=i, compiles=int(i in compiling)) for i in range(steps)]
+        per_step = [SimpleNamespace(index=i, compiles=int(i in compiling), sync_site=None) for i in range(steps)]
         return SimpleNamespace(per_step=per_step, steps_warmup=2)
 
     assert not compiles_keep_coming(report({0, 1, 4, 5, 6}))  # the first epoch's end, then cached
@@ -705,3 +705,29 @@ def test_new_graphs_of_a_first_epoch_end_settle_and_are_not_repeated_compilation
     # a late phase (generation after training) compiles its few graphs, then runs cached to the end
     assert not compiles_keep_coming(report({0, 1, 14, 15, 16}))
     assert compiles_keep_coming(report({0, 1, 14, 15, 16, 24}))  # ... unless it keeps compiling
+
+
+def test_a_second_optimizer_loop_has_its_own_warm_up():
+    """A GAN steps its critic at one barrier and its generator at another (two optimizers, n_dis critic steps per
+    generator step): the generator's first two steps (graph without, then with optimizer state) come after the
+    run's two warm-up steps. An unseen WGAN-GP was refused L0 for them. Compiles that keep coming at one barrier
+    past its own first two still count."""
+    from types import SimpleNamespace
+
+    from xlaport.eval.check.grade import compiles_keep_coming
+
+    critic, generator = "train.py:168", "train.py:186"
+
+    def report(compiling: dict[int, str], steps: int = 8) -> SimpleNamespace:
+        per_step = [
+            SimpleNamespace(index=i, compiles=int(i in compiling), sync_site=compiling.get(i)) for i in range(steps)
+        ]
+        return SimpleNamespace(per_step=per_step, steps_warmup=2)
+
+    # critic, critic, generator (new), critic (one checkpoint's copies), critic, generator (with its Adam state)
+    gan = {0: critic, 1: critic, 2: generator, 3: critic, 5: generator}
+    assert not compiles_keep_coming(report(gan))
+    assert compiles_keep_coming(report({**gan, 6: critic, 7: critic}))  # the critic keeps compiling
+    assert compiles_keep_coming(report({**gan, 6: generator, 7: generator}))  # so does the generator, later
+    # a barrier the run does not name is no loop of its own
+    assert compiles_keep_coming(report({0: critic, 1: critic, 2: None, 3: critic, 5: None}))

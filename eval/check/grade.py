@@ -315,15 +315,34 @@ REPEATED_COMPILE_STEPS = 3
 SETTLE_STEPS = 4
 
 
+def loop_warmup_steps(report: CheckReport) -> set[int]:
+    """Post-warm-up steps that are another loop's own warm-up: the first `steps_warmup` compiling steps at a step
+    barrier (sync site) that none of the run's warm-up steps reached. A GAN steps its generator's optimizer at
+    its own barrier, after n critic steps: that optimizer's graphs without and with its state compile after the
+    run's warm-up. A barrier that is not named (None) is no loop of its own."""
+    seen: dict[str, int] = {}
+    own: set[int] = set()
+    warmup_sites = {s.sync_site for s in report.per_step[: report.steps_warmup]}
+    for step in report.per_step[report.steps_warmup :]:
+        site = step.sync_site
+        if not step.compiles or site is None or site in warmup_sites:
+            continue
+        seen[site] = seen.get(site, 0) + 1
+        if seen[site] <= report.steps_warmup:
+            own.add(step.index)
+    return own
+
+
 def compiles_keep_coming(report: CheckReport) -> bool:
     """Repeated compilation: post-warm-up steps compiled REPEATED_COMPILE_STEPS times or more, still in the second
-    half of those steps, and not settled since. New graphs of a first epoch's end (a partial last batch, an
-    epoch-end metric) compile a few times early and are then cached: that settles, and is a performance finding,
-    not a reason to refuse L2. So does a late phase (generation after training) whose few new graphs are followed
+    half of those steps, and not settled since (a second optimizer's loop has its own warm-up: loop_warmup_steps).
+    New graphs of a first epoch's end (a partial last batch, an epoch-end metric) compile a few times early and are
+    then cached: that settles, and is a performance finding, not a reason to refuse L2. So does a late phase (generation after training) whose few new graphs are followed
     by cached steps: at least SETTLE_STEPS of them and twice its compiling steps. A shape that changes from step to
     step keeps compiling to the end."""
     after = report.per_step[report.steps_warmup :]
-    compiled = [i for i, s in enumerate(after) if s.compiles]
+    own_warmup = loop_warmup_steps(report)
+    compiled = [i for i, s in enumerate(after) if s.compiles and s.index not in own_warmup]
     if len(compiled) < REPEATED_COMPILE_STEPS or compiled[-1] < len(after) // 2:
         return False
     late = sum(1 for i in compiled if i >= len(after) // 2)
