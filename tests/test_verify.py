@@ -549,8 +549,8 @@ def test_unseeded_correct_migration_is_not_blamed_for_randomness(unseeded_report
     print("\n" + "\n".join(report.reasons))
     assert report.status != "fail", report.reasons
     spread = report.spread
-    # two runs of the original, or three when two left the migrated run's first loss undecided
-    assert not spread.seeded and spread.runs in (2, 3) and len(set(spread.first_losses)) == spread.runs
+    # two runs of the original, or more (at most MOST_RUNS) while fewer left the migrated run's first loss undecided
+    assert not spread.seeded and 2 <= spread.runs <= cv.MOST_RUNS and len(set(spread.first_losses)) == spread.runs
     assert len(report.repeat_runs) == spread.runs - 1 and all(r.role == "reference" for r in report.repeat_runs)
     assert any(r.startswith("L1: run-to-run: the original does not fix its seed") for r in report.reasons)
 

@@ -388,11 +388,12 @@ def test_a_first_loss_two_runs_cannot_blame_asks_for_another_run():
     result = cv.compare_loss(ref, series([2.003, 1.60, 1.384]), LIMITS, spread)
     assert result.verdict == "inconclusive" and result.another_run_would_decide, result.reasons
     assert "another run of the original" in result.reasons[0]
-    # a third run of the original (as verify makes then) narrows the bar: the same first loss is decided
+    # a third run of the original (as verify makes then, up to cv.MOST_RUNS) narrows the bar: the same first loss
+    # is randomness against three runs that spread as unseeded runs do
     third = series([1.93, 1.52, 1.30])
     spread3 = cv.measure_spread([ref, other, third], "three runs")
     again = cv.compare_loss(ref, series([2.003, 1.60, 1.384]), LIMITS, spread3)
-    assert again.verdict != "worse" and not again.another_run_would_decide, again.reasons
+    assert again.verdict != "worse" and "inside it, randomness" in again.reasons[0], again.reasons
     doubled = cv.compare_loss(ref, series([2 * 2.003, 2 * 1.60, 2 * 1.384]), LIMITS, spread3)
     assert doubled.verdict == "worse" and "different objective" in doubled.reasons[-1], doubled.reasons
 

@@ -82,14 +82,19 @@ def verify(
                 again = run_reference(original, script, args, config, scratch, subdir, repeat=1, timeout_s=budget)
         ref = log_ref or ran  # a recorded GPU run decides; the run here is the fallback
         spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again)
-        if again is not None and spread is not None and not spread.seeded and mig.ok:
-            # two runs of an unseeded original measure its spread roughly: when the migrated run's first loss is
-            # outside it by less than two runs can blame on the migration, a third run decides
+        more: list[RunRecord] = []
+        while again is not None and spread is not None and not spread.seeded and mig.ok:
+            # a few runs of an unseeded original measure its spread roughly: while the migrated run's first loss
+            # is outside it by less than so few runs can blame on the migration, another run decides (at most
+            # cv.MOST_RUNS in all)
             loss = assess(ref, mig, check, config, spread, spread_runs)[4]
-            if loss is not None and loss.another_run_would_decide:
-                on_step("the original's third run (two runs leave the migrated run's first loss undecided)")
-                third = run_reference(original, script, args, config, scratch, subdir, repeat=2, timeout_s=budget)
-                spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again, third)
+            if loss is None or not loss.another_run_would_decide or 2 + len(more) >= cv.MOST_RUNS:
+                break
+            on_step(f"the original's run {3 + len(more)} ({2 + len(more)} leave the migrated first loss undecided)")
+            more.append(
+                run_reference(original, script, args, config, scratch, subdir, repeat=2 + len(more), timeout_s=budget)
+            )
+            spread, spread_runs = measure_spread(log_ref, log_repeats, ran, again, *more)
         if mig.ok and not any(g.stopped for g in gates):
             gates += relative_gates(ref, mig, config, others=tuple(r for r in spread_runs if r is not ref))
         report.reference_run, report.repeat_runs = ref, [r for r in spread_runs if r is not ref]
@@ -161,7 +166,7 @@ def measure_spread(
     if ran is not None and again is not None and ran.ok:
         repeats = (again, *(r for r in more if len(r.curves.loss)))
         cut = any("repeat_reference_s" in note for r in repeats for note in r.notes)
-        count = {2: "two", 3: "three"}.get(1 + len(repeats), str(1 + len(repeats)))
+        count = {2: "two", 3: "three", 4: "four", 5: "five"}.get(1 + len(repeats), str(1 + len(repeats)))
         cut_words = " (the second one cut short)" if len(repeats) == 1 else " (a repeat cut short)"
         what = f"{count} runs of the original here" + (cut_words if cut else "")
         spread = cv.measure_spread([ran.curves.loss, *(r.curves.loss for r in repeats)], what)

@@ -56,7 +56,7 @@ from .capture import (
     parse_text,
 )
 from .claims import CLAIM_RE, Claim, find_metric, parse_claim, primary_metric
-from .compare import WHAT_WOULD_DECIDE, compare_loss, compare_metric
+from .compare import MOST_RUNS, WHAT_WOULD_DECIDE, compare_loss, compare_metric
 from .gates import BAND_WINDOW, Band, Stop, band_at, divergence_gate, falling_gate, reference_band, stays_outside_from
 from .measures import LossComparison, MetricComparison, Thresholds, align, first_bad_value, spearman, step_noise
 from .reference_log import DEVICE_KEYS, PRICE_KEYS, STEP_TIME_KEYS, ReferenceLog, read_reference_log
@@ -73,6 +73,7 @@ __all__ = [
     "DEFAULT_METRIC_PATTERN",
     "DEVICE_KEYS",
     "LOSS_FORMATS",
+    "MOST_RUNS",
     "LOWER_IS_BETTER",
     "LossComparison",
     "METRIC_WORDS",

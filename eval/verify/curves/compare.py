@@ -229,6 +229,9 @@ def _few_points(result: LossComparison, rel: np.ndarray, limits: Thresholds, ran
 T_995 = {1: 63.66, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355, 9: 3.250, 10: 3.169}
 
 
+MOST_RUNS = 5  # runs of the original verify makes, at most, to decide a first loss that fewer leave undecided
+
+
 def blame_bar(runs: int, spread_z: float) -> float:
     """How many times the run-to-run noise measured from `runs` runs a deviation must be to blame the migration:
     `spread_z`, and at least what chance exceeds once in a hundred tries against a spread of that many runs."""
@@ -272,7 +275,7 @@ def _first_loss_verdict(
     times = abs(view.first_diff) / max(noise, 1e-12)
     if times <= blame:
         result.verdict = "inconclusive"
-        result.another_run_would_decide = view.runs < 3
+        result.another_run_would_decide = view.runs < MOST_RUNS
         result.reasons.append(
             f"{what}): {against}: {times:.0f}x it, between {limits.noise_z:g}x and {bar}; would decide: another run "
             f"of the original, {WHAT_WOULD_DECIDE}"
