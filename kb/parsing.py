@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 import tokenize
+from functools import cache
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -101,6 +102,7 @@ _NOT_NODES = frozenset({"identifier", "string", "int", "constant", "expr_context
 _FIELD = re.compile(r"(\w+)[*?]? (\w+)")
 
 
+@cache  # per node type: the walks ask once per node
 def ast_node_fields(kind: type) -> tuple[str, ...]:
     """The fields of a CPython AST node type that can hold a node (not a name, a number, a constant or a
     Load/Store/Del marker), read from its ASDL signature, the class docstring (`Name(identifier id,
@@ -110,17 +112,6 @@ def ast_node_fields(kind: type) -> tuple[str, ...]:
     if set(typed) != set(fields):
         return tuple(fields)
     return tuple(name for name in fields if typed[name] not in _NOT_NODES)
-
-
-# node type -> (its fields that can hold a node, whether it has a Load/Store/Del marker: counted as a node)
-_LIMIT_FIELDS: dict[type, tuple[tuple[str, ...], bool]] = {}
-
-
-def _limit_fields(kind: type) -> tuple[tuple[str, ...], bool]:
-    found = _LIMIT_FIELDS.get(kind)
-    if found is None:
-        found = _LIMIT_FIELDS[kind] = (ast_node_fields(kind), "ctx" in getattr(kind, "_fields", ()))
-    return found
 
 
 def check_parse_limits(tree: ast.AST, source: str) -> None:
@@ -156,8 +147,7 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
         if isinstance(node, ast.BoolOp):
             stack.extend((value, depth + len(node.values) - i, line) for i, value in enumerate(node.values))
             continue
-        fields, marked = _limit_fields(type(node))
-        if marked and isinstance(getattr(node, "ctx", None), _CONTEXTS):  # a Load/Store/Del marker: a leaf, counted
+        if isinstance(getattr(node, "ctx", None), _CONTEXTS):  # a Load/Store/Del marker: a leaf, counted
             nodes += 1
             if nodes > max_nodes:
                 raise SourceError(f"cannot parse: too large to analyse safely (over {max_nodes} syntax nodes)")
@@ -165,7 +155,9 @@ def check_parse_limits(tree: ast.AST, source: str) -> None:
                 raise SourceError(
                     f"cannot parse: nested too deeply to analyse safely (over {max_nesting} levels, line {line})"
                 )
-        for name in fields:  # ast.iter_child_nodes, inlined: this loop runs once per node of every file
+        for name in ast_node_fields(
+            type(node)
+        ):  # ast.iter_child_nodes, inlined: this loop runs once per node of every file
             value = getattr(node, name, None)
             if type(value) is list:
                 stack.extend((item, depth + 1, line) for item in value if isinstance(item, ast.AST))

@@ -91,9 +91,6 @@ _CONTEXTS = (ast.Load, ast.Store, ast.Del)
 _LEAVES = frozenset({ast.Name, ast.Constant})
 
 
-_NODE_FIELDS: dict[type, tuple[str, ...]] = {}  # node type -> its fields that can hold a node
-
-
 def _children(node: ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes(node)` as a list, without the Load/Store/Del markers (they bind nothing): the walks here
     visit every node of a module, so only the fields that can hold a node are read, and a list is cheaper than
@@ -101,11 +98,8 @@ def _children(node: ast.AST) -> list[ast.AST]:
     kind = type(node)
     if kind in _LEAVES:
         return []
-    fields = _NODE_FIELDS.get(kind)
-    if fields is None:
-        fields = _NODE_FIELDS[kind] = ast_node_fields(kind)
     found: list[ast.AST] = []
-    for name in fields:
+    for name in ast_node_fields(kind):
         value = getattr(node, name, None)
         if type(value) is list:
             found.extend(item for item in value if isinstance(item, ast.AST))
